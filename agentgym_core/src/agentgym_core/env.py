@@ -1,0 +1,159 @@
+"""The environment interface every agentgym environment implements.
+
+An environment is a text game: `reset` puts it on a task and returns the first observation,
+`step` takes one action string and returns what happened. The same interface is implemented
+in-process by environment plugins and remotely by :class:`agentgym_core.client.HTTPEnv`, so the
+rollout engine cannot tell the two apart.
+
+Conventions (checked by :func:`agentgym_core.testing.check_env`):
+
+* ``reset(task_id, seed)`` with the same arguments always yields the same observation.
+* ``terminated`` means the task reached an end state (won or lost); ``truncated`` means the
+  environment's own step limit cut the episode short. Both end the episode; stepping again
+  raises :class:`EpisodeEndedError` until the next ``reset``.
+* ``reward`` is the environment's raw score for the step; ``success`` is a separate boolean
+  (``None`` while undecided) because many environments score partial progress.
+* ``close`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "Env",
+    "EnvError",
+    "EpisodeEndedError",
+    "InvalidTaskError",
+    "ResetResult",
+    "StepResult",
+    "TaskCatalog",
+    "parse_react_action",
+]
+
+
+class ResetResult(BaseModel):
+    """What `Env.reset` returns: the first observation of an episode."""
+
+    observation: str = Field(description="The text the agent reads first (goal + what it sees).")
+    info: dict[str, Any] = Field(default_factory=dict, description="Environment-specific extras.")
+
+
+class StepResult(BaseModel):
+    """What `Env.step` returns after one action."""
+
+    observation: str = Field(description="The environment's answer to the action.")
+    reward: float = Field(default=0.0, description="Raw reward of this step.")
+    terminated: bool = Field(default=False, description="The task reached an end state.")
+    truncated: bool = Field(default=False, description="The environment's step limit ended it.")
+    success: bool | None = Field(
+        default=None, description="Whether the task was accomplished; None while undecided."
+    )
+    info: dict[str, Any] = Field(default_factory=dict, description="Environment-specific extras.")
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+class TaskCatalog(BaseModel):
+    """The task ids an environment offers, by split and by category."""
+
+    splits: dict[str, list[int]] = Field(
+        description="Split name ('train', 'test', ...) -> task ids. Splits are disjoint."
+    )
+    categories: dict[str, list[int]] = Field(
+        default_factory=dict,
+        description="Category name (level, depth, site, ...) -> task ids, for per-category metrics.",
+    )
+
+    def split(self, name: str) -> list[int]:
+        try:
+            return self.splits[name]
+        except KeyError:
+            raise InvalidTaskError(
+                f"unknown split {name!r}; this environment offers {sorted(self.splits)}"
+            ) from None
+
+    def category_index(self) -> dict[int, str]:
+        """Task id -> category name (tasks without a category are absent)."""
+        return {task: name for name, tasks in self.categories.items() for task in tasks}
+
+    def sizes(self) -> dict[str, int]:
+        return {name: len(ids) for name, ids in self.splits.items()}
+
+
+class EnvError(Exception):
+    """Base class of errors an environment raises on bad use; the server maps them to HTTP."""
+
+
+class InvalidTaskError(EnvError, ValueError):
+    """The task id or split does not exist."""
+
+
+class EpisodeEndedError(EnvError, RuntimeError):
+    """`step` was called after the episode terminated or was truncated."""
+
+
+_ACTION_LINE = re.compile(r"^\s*Action\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def parse_react_action(text: str) -> str:
+    """Return the action of a ReAct reply (`Thought: ...` then `Action: ...`).
+
+    The last `Action:` line wins (models sometimes restate an example first). A reply without one
+    is returned stripped, so the environment answers it as an invalid action instead of the
+    agent's turn vanishing.
+    """
+    matches = _ACTION_LINE.findall(text)
+    if matches:
+        return matches[-1].strip().strip("`").strip()
+    return text.strip()
+
+
+class Env(ABC):
+    """One live environment instance. Subclass it and register the class through a plugin.
+
+    Class attributes:
+        name: the registry name (`agentgym envs` lists it).
+        max_episode_steps: the environment's own step limit; reaching it sets ``truncated``.
+    """
+
+    name: ClassVar[str] = ""
+    max_episode_steps: ClassVar[int | None] = None
+
+    # -- what the agent is told -------------------------------------------------------------
+    @property
+    @abstractmethod
+    def instruction(self) -> str:
+        """The task-independent instruction prompt (rules, action syntax, reply format)."""
+
+    def parse_action(self, text: str) -> str:
+        """Extract the action string from a model reply. Default: ReAct `Action:` line."""
+        return parse_react_action(text)
+
+    # -- tasks --------------------------------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def tasks(cls) -> TaskCatalog:
+        """The task ids this environment offers, by split and category (no instance needed)."""
+
+    # -- the episode ---------------------------------------------------------------------------
+    @abstractmethod
+    def reset(self, task_id: int, seed: int | None = None) -> ResetResult:
+        """Start task `task_id`; the same (task_id, seed) must give the same episode."""
+
+    @abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply one action. Invalid actions are answered in the observation, never raised."""
+
+    def available_actions(self) -> list[str] | None:
+        """The actions valid now, if the environment can enumerate them; else None."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook, default is a no-op
+        """Free resources. Must be idempotent."""

@@ -1,0 +1,128 @@
+"""The extension API of agentgym: every hook a plugin may implement.
+
+A plugin is any module or object with functions marked ``@agentgym_core.hookimpl`` whose names
+match the specs below. Installed packages expose plugins through the entry-point group
+``agentgym``::
+
+    [project.entry-points.agentgym]
+    myenv = "my_package.plugin"
+
+Hooks are always called with keyword arguments, and an implementation may accept any subset of
+them (pluggy's opt-in arguments), so new arguments can be added without breaking plugins.
+
+Catalog hooks receive a ``register`` callback and call it once per thing they provide. All
+catalog callbacks share one signature::
+
+    register(name: str, obj: object, *, summary: str = "") -> None
+
+Every catalog hook is called for every plugin (no result wins); two plugins registering the same
+name in one catalog is an error naming both packages. Observer hooks return nothing and are called
+for every plugin, in registration order reversed (pluggy's LIFO).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pluggy
+
+PROJECT_NAME = "agentgym"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+class Register(Protocol):
+    def __call__(self, name: str, obj: Any, *, summary: str = "") -> None: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Catalog hooks: called once when the plugin manager builds its registries.
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def agentgym_register_envs(register: Register) -> None:
+    """Register environment classes.
+
+    ``obj`` is a subclass of :class:`agentgym_core.env.Env`; it is instantiated with keyword
+    arguments from the user's config (``EnvClass(**env_kwargs)``). The name is what users type in
+    ``agentgym serve NAME`` and in configs.
+    """
+
+
+@hookspec
+def agentgym_register_advantage_estimators(register: Register) -> None:
+    """Register advantage estimators.
+
+    ``obj`` is a callable ``estimate(batch, config) -> AdvantageOutput`` (see the trainer's
+    ``agentgym_core.rl`` module for the batch layout). ``agentgym_core.testing.check_estimator``
+    checks the contract.
+    """
+
+
+@hookspec
+def agentgym_register_rollout_backends(register: Register) -> None:
+    """Register rollout (generation) backends.
+
+    ``obj`` is a factory ``make_backend(config) -> RolloutBackend`` producing an object that
+    samples token ids and their log-probs for many live trajectories at once.
+    ``agentgym_core.testing.check_backend`` checks the contract.
+    """
+
+
+@hookspec
+def agentgym_register_round_schedulers(register: Register) -> None:
+    """Register round (turn-budget) schedulers.
+
+    ``obj`` is a factory ``make_scheduler(config) -> RoundScheduler`` whose
+    ``horizon(step, history)`` returns the maximum number of turns per trajectory at a training
+    step (ScalingInter-RL grows it in stages).
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Observer hooks: called at the lifecycle points of a training or evaluation run.
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def agentgym_observe_run_start(run_dir: str, config: dict[str, Any]) -> None:
+    """A run starts. ``config`` is the resolved configuration as saved in ``run_dir``."""
+
+
+@hookspec
+def agentgym_observe_rollout(step: int, trajectories: list[Any], metrics: dict[str, float]) -> None:
+    """A batch of trajectories was collected at training ``step`` (before the update)."""
+
+
+@hookspec
+def agentgym_observe_update(step: int, metrics: dict[str, float]) -> None:
+    """The policy (and critic) were updated at training ``step``; ``metrics`` are its numbers."""
+
+
+@hookspec
+def agentgym_observe_evaluation(step: int, results: dict[str, Any]) -> None:
+    """An evaluation finished at ``step`` (``-1`` outside training); ``results`` as in eval JSON."""
+
+
+@hookspec
+def agentgym_observe_run_end(run_dir: str, metrics: dict[str, float], error: str | None) -> None:
+    """A run ends; ``error`` is the exception text when it ended by failure, else None."""
+
+
+CATALOG_HOOKS: dict[str, str] = {
+    "env": "agentgym_register_envs",
+    "advantage_estimator": "agentgym_register_advantage_estimators",
+    "rollout_backend": "agentgym_register_rollout_backends",
+    "round_scheduler": "agentgym_register_round_schedulers",
+}
+"""Catalog kind -> the hook that fills it."""
+
+OBSERVER_HOOKS: tuple[str, ...] = (
+    "agentgym_observe_run_start",
+    "agentgym_observe_rollout",
+    "agentgym_observe_update",
+    "agentgym_observe_evaluation",
+    "agentgym_observe_run_end",
+)

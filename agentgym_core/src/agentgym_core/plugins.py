@@ -1,0 +1,272 @@
+"""Plugin discovery and the catalogs built from it.
+
+There is one way in: a plugin is registered with the pluggy manager, by name, and then its
+catalog hooks fill the registries. Builtins (``DEFAULT_PLUGINS``) enter through the same door as
+third-party plugins from the ``agentgym`` entry-point group; they are listed and can be blocked.
+
+Environment variables:
+    AGENTGYM_DISABLE_PLUGIN_AUTOLOAD=1   do not load entry-point plugins (builtins still load).
+    AGENTGYM_PLUGINS=a,b                 allow-list: load only these entry-point plugins.
+    AGENTGYM_BLOCK_PLUGINS=a,b           never load these plugins (builtins included).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from agentgym_core import hookspecs
+
+__all__ = [
+    "DEFAULT_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "DuplicateRegistrationError",
+    "PluginInfo",
+    "PluginManager",
+    "Registration",
+    "UnknownNameError",
+    "get_plugin_manager",
+    "reset_plugin_manager",
+]
+
+ENTRY_POINT_GROUP = "agentgym"
+
+DEFAULT_PLUGINS: tuple[str, ...] = ("agentgym_core.builtin",)
+"""Modules shipped with the core, registered like any other plugin (name = last dotted part)."""
+
+KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
+    ("env", "babyai"): "babyai",
+    ("env", "textcraft"): "textcraft",
+    ("env", "sciworld"): "sciworld",
+    ("env", "search"): "search",
+    ("env", "webarena"): "webarena",
+    ("rollout_backend", "transformers"): "transformers",
+    ("rollout_backend", "openai"): "transformers",
+    ("advantage_estimator", "gae"): "estimators",
+    ("advantage_estimator", "grpo"): "estimators",
+    ("advantage_estimator", "rloo"): "estimators",
+    ("advantage_estimator", "reinforce_pp"): "estimators",
+}
+"""(kind, name) of things first-party packages provide -> the `agentgym[extra]` that installs it."""
+
+_KIND_LABELS = {
+    "env": "environment",
+    "advantage_estimator": "advantage estimator",
+    "rollout_backend": "rollout backend",
+    "round_scheduler": "round scheduler",
+}
+
+
+class PluginError(Exception):
+    """Base class of plugin and registry errors."""
+
+
+class DuplicateRegistrationError(PluginError):
+    """Two plugins registered the same name in one catalog."""
+
+
+class UnknownNameError(PluginError, KeyError):
+    """A name was looked up that no loaded plugin registered."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One plugin as `agentgym plugins` lists it."""
+
+    name: str
+    package: str
+    version: str
+    status: str  # "ok" | "broken" | "blocked"
+    builtin: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One named thing a plugin put into a catalog."""
+
+    kind: str
+    name: str
+    obj: Any
+    plugin: str
+    package: str
+    version: str
+    summary: str = ""
+
+
+def _split_env_list(value: str | None) -> set[str] | None:
+    if value is None or not value.strip():
+        return None
+    return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _core_version() -> str:
+    try:
+        return metadata.version("agentgym-core")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+@dataclass
+class PluginManager:
+    """The one pluggy manager plus the catalogs its plugins fill.
+
+    Args:
+        autoload: load entry-point plugins; default: unless AGENTGYM_DISABLE_PLUGIN_AUTOLOAD=1.
+        allow: entry-point names to load (None = all); default from AGENTGYM_PLUGINS.
+        block: plugin names never to load; default from AGENTGYM_BLOCK_PLUGINS.
+        builtins: register DEFAULT_PLUGINS.
+    """
+
+    autoload: bool | None = None
+    allow: Iterable[str] | None = None
+    block: Iterable[str] | None = None
+    builtins: bool = True
+    _pm: pluggy.PluginManager = field(init=False, repr=False)
+    _infos: dict[str, PluginInfo] = field(init=False, default_factory=dict, repr=False)
+    _catalogs: dict[str, dict[str, Registration]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.autoload is None:
+            self.autoload = os.environ.get("AGENTGYM_DISABLE_PLUGIN_AUTOLOAD", "") not in ("1", "true")
+        allow = _split_env_list(os.environ.get("AGENTGYM_PLUGINS")) if self.allow is None else set(self.allow)
+        block = _split_env_list(os.environ.get("AGENTGYM_BLOCK_PLUGINS")) if self.block is None else set(self.block)
+        self._allow, self._block = allow, block or set()
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self._pm.add_hookspecs(hookspecs)
+        if self.builtins:
+            for module_name in DEFAULT_PLUGINS:
+                self._load(module_name.rsplit(".", 1)[-1], lambda m=module_name: importlib.import_module(m),
+                           package="agentgym-core", version=_core_version(), builtin=True)
+        if self.autoload:
+            self._load_entry_points()
+
+    # -- loading --------------------------------------------------------------------------------
+    def _load_entry_points(self) -> None:
+        seen: set[str] = set()
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name in seen:  # the same distribution visible twice on sys.path
+                continue
+            seen.add(ep.name)
+            if self._allow is not None and ep.name not in self._allow:
+                continue
+            dist = getattr(ep, "dist", None)
+            self._load(ep.name, ep.load, package=dist.name if dist else "?",
+                       version=dist.version if dist else "?", builtin=False)
+
+    def _load(self, name: str, load: Any, *, package: str, version: str, builtin: bool) -> None:
+        if name in self._block:
+            self._infos[name] = PluginInfo(name, package, version, "blocked", builtin)
+            return
+        try:
+            plugin = load()
+            self._pm.register(plugin, name=name)
+        except Exception as exc:  # a broken plugin must not take the others down
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            self._infos[name] = PluginInfo(name, package, version, "broken", builtin, error)
+            return
+        self._infos[name] = PluginInfo(name, package, version, "ok", builtin)
+        self._catalogs.clear()
+
+    def register(self, plugin: Any, name: str, *, package: str = "<local>", version: str = "0") -> None:
+        """Register a plugin object directly (tests, notebooks, scripts)."""
+        self._load(name, lambda: plugin, package=package, version=version, builtin=False)
+
+    # -- introspection --------------------------------------------------------------------------
+    @property
+    def hook(self) -> Any:
+        """Call observer hooks: ``pm.hook.agentgym_observe_update(step=..., metrics=...)``."""
+        return self._pm.hook
+
+    def plugins(self) -> list[PluginInfo]:
+        return sorted(self._infos.values(), key=lambda p: (not p.builtin, p.name))
+
+    def broken_plugins(self) -> list[PluginInfo]:
+        return [p for p in self._infos.values() if p.status == "broken"]
+
+    def catalog(self, kind: str) -> dict[str, Registration]:
+        """All registrations of one kind (``env``, ``advantage_estimator``, ...), by name."""
+        if kind not in hookspecs.CATALOG_HOOKS:
+            raise ValueError(f"unknown catalog kind {kind!r}; expected one of {sorted(hookspecs.CATALOG_HOOKS)}")
+        if kind not in self._catalogs:
+            self._catalogs[kind] = self._build_catalog(kind)
+        return self._catalogs[kind]
+
+    def _build_catalog(self, kind: str) -> dict[str, Registration]:
+        catalog: dict[str, Registration] = {}
+        caller = getattr(self._pm.hook, hookspecs.CATALOG_HOOKS[kind])
+        for impl in caller.get_hookimpls():
+            info = self._infos[impl.plugin_name]
+
+            def register(name: str, obj: Any, *, summary: str = "", _info: PluginInfo = info) -> None:
+                if not isinstance(name, str) or not name:
+                    raise PluginError(f"plugin {_info.name!r} registered a {kind} with an invalid name {name!r}")
+                if name in catalog:
+                    first = catalog[name]
+                    raise DuplicateRegistrationError(
+                        f"two plugins register the {_KIND_LABELS[kind]} {name!r}: plugin {first.plugin!r} "
+                        f"(package {first.package}) and plugin {_info.name!r} (package {_info.package}). "
+                        f"Uninstall one of them or block one with AGENTGYM_BLOCK_PLUGINS={_info.name}."
+                    )
+                catalog[name] = Registration(kind, name, obj, _info.name, _info.package, _info.version, summary)
+
+            kwargs = {"register": register} if "register" in impl.argnames else {}
+            impl.function(**kwargs)
+        return catalog
+
+    def get(self, kind: str, name: str) -> Any:
+        """The object registered under ``name`` in catalog ``kind``; a teaching error if absent."""
+        catalog = self.catalog(kind)
+        if name in catalog:
+            return catalog[name].obj
+        raise UnknownNameError(self._unknown_message(kind, name, sorted(catalog)))
+
+    def _unknown_message(self, kind: str, name: str, known: list[str]) -> str:
+        label = _KIND_LABELS[kind]
+        parts = [f"unknown {label} {name!r}."]
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        if close:
+            parts.append("Did you mean " + " or ".join(repr(c) for c in close) + "?")
+        parts.append(f"Installed {label}s: {', '.join(known) if known else 'none'}.")
+        extra = KNOWN_PROVIDERS.get((kind, name))
+        if extra is not None:
+            parts.append(f"{name!r} is provided by a separate package: pip install 'agentgym[{extra}]'.")
+        else:
+            parts.append("Is the package that provides it installed? `agentgym plugins` lists what is loaded.")
+        broken = self.broken_plugins()
+        if broken:
+            parts.append("Plugins that failed to load: "
+                         + "; ".join(f"{p.name} ({p.package}): {p.error}" for p in broken))
+        return " ".join(parts)
+
+    # -- conveniences ------------------------------------------------------------------------------
+    def env_class(self, name: str) -> Any:
+        return self.get("env", name)
+
+
+_manager: PluginManager | None = None
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide plugin manager, built on first use from the environment variables."""
+    global _manager
+    if _manager is None:
+        _manager = PluginManager()
+    return _manager
+
+
+def reset_plugin_manager(manager: PluginManager | None = None) -> None:
+    """Replace (or forget) the process-wide manager; tests use this to control discovery."""
+    global _manager
+    _manager = manager
