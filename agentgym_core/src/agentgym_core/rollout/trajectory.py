@@ -1,0 +1,125 @@
+"""The trajectory record: one multi-turn episode, exactly as the trainer must see it.
+
+Layout of one trajectory (``T = len(token_ids)``)::
+
+    token_ids  [ prompt ........ | reply 0 | obs 1 + gen prompt | reply 1 | ... | reply K-1 ]
+    loss_mask  [ 0 0 0 ......... | 1 1 1 1 | 0 0 0 0 0 0 0 0 0 | 1 1 1 1 | ... | 1 1 1 1   ]
+    logprobs   [ 0 0 0 ......... | sampled | 0 ................ | sampled | ... | sampled   ]
+
+* ``token_ids`` are the ids the backend sampled, never decoded and re-encoded; the tokens between
+  replies are the chat template's rendering of the environment's observation plus the generation
+  prompt (and whatever the template closes a reply with after the end-of-turn token the model
+  produced, e.g. ChatML's newline).
+* ``loss_mask`` is 1 exactly on sampled tokens, including the end-of-turn token the model
+  produced, and 0 on prompt, template and environment tokens.
+* ``logprobs[i]`` is the log-probability under which token ``i`` was sampled
+  (``log_softmax(logits / temperature)``, before top-k/top-p truncation, so a forward pass of the
+  same weights at the same temperature reproduces it); 0.0 where the mask is 0.
+* The trajectory ends with the last sampled token: the final observation is kept in ``turns`` and
+  ``messages`` (for logs) but not tokenised, because nothing after it is trained.
+* Each turn's reward sits on the last sampled token of that turn (``Turn.reward_index``), so
+  token-level estimators (GAE, REINFORCE++) never drop it on a masked position.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = ["Span", "Trajectory", "Turn"]
+
+FinishReason = Literal["eos", "stop_string", "length", "token_budget"]
+TruncationReason = Literal["max_turns", "token_budget", "env_step_limit"]
+
+
+class Span(BaseModel):
+    """A half-open token range ``[start, end)`` in ``Trajectory.token_ids``."""
+
+    start: int = Field(description="First token index (inclusive).")
+    end: int = Field(description="One past the last token index.")
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+class Turn(BaseModel):
+    """One agent turn: the tokens appended before the reply, the reply, and the env's answer."""
+
+    index: int = Field(description="0-based turn number.")
+    context_span: Span = Field(
+        description="Non-trainable tokens appended before this reply: the whole prompt for turn 0, "
+        "else the template's closing of the previous reply + the observation + generation prompt."
+    )
+    action_span: Span = Field(description="The sampled tokens of this reply (loss_mask 1).")
+    text: str = Field(description="The reply decoded for display (never re-encoded).")
+    action: str = Field(description="The action the environment parsed from the reply.")
+    finish_reason: FinishReason = Field(description="Why sampling of this reply stopped.")
+    observation: str | None = Field(
+        default=None, description="The environment's answer to the action; None if it never answered."
+    )
+    reward: float = Field(default=0.0, description="The environment's raw reward for this step.")
+    reward_index: int = Field(description="Token index the reward sits on: action_span.end - 1.")
+    success: bool | None = Field(default=None, description="The environment's success flag after the step.")
+    gen_seconds: float = Field(default=0.0, description="Wall time this reply's generation call took.")
+    env_seconds: float = Field(default=0.0, description="Wall time of the environment step.")
+    info: dict[str, Any] = Field(default_factory=dict, description="The environment's step info.")
+
+
+class Trajectory(BaseModel):
+    """One episode of agent/environment interaction, ready to train on (see the module docstring)."""
+
+    env: str = Field(description="Environment name.")
+    task_id: int = Field(description="Task id within the environment's catalog.")
+    seed: int | None = Field(default=None, description="Seed passed to reset.")
+    sample_index: int = Field(default=0, description="Which of the K samples of this task (GRPO group member).")
+    category: str | None = Field(default=None, description="Task category from the catalog, if any.")
+    messages: list[dict[str, str]] = Field(
+        default_factory=list, description="The chat as messages (system/user/assistant), for logs and the auditor."
+    )
+    token_ids: list[int] = Field(default_factory=list, description="Prompt + all turns, as sampled.")
+    loss_mask: list[int] = Field(default_factory=list, description="1 on sampled tokens, else 0.")
+    logprobs: list[float] = Field(default_factory=list, description="Sampling log-prob per token (0 where masked).")
+    prompt_length: int = Field(default=0, description="Number of tokens before the first sampled token.")
+    turns: list[Turn] = Field(default_factory=list, description="Per-turn spans, actions, rewards, timings.")
+    outcome_reward: float = Field(default=0.0, description="Sum of the environment's rewards (the 'score').")
+    success: bool = Field(default=False, description="The environment's success flag at the end.")
+    terminated: bool = Field(default=False, description="The environment reached an end state.")
+    truncated: bool = Field(default=False, description="Cut short: turn budget, token budget or env step limit.")
+    truncation_reason: TruncationReason | None = Field(default=None, description="Why it was truncated.")
+    failed: bool = Field(default=False, description="The environment (or a timeout) broke the episode.")
+    failure_reason: str | None = Field(default=None, description="What failed, for reports and logs.")
+    max_turns: int | None = Field(default=None, description="Turn budget this trajectory ran under.")
+    temperature: float = Field(default=1.0, description="Sampling temperature the log-probs refer to.")
+    gen_seconds: float = Field(default=0.0, description="Total wall time in generation calls.")
+    env_seconds: float = Field(default=0.0, description="Total wall time in env create/reset/step.")
+    wall_seconds: float = Field(default=0.0, description="Start of reset to end of the episode.")
+
+    # -- derived views ---------------------------------------------------------------------
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def num_sampled_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def turn_rewards(self) -> list[float]:
+        return [turn.reward for turn in self.turns]
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated or self.failed
+
+    def token_rewards(self) -> list[float]:
+        """Rewards laid on tokens: each turn's reward at its ``reward_index``, 0 elsewhere (T,)."""
+        rewards = [0.0] * len(self.token_ids)
+        for turn in self.turns:
+            rewards[turn.reward_index] += turn.reward
+        return rewards
+
+    def mask_summary(self) -> dict[str, int]:
+        """Token counts for logs: total, sampled (mask 1), context (mask 0)."""
+        sampled = self.num_sampled_tokens
+        return {"total": len(self.token_ids), "sampled": sampled, "context": len(self.token_ids) - sampled}
