@@ -1,0 +1,95 @@
+"""`check_estimator`: the conformance checker every advantage-estimator plugin must pass."""
+
+from __future__ import annotations
+
+import torch
+
+from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput, Estimator
+from agentgym_core.rl.rewards import place_rewards
+
+__all__ = ["EstimatorCheckError", "check_estimator"]
+
+
+class EstimatorCheckError(AssertionError):
+    """An estimator broke the contract; the message says which rule and how to fix it."""
+
+
+def _example(with_env_tokens: bool) -> AdvantageBatch:
+    """Two tasks x two samples, 2-3 policy turns each; env spans optional (same policy tokens)."""
+    rows = [  # per row: lengths of policy turns
+        [3, 2], [2, 4, 1], [1, 2], [3, 3, 2],
+    ]
+    env_len = 3 if with_env_tokens else 0
+    T = 2 + max(sum(r) + env_len * (len(r) - 1) for r in rows) + 2
+    mask = torch.zeros(len(rows), T)
+    outcome = [1.0, 0.0, 0.5, 0.0]
+    turn_rewards = [[0.1, 0.0], [0.0, 0.2, 0.0], [0.0, 0.0], [0.3, 0.0, 0.0]]
+    turn_ends: list[list[int]] = []
+    for i, turns in enumerate(rows):
+        pos, ends = 2, []  # a 2-token prompt
+        for k, n in enumerate(turns):
+            mask[i, pos:pos + n] = 1
+            ends.append(pos + n - 1)
+            pos += n + (env_len if k < len(turns) - 1 else 0)
+        turn_ends.append(ends)
+    rewards = place_rewards(mask, outcome, turn_rewards, turn_ends=turn_ends)
+    # Values must follow the policy tokens, not positions, so both layouts see the same critic.
+    flat = torch.rand(int(mask.sum().item()), generator=torch.Generator().manual_seed(1))
+    values = torch.zeros_like(mask)
+    values[mask > 0] = flat
+    return AdvantageBatch(token_rewards=rewards, response_mask=mask.bool(),
+                          group_ids=torch.tensor([0, 0, 1, 1]), values=values)
+
+
+def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) -> None:
+    """Raise :class:`EstimatorCheckError` unless ``estimate`` honours the estimator contract.
+
+    Rules: returns an :class:`AdvantageOutput` of (B, T) finite tensors; zero off the policy mask;
+    inputs are not mutated; deterministic; inserting environment tokens between turns does not
+    change any policy token's advantage (environment tokens are not steps); the outcome reward on
+    the last policy token changes the advantages (it is not masked away).
+    """
+    config = config or AdvantageConfig()
+    name = getattr(estimate, "__name__", repr(estimate))
+
+    def fail(rule: str, fix: str) -> None:
+        raise EstimatorCheckError(f"estimator {name!r}: {rule}. {fix}")
+
+    batch = _example(with_env_tokens=True)
+    before = {k: v.clone() for k, v in vars(batch).items() if isinstance(v, torch.Tensor)}
+    out = estimate(batch, config)
+    if not isinstance(out, AdvantageOutput):
+        fail(f"returned {type(out).__name__}, not AdvantageOutput", "Return AdvantageOutput(advantages, returns).")
+    for field in ("advantages", "returns"):
+        t = getattr(out, field)
+        if not isinstance(t, torch.Tensor) or t.shape != batch.token_rewards.shape:
+            fail(f"{field} has shape {getattr(t, 'shape', None)}, expected {tuple(batch.token_rewards.shape)}",
+                 "Return one value per token of the padded (B, T) batch.")
+        if not torch.isfinite(t).all():
+            fail(f"{field} contains NaN or inf", "Guard divisions by a std or a count with eps / clamp.")
+        if (t[~batch.response_mask] != 0).any():
+            fail(f"{field} is non-zero on prompt/environment/padding tokens",
+                 "Multiply by batch.mask: only tokens the policy sampled carry advantages.")
+    for k, v in before.items():
+        if not torch.equal(v, getattr(batch, k)):
+            fail(f"mutated its input batch.{k}", "Estimators are pure functions; clone before editing.")
+    again = estimate(batch, config)
+    if not torch.equal(again.advantages, out.advantages):
+        fail("is not deterministic", "Do not sample or keep state between calls.")
+
+    compact = _example(with_env_tokens=False)
+    out_compact = estimate(compact, config)
+    a_env = [out.advantages[i][batch.response_mask[i]] for i in range(4)]
+    a_cmp = [out_compact.advantages[i][compact.response_mask[i]] for i in range(4)]
+    if not all(torch.allclose(x, y, atol=1e-5) for x, y in zip(a_env, a_cmp, strict=True)):
+        fail("advantages on policy tokens change when environment tokens are inserted between turns",
+             "Treat environment tokens as non-steps: carry values/returns across them to the next policy token.")
+
+    changed = AdvantageBatch(token_rewards=batch.token_rewards.clone(), response_mask=batch.response_mask,
+                             group_ids=batch.group_ids, values=batch.values)
+    last = int(torch.nonzero(batch.response_mask[0]).max())
+    changed.token_rewards[0, last] -= 1.0  # row 0 loses its outcome reward
+    out_changed = estimate(changed, config)
+    if torch.allclose(out_changed.advantages[0], out.advantages[0]):
+        fail("ignores the outcome reward on the last policy token",
+             "Read token_rewards on policy tokens; the outcome reward sits on the last one.")

@@ -1,0 +1,32 @@
+import pytest
+import torch
+from agentgym_core.plugins import PluginManager
+from agentgym_core.rl import AdvantageBatch, AdvantageOutput, EstimatorCheckError, check_estimator
+
+
+@pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce_pp"])
+def test_registered_estimators_conform(name):
+    pm = PluginManager(autoload=True, allow=["estimators"])
+    check_estimator(pm.get("advantage_estimator", name))
+
+
+def test_checker_catches_reward_on_masked_token():
+    def broken(batch: AdvantageBatch, config) -> AdvantageOutput:
+        # Ignores the mask: advantages leak onto environment tokens.
+        a = batch.token_rewards.cumsum(1)
+        return AdvantageOutput(a, a)
+
+    with pytest.raises(EstimatorCheckError, match="non-zero on prompt"):
+        check_estimator(broken)
+
+
+def test_checker_catches_env_tokens_counted_as_steps():
+    def per_position(batch: AdvantageBatch, config) -> AdvantageOutput:
+        # Discounts by position, so an observation between turns shrinks the reward.
+        T = batch.token_rewards.shape[1]
+        disc = 0.9 ** torch.arange(T - 1, -1, -1, dtype=torch.float32)
+        a = batch.token_rewards.sum(1, keepdim=True) * disc * batch.mask
+        return AdvantageOutput(a, a)
+
+    with pytest.raises(EstimatorCheckError, match="environment tokens are inserted"):
+        check_estimator(per_position)
