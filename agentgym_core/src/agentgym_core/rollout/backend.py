@@ -1,0 +1,93 @@
+"""The rollout backend protocol: what the engine needs from a model server.
+
+A backend samples continuations of token-id prompts for many live trajectories in one call and
+returns the sampled ids with their log-probs. It also owns the tokenizer side of the chat
+template (render messages to text, encode template text, decode for display), because the
+template belongs to the model, never to the framework.
+
+Weight sync with the trainer: ``load_weights(state_dict)`` copies new policy weights in place
+(the transformers backend may also simply share the trainer's ``torch.nn.Module``, in which case
+``load_weights`` is a no-op by identity). ``score(sequences, temperature)`` recomputes per-token
+log-probs with a forward pass; the auditor and PPO-style trainers use it. Backends that cannot
+score (remote API models) raise :class:`NotImplementedError` there.
+
+Plugins register a factory ``make_backend(config) -> RolloutBackend`` through
+``agentgym_register_rollout_backends``; :func:`agentgym_core.testing.check_backend` checks one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["RolloutBackend", "Sample", "SamplingParams"]
+
+
+class SamplingParams(BaseModel):
+    """How replies are sampled; one set per generation call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(
+        default=1.0, ge=0.0, description="Softmax temperature; 0 = greedy (log-probs then at temperature 1)."
+    )
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass; 1 disables it.")
+    top_k: int = Field(default=0, ge=0, description="Keep only the k most likely tokens; 0 disables it.")
+    max_new_tokens: int = Field(default=256, ge=1, description="Per-turn cap on sampled tokens.")
+    stop: list[str] = Field(
+        default_factory=list, description="Stop strings; sampling of a reply ends once its text contains one."
+    )
+    seed: int | None = Field(default=None, description="Seed of the sampler's random generator (None: random).")
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature the recorded log-probs refer to (1 for greedy decoding)."""
+        return self.temperature if self.temperature > 0 else 1.0
+
+
+class Sample(BaseModel):
+    """One sampled reply."""
+
+    token_ids: list[int] = Field(description="Sampled ids, including the end-of-turn token if produced.")
+    logprobs: list[float] = Field(description="log p(token) under log_softmax(logits / temperature).")
+    finish_reason: Literal["eos", "stop_string", "length"] = Field(description="Why sampling ended.")
+
+
+@runtime_checkable
+class RolloutBackend(Protocol):
+    """What the rollout engine calls. See the module docstring for the contract."""
+
+    name: str
+    eos_token_ids: frozenset[int]
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
+        """Render messages with the model's own chat template, as text (special tokens as text)."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Tokenize template text without adding BOS/EOS (the template already holds them)."""
+        ...
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of token ids, special tokens kept (for display and stop strings; never re-encoded)."""
+        ...
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        max_new_tokens: Sequence[int] | None = None,
+    ) -> list[Sample]:
+        """Sample one reply per prompt (one batched call); ``max_new_tokens`` caps each further."""
+        ...
+
+    def score(self, sequences: Sequence[Sequence[int]], *, temperature: float = 1.0) -> list[list[float]]:
+        """Per-token log-probs by a forward pass: entry i is log p(seq[i] | seq[:i]); entry 0 is 0.0."""
+        ...
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Replace the policy weights (the trainer's state dict, same parameter names)."""
+        ...

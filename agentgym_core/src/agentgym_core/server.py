@@ -1,0 +1,298 @@
+"""An HTTP server generated from any :class:`~agentgym_core.env.Env` class.
+
+Environment packages never write routes: ``create_app(MyEnv)`` serves the protocol of
+:mod:`agentgym_core.protocol` (with an OpenAPI page at ``/docs``), plus AgentGym's legacy routes
+when the class sets ``agentgym_compat`` (see :mod:`agentgym_core.compat`).
+
+Handlers are plain functions, so FastAPI runs them in its worker threads; the instance table
+serialises calls on one instance and lets different instances run in parallel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from agentgym_core import protocol as p
+from agentgym_core.env import Env, EnvError, EpisodeEndedError, InvalidTaskError
+from agentgym_core.instances import (
+    AtCapacityError,
+    Instance,
+    InstanceTable,
+    NoEpisodeError,
+    UnknownInstanceError,
+)
+
+__all__ = ["ServerError", "create_app", "error_status"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_INSTANCES = 256
+DEFAULT_IDLE_TTL_S = 900.0
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+
+class ServerError(Exception):
+    """An error with an HTTP status and a protocol error code."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.details = status, code, message, details
+
+    def body(self) -> dict[str, Any]:
+        return p.ErrorResponse(error=p.ErrorBody(code=self.code, message=self.message, details=self.details)).model_dump()
+
+
+def error_status(exc: BaseException) -> ServerError:
+    """Map an exception raised while serving a request to its protocol error."""
+    if isinstance(exc, ServerError):
+        return exc
+    if isinstance(exc, UnknownInstanceError):
+        return ServerError(404, "unknown_instance", str(exc))
+    if isinstance(exc, EpisodeEndedError):
+        return ServerError(409, "episode_ended", str(exc))
+    if isinstance(exc, NoEpisodeError):
+        return ServerError(409, "no_episode", str(exc))
+    if isinstance(exc, InvalidTaskError):
+        return ServerError(422, "invalid_task", str(exc))
+    if isinstance(exc, AtCapacityError):
+        return ServerError(503, "at_capacity", str(exc))
+    if isinstance(exc, EnvError):
+        return ServerError(500, "env_error", f"{type(exc).__name__}: {exc}")
+    log.exception("environment raised while serving a request", exc_info=exc)
+    return ServerError(500, "env_error", f"the environment raised {type(exc).__name__}: {exc}")
+
+
+class _BodyLimit:
+    """ASGI middleware: refuse bodies over ``limit`` bytes with 413, declared or streamed."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send)
+            return
+        received = 0
+
+        async def limited_receive() -> Any:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _TooLarge:
+            await self._refuse(send)
+
+    async def _refuse(self, send: Any) -> None:
+        error = ServerError(413, "body_too_large", f"request body exceeds the server's limit of {self.limit} bytes")
+        response = JSONResponse(error.body(), status_code=413)
+        await response({"type": "http"}, None, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _server_version() -> str:
+    from agentgym_core.plugins import _core_version
+
+    return _core_version()
+
+
+def create_app(
+    env_cls: type[Env],
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    name: str | None = None,
+    max_instances: int = DEFAULT_MAX_INSTANCES,
+    idle_ttl_s: float | None = DEFAULT_IDLE_TTL_S,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
+    """Build the FastAPI app serving ``env_cls``.
+
+    Args:
+        env_cls: the environment class; instantiated as ``env_cls(**env_kwargs)`` per instance.
+        name: the environment's name in the protocol (default ``env_cls.name``).
+        max_instances: live instances allowed at once; creating more answers 503.
+        idle_ttl_s: close instances untouched for this long (None: never).
+        max_body_bytes: larger request bodies answer 413.
+    """
+    env_name = name or env_cls.name or env_cls.__name__.lower()
+    kwargs = dict(env_kwargs or {})
+    table = InstanceTable(lambda: env_cls(**kwargs), max_instances=max_instances, idle_ttl_s=idle_ttl_s)
+    catalog = env_cls.tasks()
+    stop = threading.Event()
+    probe_lock = threading.Lock()
+    probe: list[Env] = []  # one instance, made on first need, for instruction and parse_action
+
+    def probe_env() -> Env:
+        with probe_lock:
+            if not probe:
+                probe.append(env_cls(**kwargs))
+            return probe[0]
+
+    def reap_forever() -> None:
+        interval = min(30.0, max(0.5, (idle_ttl_s or 30.0) / 4))
+        while not stop.wait(interval):
+            table.reap_idle()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        reaper = threading.Thread(target=reap_forever, name=f"{env_name}-reaper", daemon=True)
+        if idle_ttl_s is not None:
+            reaper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            table.close_all()
+            for env in probe:
+                env.close()
+
+    app = FastAPI(
+        title=f"agentgym environment server: {env_name}",
+        version=_server_version(),
+        description=f"agentgym protocol v{p.PROTOCOL_VERSION} for the `{env_name}` environment.",
+        lifespan=lifespan,
+    )
+    app.state.table = table
+    app.state.env_name = env_name
+    app.state.env_cls = env_cls
+    app.add_middleware(_BodyLimit, limit=max_body_bytes)
+
+    @app.exception_handler(ServerError)
+    async def _server_error(request: Request, exc: ServerError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _malformed(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
+            for e in exc.errors()
+        ]
+        error = ServerError(422, "malformed_request", "; ".join(problems) or "malformed request",
+                            details=[{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
+                                     for e in exc.errors()])
+        return JSONResponse(error.body(), status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        error = error_status(exc)
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @contextlib.contextmanager
+    def mapped_errors() -> Iterator[None]:
+        try:
+            yield
+        except ServerError:
+            raise
+        except Exception as exc:
+            raise error_status(exc) from exc
+
+    def state(instance: Instance, info: dict[str, Any] | None = None) -> p.InstanceState:
+        return p.InstanceState(instance_id=instance.instance_id, task_id=instance.task_id,
+                               observation=instance.observation, done=instance.done, info=info or {})
+
+    errors: dict[int | str, dict[str, Any]] = {
+        code: {"model": p.ErrorResponse} for code in (404, 409, 413, 422, 500, 503)
+    }
+    v1 = p.PREFIX
+
+    @app.get(f"{v1}/health", response_model=p.Health)
+    def health() -> p.Health:
+        return p.Health(env=env_name, server_version=_server_version(), live_instances=len(table),
+                        max_instances=table.max_instances)
+
+    @app.get(f"{v1}/info", response_model=p.EnvInfo)
+    def info() -> p.EnvInfo:
+        return p.EnvInfo(env=env_name, instruction=probe_env().instruction, max_episode_steps=env_cls.max_episode_steps,
+                         split_sizes=catalog.sizes())
+
+    @app.get(f"{v1}/tasks")
+    def tasks() -> dict[str, Any]:
+        return catalog.model_dump()
+
+    @app.post(f"{v1}/parse_action", response_model=p.ParsedAction, responses=errors)
+    def parse_action(body: p.ParseAction) -> p.ParsedAction:
+        return p.ParsedAction(action=probe_env().parse_action(body.text))
+
+    @app.post(f"{v1}/instances", response_model=p.InstanceState, status_code=201, responses=errors)
+    def create(body: p.Create) -> p.InstanceState:
+        if body.env is not None and body.env != env_name:
+            raise ServerError(404, "unknown_env", f"this server serves {env_name!r}, not {body.env!r}")
+        with mapped_errors():
+            instance = table.create()
+            if body.task_id is None:
+                return state(instance)
+            try:
+                result = table.run(instance.instance_id, lambda i: i.reset(body.task_id, body.seed))
+            except Exception:
+                table.close(instance.instance_id)  # a failed first reset must not leak the slot
+                raise
+            return state(instance, result.info)
+
+    @app.post(f"{v1}/instances/{{instance_id}}/reset", response_model=p.InstanceState, responses=errors)
+    def reset(instance_id: int, body: p.Reset) -> p.InstanceState:
+        with mapped_errors():
+            return table.run(instance_id, lambda i: state(i, i.reset(body.task_id, body.seed).info))
+
+    @app.post(f"{v1}/instances/{{instance_id}}/step", response_model=p.StepOutcome, responses=errors)
+    def step(instance_id: int, body: p.Step) -> p.StepOutcome:
+        with mapped_errors():
+            result = table.run(instance_id, lambda i: i.step(body.action))
+        return p.StepOutcome(instance_id=instance_id, **result.model_dump())
+
+    @app.get(f"{v1}/instances/{{instance_id}}/observation", response_model=p.InstanceState, responses=errors)
+    def observation(instance_id: int) -> p.InstanceState:
+        with mapped_errors():
+            return table.run(instance_id, state)
+
+    @app.get(f"{v1}/instances/{{instance_id}}/available_actions", response_model=p.AvailableActions,
+             responses=errors)
+    def available_actions(instance_id: int) -> p.AvailableActions:
+        with mapped_errors():
+            actions = table.run(instance_id, lambda i: i.env.available_actions())
+        return p.AvailableActions(instance_id=instance_id, actions=actions)
+
+    @app.delete(f"{v1}/instances/{{instance_id}}", response_model=p.Closed, responses=errors)
+    def close(instance_id: int) -> p.Closed:
+        with mapped_errors():
+            table.close(instance_id)
+        return p.Closed(instance_id=instance_id)
+
+    @app.post(f"{v1}/step_batch", response_model=p.BatchStepOutcome, responses=errors)
+    def step_batch(body: p.BatchStep) -> p.BatchStepOutcome:
+        outcomes = []
+        for item in body.steps:
+            try:
+                result = table.run(item.instance_id, lambda i, a=item.action: i.step(a))
+                outcomes.append(p.BatchItemOutcome(instance_id=item.instance_id, status=200, result=result))
+            except Exception as exc:
+                error = error_status(exc)
+                outcomes.append(p.BatchItemOutcome(
+                    instance_id=item.instance_id, status=error.status,
+                    error=p.ErrorBody(code=error.code, message=error.message)))
+        return p.BatchStepOutcome(results=outcomes)
+
+    from agentgym_core.compat import add_agentgym_routes
+
+    add_agentgym_routes(app, table, env_cls)
+    return app

@@ -1,0 +1,181 @@
+"""``check_env``: the conformance checker of the environment extension point."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentgym_core.env import Env, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
+
+__all__ = ["EnvCheckReport", "EpisodeRecord", "check_env", "check_env_http"]
+
+INVALID_ACTION = "this is not a valid action %%% 42"
+
+Policy = Callable[[Env, int, str], str]
+"""(env, step index, last observation) -> action text."""
+
+
+class EnvContractError(AssertionError):
+    """An environment broke the contract of :class:`agentgym_core.env.Env`."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise EnvContractError(message)
+
+
+@dataclass
+class EpisodeRecord:
+    """What one checked episode looked like, to compare two implementations."""
+
+    task_id: int
+    seed: int | None
+    first_observation: str
+    steps: list[tuple[str, str, float, bool, bool, bool | None]] = field(default_factory=list)
+    """(action, observation, reward, terminated, truncated, success) per step."""
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.steps) and (self.steps[-1][3] or self.steps[-1][4])
+
+
+@dataclass
+class EnvCheckReport:
+    catalog: TaskCatalog
+    instruction: str
+    episodes: list[EpisodeRecord]
+
+
+def default_policy(env: Env, step: int, observation: str) -> str:
+    """Cycle through the available actions (and try one invalid action at step 1)."""
+    if step == 1:
+        return INVALID_ACTION
+    actions = env.available_actions()
+    if actions:
+        return actions[step % len(actions)]
+    return INVALID_ACTION
+
+
+def _check_catalog(catalog: Any) -> TaskCatalog:
+    _require(isinstance(catalog, TaskCatalog), f"tasks() must return a TaskCatalog, got {type(catalog).__name__}")
+    _require(bool(catalog.splits), "tasks() offers no split")
+    seen: dict[int, str] = {}
+    for split, ids in catalog.splits.items():
+        _require(len(ids) > 0, f"split {split!r} is empty")
+        _require(len(set(ids)) == len(ids), f"split {split!r} repeats task ids")
+        for task in ids:
+            _require(task not in seen, f"task {task} is in both {seen.get(task)!r} and {split!r}: splits must be disjoint")
+            seen[task] = split
+    for category, ids in catalog.categories.items():
+        unknown = [t for t in ids if t not in seen]
+        _require(not unknown, f"category {category!r} names task ids in no split: {unknown[:5]}")
+    return catalog
+
+
+def _check_step_result(result: Any, where: str) -> StepResult:
+    _require(isinstance(result, StepResult), f"{where}: step() must return StepResult, got {type(result).__name__}")
+    _require(isinstance(result.observation, str), f"{where}: observation must be str")
+    _require(isinstance(result.reward, float) and math.isfinite(result.reward), f"{where}: reward must be a finite float")
+    _require(result.success is None or isinstance(result.success, bool), f"{where}: success must be bool or None")
+    return result
+
+
+def _play(env: Env, task_id: int, seed: int | None, policy: Policy, max_steps: int) -> EpisodeRecord:
+    first = env.reset(task_id, seed)
+    _require(isinstance(first, ResetResult), f"reset() must return ResetResult, got {type(first).__name__}")
+    _require(isinstance(first.observation, str) and first.observation.strip() != "",
+             f"reset({task_id}) returned an empty observation")
+    record = EpisodeRecord(task_id, seed, first.observation)
+    observation = first.observation
+    for index in range(max_steps):
+        action = policy(env, index, observation)
+        result = _check_step_result(env.step(action), f"task {task_id} step {index} ({action!r})")
+        record.steps.append((action, result.observation, result.reward, result.terminated, result.truncated,
+                             result.success))
+        observation = result.observation
+        if result.done:
+            try:
+                env.step(action)
+            except EpisodeEndedError:
+                pass
+            else:
+                raise EnvContractError(f"task {task_id}: step() after the episode ended must raise EpisodeEndedError")
+            break
+    return record
+
+
+def check_env(
+    make_env: Callable[[], Env],
+    task_ids: Sequence[int] | None = None,
+    *,
+    seed: int | None = 0,
+    policy: Policy = default_policy,
+    max_steps: int = 40,
+) -> EnvCheckReport:
+    """Check that an environment honours the ``Env`` contract; raise ``EnvContractError`` if not.
+
+    Checks: the task catalog (non-empty, disjoint splits, categories name real tasks); the
+    instruction and ``parse_action`` types; reset with the same (task, seed) is deterministic and
+    so is an episode replayed with the same actions; step results are well typed; an invalid
+    action is answered, not raised; stepping after the end raises ``EpisodeEndedError``;
+    ``close`` is idempotent.
+
+    Args:
+        make_env: builds a fresh instance (a class works).
+        task_ids: tasks to play; default the first two of the test split (else of any split).
+        policy: chooses actions; the default cycles through ``available_actions()``.
+        max_steps: step cap per checked episode.
+    """
+    env = make_env()
+    try:
+        _require(isinstance(env, Env), f"make_env() must build an agentgym Env, got {type(env).__name__}")
+        catalog = _check_catalog(env.tasks())
+        instruction = env.instruction
+        _require(isinstance(instruction, str) and instruction.strip() != "", "instruction must be a non-empty str")
+        _require(isinstance(env.parse_action("Thought: hm\nAction: x"), str), "parse_action must return str")
+        if task_ids is None:
+            split = catalog.splits.get("test") or next(iter(catalog.splits.values()))
+            task_ids = list(split[:2])
+        episodes = []
+        for task_id in task_ids:
+            first = _play(env, task_id, seed, policy, max_steps)
+            again = env.reset(task_id, seed)
+            _require(again.observation == first.first_observation,
+                     f"reset({task_id}, seed={seed}) is not deterministic:\n{first.first_observation!r}\n"
+                     f"!=\n{again.observation!r}")
+            replay = _play(env, task_id, seed, lambda e, i, o, steps=first.steps: steps[i][0], len(first.steps))
+            _require(replay.steps == first.steps,
+                     f"task {task_id}: replaying the same actions after the same reset gave a different episode")
+            episodes.append(first)
+        actions = env.available_actions()
+        _require(actions is None or (isinstance(actions, list) and all(isinstance(a, str) for a in actions)),
+                 "available_actions() must return list[str] or None")
+    finally:
+        env.close()
+    env.close()  # idempotent: a second close must not raise
+    return EnvCheckReport(catalog, instruction, episodes)
+
+
+def check_env_http(
+    env_cls: type[Env],
+    env_kwargs: dict[str, Any] | None = None,
+    task_ids: Sequence[int] | None = None,
+    **check_options: Any,
+) -> EnvCheckReport:
+    """Run ``check_env`` in-process and through a loopback server; the episodes must be identical."""
+    from agentgym_core.client import HTTPEnv
+    from agentgym_core.testing.serving import serve_env
+
+    kwargs = dict(env_kwargs or {})
+    local = check_env(lambda: env_cls(**kwargs), task_ids, **check_options)
+    with serve_env(env_cls, kwargs) as url:
+        remote = check_env(lambda: HTTPEnv(url), [e.task_id for e in local.episodes], **check_options)
+    _require(remote.catalog == local.catalog, "the served task catalog differs from the class's")
+    _require(remote.instruction == local.instruction, "the served instruction differs from the class's")
+    for here, there in zip(local.episodes, remote.episodes, strict=True):
+        _require(here.first_observation == there.first_observation,
+                 f"task {here.task_id}: first observation differs over HTTP")
+        _require(here.steps == there.steps, f"task {here.task_id}: the episode differs over HTTP")
+    return remote

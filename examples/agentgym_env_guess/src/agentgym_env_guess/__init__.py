@@ -1,0 +1,5 @@
+"""Guess the number: the smallest complete agentgym environment, as a template for your own."""
+
+from agentgym_env_guess.env import GuessEnv
+
+__all__ = ["GuessEnv"]
