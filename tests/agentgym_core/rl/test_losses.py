@@ -1,0 +1,74 @@
+import math
+
+import pytest
+import torch
+
+from agentgym_core.rl.losses import aggregate, entropy_from_logits, kl_penalty, policy_loss, token_logprobs, value_loss
+
+
+def test_ppo_clip_hand_computed():
+    # Three policy tokens with ratios e^0.5, e^-0.5, 1 and advantages +1, -1, +2; one masked token.
+    old = torch.zeros(1, 4)
+    new = torch.tensor([[0.5, -0.5, 0.0, 3.0]])
+    adv = torch.tensor([[1.0, -1.0, 2.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    loss, metrics = policy_loss(new, old, adv, mask, clip_low=0.2)
+    # token 0: min(1.6487*1, 1.2*1) -> 1.2 ; token 1: A<0, ratio .6065 -> max(-.6065*-1... ) surrogate
+    #   min(r*A, clip(r)*A) = min(-.6065, -.8) = -.8 ; token 2: 2.
+    expected = -(1.2 - 0.8 + 2.0) / 3
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert metrics["clip_frac"] == pytest.approx(2 / 3)
+
+
+def test_clip_higher_is_asymmetric():
+    old = torch.zeros(1, 1)
+    new = torch.tensor([[0.5]])  # ratio 1.6487
+    adv = torch.ones(1, 1)
+    mask = torch.ones(1, 1)
+    sym, _ = policy_loss(new, old, adv, mask, clip_low=0.2)
+    hi, _ = policy_loss(new, old, adv, mask, clip_low=0.2, clip_high=0.28)
+    assert sym.item() == pytest.approx(-1.2) and hi.item() == pytest.approx(-1.28)
+
+
+def test_gradient_only_from_policy_tokens():
+    new = torch.zeros(2, 3, requires_grad=True)
+    mask = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    loss, _ = policy_loss(new, torch.zeros(2, 3), torch.ones(2, 3), mask)
+    loss.backward()
+    assert (new.grad[mask == 0] == 0).all() and (new.grad[mask == 1] != 0).all()
+
+
+def test_aggregations_differ_as_documented():
+    x = torch.tensor([[1.0, 1.0, 1.0, 1.0], [4.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    assert aggregate(x, mask, "token_mean").item() == pytest.approx(8 / 5)
+    assert aggregate(x, mask, "seq_mean_token_mean").item() == pytest.approx((1 + 4) / 2)
+    assert aggregate(x, mask, "seq_mean_token_sum_norm", norm_length=8).item() == pytest.approx((4 / 8 + 4 / 8) / 2)
+    with pytest.raises(ValueError, match="token_mean"):
+        aggregate(x, mask, "tokens")
+
+
+def test_kl_estimators_hand_computed():
+    logp = torch.tensor([[math.log(0.5)]])
+    ref = torch.tensor([[math.log(0.25)]])
+    log_r = math.log(0.5)
+    assert kl_penalty(logp, ref, "k1").item() == pytest.approx(-log_r)
+    assert kl_penalty(logp, ref, "k3").item() == pytest.approx(0.5 - 1 - log_r)
+    assert kl_penalty(logp, ref, "low_var_kl").item() == pytest.approx(0.5 - 1 - log_r)
+    assert kl_penalty(logp, logp, "k3").item() == 0.0
+
+
+def test_logprobs_and_entropy_of_uniform():
+    logits = torch.zeros(1, 2, 4)
+    assert torch.allclose(token_logprobs(logits, torch.tensor([[1, 3]])), torch.full((1, 2), math.log(0.25)))
+    assert torch.allclose(entropy_from_logits(logits), torch.full((1, 2), math.log(4)))
+
+
+def test_value_loss_clips():
+    v = torch.tensor([[1.0]])
+    old = torch.tensor([[0.0]])
+    ret = torch.tensor([[0.0]])
+    assert value_loss(v, old, ret, torch.ones(1, 1), clip=0.2).item() == pytest.approx(0.5)
+    assert value_loss(v, old, ret, torch.ones(1, 1), clip=None).item() == pytest.approx(0.5)
+    ret = torch.tensor([[2.0]])  # clipped value 0.2 is further from 2 than 1 is: max picks it
+    assert value_loss(v, old, ret, torch.ones(1, 1), clip=0.2).item() == pytest.approx(0.5 * 1.8**2)
