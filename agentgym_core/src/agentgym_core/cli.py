@@ -1,0 +1,64 @@
+"""The `agentgym` command. Each subcommand is a module of `agentgym_core.commands`.
+
+A command module defines ``add_parser(subparsers)`` (which sets ``func=run`` as a default) and
+``run(args) -> int``. Modules are discovered, so adding a command never edits this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from agentgym_core import commands
+from agentgym_core.plugins import PluginError
+
+EPILOG = """\
+examples:
+  agentgym plugins                      what is installed, and what failed to load
+  agentgym envs                         environments with their split sizes
+  agentgym serve babyai --port 8000     serve BabyAI over HTTP on 127.0.0.1
+  agentgym play babyai --task 3         play a task yourself in the terminal
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentgym",
+        description="Train and evaluate LLM agents with multi-turn reinforcement learning.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="logging verbosity (default: %(default)s)")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if module_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{commands.__name__}.{module_info.name}")
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (PluginError, ValueError, FileNotFoundError) as exc:
+        print(f"agentgym: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""`agentgym envs`: installed environments with their split sizes."""
+
+from __future__ import annotations
+
+import argparse
+
+from agentgym_core.commands._table import format_table
+from agentgym_core.plugins import get_plugin_manager
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "envs", help="list installed environments and their task splits",
+        description="List every registered environment with its package, task split sizes and categories.")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    manager = get_plugin_manager()
+    rows = []
+    for name, registration in sorted(manager.catalog("env").items()):
+        try:
+            catalog = registration.obj.tasks()
+            splits = ", ".join(f"{split}={size}" for split, size in catalog.sizes().items())
+            categories = str(len(catalog.categories))
+        except Exception as exc:  # one broken env must not hide the others
+            splits, categories = f"error: {exc}", "?"
+        rows.append((name, splits, categories, registration.package, registration.summary))
+    if not rows:
+        print("No environments installed. Install one, e.g.: pip install 'agentgym[babyai]'")
+    else:
+        print(format_table(["env", "splits", "categories", "package", "summary"], rows))
+    for plugin in manager.broken_plugins():
+        print(f"warning: plugin {plugin.name!r} ({plugin.package}) failed to load: {plugin.error}")
+    return 0
