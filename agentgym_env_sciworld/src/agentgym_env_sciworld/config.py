@@ -1,0 +1,36 @@
+"""Typed configuration of the SciWorld environment (``SciWorldEnv(**config)`` or ``env_kwargs``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["SciWorldConfig"]
+
+
+class SciWorldConfig(BaseModel):
+    """Options of one SciWorld environment instance. Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_steps: int = Field(
+        default=100, ge=1,
+        description="Actions per episode before it is truncated (ScienceWorld's own default is 100).",
+    )
+    java_heap: str | None = Field(
+        default="512m", pattern=r"^\d+[kKmMgG]?$",
+        description="JVM heap cap (-Xmx). The default heap grows past 2 GB per simulator; 512m holds it near "
+        "480 MB at the same speed. None keeps the JVM default. Ignored when JAVA_TOOL_OPTIONS already sets -Xmx.",
+    )
+    recycle_after_episodes: int | None = Field(
+        default=500, ge=1,
+        description="Restart the JVM at the next reset after this many episodes (None: never).",
+    )
+    recycle_above_rss_mb: float | None = Field(
+        default=900.0, gt=0,
+        description="Restart the JVM at the next reset when its resident memory exceeds this many MiB (None: never).",
+    )
+    include_gold_path: bool = Field(
+        default=False,
+        description="Put ScienceWorld's gold action sequence in reset info['gold_actions'] (for experts and "
+        "tests; costs extra time per reset and hands the agent the answer, so never enable it for training).",
+    )
