@@ -85,21 +85,31 @@ class _BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await self._refuse(send)
             return
-        received = 0
-
-        async def limited_receive() -> Any:
-            nonlocal received
+        # Read the whole body first: FastAPI turns errors raised while it reads into a 400, so the
+        # limit must be enforced before the app sees the request. Bodies are small (<= limit).
+        chunks, size, more = [], 0, True
+        while more:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise _TooLarge
-            return message
+            if message["type"] != "http.request":
+                await self.app(scope, lambda m=message: _return(m), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body, replayed = b"".join(chunks), False
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await self._refuse(send)
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, send: Any) -> None:
         error = ServerError(413, "body_too_large", f"request body exceeds the server's limit of {self.limit} bytes")
@@ -107,8 +117,8 @@ class _BodyLimit:
         await response({"type": "http"}, None, send)
 
 
-class _TooLarge(Exception):
-    pass
+async def _return(message: Any) -> Any:
+    return message
 
 
 def _server_version() -> str:

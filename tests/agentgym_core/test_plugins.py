@@ -1,0 +1,125 @@
+"""Plugin discovery: builtins, entry points, broken and duplicate plugins, allow/block lists."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agentgym_core import hookimpl
+from agentgym_core.plugins import DuplicateRegistrationError, PluginManager, UnknownNameError
+
+
+def make_distribution(root: Path, dist: str, plugins: dict[str, str]) -> None:
+    """Write a real installed distribution (dist-info with entry points) plus its plugin modules."""
+    info = root / f"{dist.replace('-', '_')}-1.2.3.dist-info"  # wheel naming: no dash in the name
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
+    lines = ["[agentgym]"]
+    for ep_name, source in plugins.items():
+        module = f"{dist.replace('-', '_')}_{ep_name}_{root.name}"
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+        lines.append(f"{ep_name} = {module}")
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+
+
+GOOD_ENV = """
+    from agentgym_core import hookimpl
+    from agentgym_env_guess import GuessEnv
+
+    @hookimpl
+    def agentgym_register_envs(register):
+        register("{name}", GuessEnv, summary="a test env")
+"""
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for var in ("AGENTGYM_PLUGINS", "AGENTGYM_BLOCK_PLUGINS", "AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def test_builtin_is_registered_like_a_plugin_and_can_be_blocked():
+    manager = PluginManager(autoload=False)
+    (builtin,) = manager.plugins()
+    assert (builtin.name, builtin.package, builtin.status, builtin.builtin) == ("builtin", "agentgym-core", "ok", True)
+    assert "fixed" in manager.catalog("round_scheduler")
+    blocked = PluginManager(autoload=False, block=["builtin"])
+    assert blocked.plugins()[0].status == "blocked"
+    assert blocked.catalog("round_scheduler") == {}
+
+
+def test_entry_point_plugin_is_discovered_with_its_package(site):
+    make_distribution(site, "agentgym-env-alpha", {"alpha": GOOD_ENV.format(name="alpha")})
+    manager = PluginManager(autoload=True, allow=["alpha"])
+    registration = manager.catalog("env")["alpha"]
+    assert (registration.plugin, registration.package, registration.version) == ("alpha", "agentgym-env-alpha", "1.2.3")
+    assert registration.summary == "a test env"
+
+
+def test_broken_plugin_is_listed_with_its_error_and_others_still_load(site):
+    make_distribution(site, "agentgym-env-alpha", {"alpha": GOOD_ENV.format(name="alpha")})
+    make_distribution(site, "agentgym-env-broken", {"broken": "import not_a_module_anywhere_xyz\n"})
+    manager = PluginManager(autoload=True, allow=["alpha", "broken"])
+    status = {p.name: p for p in manager.plugins()}
+    assert status["broken"].status == "broken"
+    assert status["broken"].package == "agentgym-env-broken"
+    assert "not_a_module_anywhere_xyz" in status["broken"].error
+    assert status["alpha"].status == "ok", status["alpha"].error
+    assert "alpha" in manager.catalog("env")
+    with pytest.raises(UnknownNameError, match="failed to load: broken"):
+        manager.get("env", "missing")
+
+
+def test_duplicate_name_is_an_error_naming_both_packages(site):
+    make_distribution(site, "agentgym-env-alpha", {"alpha": GOOD_ENV.format(name="same")})
+    make_distribution(site, "agentgym-env-beta", {"beta": GOOD_ENV.format(name="same")})
+    manager = PluginManager(autoload=True, allow=["alpha", "beta"])
+    with pytest.raises(DuplicateRegistrationError) as excinfo:
+        manager.catalog("env")
+    assert "agentgym-env-alpha" in str(excinfo.value) and "agentgym-env-beta" in str(excinfo.value)
+
+
+def test_allow_list_and_disable_variables(site, monkeypatch):
+    make_distribution(site, "agentgym-env-alpha", {"alpha": GOOD_ENV.format(name="alpha")})
+    make_distribution(site, "agentgym-env-beta", {"beta": GOOD_ENV.format(name="beta")})
+    monkeypatch.setenv("AGENTGYM_PLUGINS", "beta")
+    assert set(PluginManager().catalog("env")) == {"beta"}
+    monkeypatch.setenv("AGENTGYM_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert PluginManager().catalog("env") == {}
+    monkeypatch.delenv("AGENTGYM_DISABLE_PLUGIN_AUTOLOAD")
+    monkeypatch.setenv("AGENTGYM_BLOCK_PLUGINS", "beta")
+    assert PluginManager().catalog("env") == {}
+
+
+def test_unknown_name_suggests_close_match_and_package():
+    class Plugin:
+        @hookimpl
+        def agentgym_register_envs(self, register):
+            from agentgym_env_guess import GuessEnv
+
+            register("guess", GuessEnv)
+
+    manager = PluginManager(autoload=False)
+    manager.register(Plugin(), "local")
+    with pytest.raises(UnknownNameError, match=r"Did you mean 'guess'\?"):
+        manager.get("env", "gues")
+    with pytest.raises(UnknownNameError, match=r"pip install 'agentgym\[sciworld\]'"):
+        manager.get("env", "sciworld")
+
+
+def test_hook_may_take_a_subset_of_arguments():
+    calls = []
+
+    class Observer:
+        @hookimpl
+        def agentgym_observe_update(self, step):
+            calls.append(step)
+
+    manager = PluginManager(autoload=False)
+    manager.register(Observer(), "observer")
+    manager.hook.agentgym_observe_update(step=7, metrics={"loss": 1.0})
+    assert calls == [7]

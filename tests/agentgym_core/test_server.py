@@ -1,0 +1,210 @@
+"""The generated environment server: protocol, errors, concurrency, capacity, TTL, compat."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from agentgym_env_guess import GuessEnv
+from agentgym_env_guess.env import solve
+
+from agentgym_core.client import EnvClient, HTTPEnv, RemoteError
+from agentgym_core.compat import AgentGymCompat
+from agentgym_core.env import EpisodeEndedError, InvalidTaskError
+from agentgym_core.testing import check_env_http, serve_env
+
+
+class CompatGuessEnv(GuessEnv):
+    agentgym_compat = AgentGymCompat()
+
+
+@pytest.fixture(scope="module")
+def url():
+    with serve_env(CompatGuessEnv, max_instances=200, max_body_bytes=4096) as base:
+        yield base
+
+
+def post(url, path, body=None, **kwargs):
+    return requests.post(f"{url}{path}", json=body, timeout=10, **kwargs)
+
+
+def error_code(response) -> str:
+    return response.json()["error"]["code"]
+
+
+def test_guess_env_conforms_over_http():
+    check_env_http(GuessEnv)
+
+
+def test_health_info_tasks_and_openapi(url):
+    health = requests.get(f"{url}/v1/health", timeout=5).json()
+    assert health["env"] == "guess" and health["protocol_version"] == 1
+    info = requests.get(f"{url}/v1/info", timeout=5).json()
+    assert "secret integer" in info["instruction"] and info["split_sizes"] == {"train": 900, "test": 100}
+    assert len(requests.get(f"{url}/v1/tasks", timeout=5).json()["splits"]["test"]) == 100
+    spec = requests.get(f"{url}/openapi.json", timeout=5).json()
+    assert "/v1/instances/{instance_id}/step" in spec["paths"]
+    assert requests.get(f"{url}/docs", timeout=5).status_code == 200
+
+
+def test_expert_plays_through_client(url):
+    env = HTTPEnv(url)
+    try:
+        result = solve(env, 905)
+        assert result.success is True and result.reward == 1.0 and result.terminated
+        with pytest.raises(EpisodeEndedError):
+            env.step("guess 1")
+        assert env.available_actions() is None
+        assert env.parse_action("Thought: low\nAction: guess 3") == "guess 3"
+    finally:
+        env.close()
+    env.close()  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code"),
+    [
+        ("post", "/v1/instances", {"task_id": "seven"}, 422, "malformed_request"),
+        ("post", "/v1/instances", {"task_id": 1, "surprise": 1}, 422, "malformed_request"),
+        ("post", "/v1/instances", {"env": "babyai", "task_id": 1}, 404, "unknown_env"),
+        ("post", "/v1/instances", {"task_id": 10_000}, 422, "invalid_task"),
+        ("post", "/v1/instances/999999/step", {"action": "guess 1"}, 404, "unknown_instance"),
+        ("get", "/v1/instances/999999/observation", None, 404, "unknown_instance"),
+        ("delete", "/v1/instances/999999", None, 404, "unknown_instance"),
+        ("post", "/v1/step_batch", {"steps": "nope"}, 422, "malformed_request"),
+    ],
+)
+def test_malformed_requests_get_their_status_and_server_keeps_serving(url, method, path, body, status, code):
+    response = requests.request(method, f"{url}{path}", json=body, timeout=5)
+    assert response.status_code == status, response.text
+    assert error_code(response) == code
+    assert response.json()["error"]["message"]
+    assert requests.get(f"{url}/v1/health", timeout=5).status_code == 200
+
+
+def test_invalid_json_and_oversized_bodies(url):
+    broken = requests.post(f"{url}/v1/instances", data=b"{not json", timeout=5,
+                           headers={"content-type": "application/json"})
+    assert broken.status_code == 422 and error_code(broken) == "malformed_request"
+    big = post(url, "/v1/instances", {"task_id": 1, "pad": "x" * 10_000})
+    assert big.status_code == 413 and error_code(big) == "body_too_large"
+
+    def chunks():  # no content-length: the limit must hold for streamed bodies too
+        yield b'{"task_id": 1, "pad": "'
+        for _ in range(10):
+            yield b"x" * 1000
+        yield b'"}'
+
+    streamed = requests.post(f"{url}/v1/instances", data=chunks(), timeout=5,
+                             headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+    assert requests.get(f"{url}/v1/health", timeout=5).status_code == 200
+
+
+def test_step_after_end_and_before_reset_are_conflicts(url):
+    created = post(url, "/v1/instances", {"task_id": 1})
+    assert created.status_code == 201
+    instance = created.json()["instance_id"]
+    env = HTTPEnv(url)
+    env.instance_id = instance
+    solve(env, 1)
+    again = post(url, f"/v1/instances/{instance}/step", {"action": "guess 1"})
+    assert again.status_code == 409 and error_code(again) == "episode_ended"
+    idle = post(url, "/v1/instances", {}).json()["instance_id"]
+    early = post(url, f"/v1/instances/{idle}/step", {"action": "guess 1"})
+    assert early.status_code == 409 and error_code(early) == "no_episode"
+    for i in (instance, idle):
+        assert requests.delete(f"{url}/v1/instances/{i}", timeout=5).status_code == 200
+
+
+def test_batched_step_reports_each_item(url):
+    a = post(url, "/v1/instances", {"task_id": 3}).json()["instance_id"]
+    b = post(url, "/v1/instances", {"task_id": 4}).json()["instance_id"]
+    client = EnvClient(url)
+    outcomes = client.step_batch([(a, "guess 50"), (b, "nonsense"), (987654, "guess 1")])
+    assert [o.status for o in outcomes] == [200, 200, 404]
+    assert "than 50" in outcomes[0].result.observation
+    assert "Invalid action" in outcomes[1].result.observation
+    assert outcomes[2].error.code == "unknown_instance"
+    for instance in (a, b):
+        requests.delete(f"{url}/v1/instances/{instance}", timeout=5)
+    client.close()
+
+
+def test_64_concurrent_clients_do_not_cross_talk(url):
+    """Each client plays its own task by binary search; a crossed answer would break the search."""
+
+    def play(task: int) -> tuple[int, bool, str]:
+        env = HTTPEnv(url)
+        try:
+            result = solve(env, task)
+            return task, bool(result.success), result.observation
+        finally:
+            env.close()
+
+    tasks = list(range(100, 164))
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        results = list(pool.map(play, tasks))
+    import random
+
+    for task, success, observation in results:
+        assert success, f"task {task} failed: {observation}"
+        assert observation == f"{random.Random(task).randint(1, 100)} is correct!"
+    assert requests.get(f"{url}/v1/health", timeout=5).json()["live_instances"] == 0
+
+
+def test_capacity_answers_503_and_frees_on_close():
+    with serve_env(GuessEnv, max_instances=2) as url:
+        ids = [post(url, "/v1/instances", {"task_id": 1}).json()["instance_id"] for _ in range(2)]
+        full = post(url, "/v1/instances", {"task_id": 1})
+        assert full.status_code == 503 and error_code(full) == "at_capacity"
+        requests.delete(f"{url}/v1/instances/{ids[0]}", timeout=5)
+        assert post(url, "/v1/instances", {"task_id": 1}).status_code == 201
+
+
+def test_idle_instances_expire():
+    with serve_env(GuessEnv, idle_ttl_s=0.5) as url:
+        instance = post(url, "/v1/instances", {"task_id": 1}).json()["instance_id"]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if requests.get(f"{url}/v1/health", timeout=5).json()["live_instances"] == 0:
+                break
+            time.sleep(0.2)
+        response = post(url, f"/v1/instances/{instance}/step", {"action": "guess 1"})
+        assert response.status_code == 404 and "expired" in response.json()["error"]["message"]
+
+
+def test_client_raises_typed_errors(url):
+    env = HTTPEnv(url)
+    with pytest.raises(InvalidTaskError):
+        env.reset(123456)
+    with pytest.raises(RemoteError) as excinfo:
+        HTTPEnv(url, env="babyai").reset(1)
+    assert excinfo.value.status == 404
+
+
+def test_client_reports_unreachable_server():
+    env = HTTPEnv("http://127.0.0.1:9", timeout=1)
+    env.client.retries = 1
+    with pytest.raises(Exception, match="cannot reach the environment server"):
+        env.reset(1)
+
+
+def test_agentgym_legacy_routes(url):
+    created = post(url, "/create")
+    assert created.status_code == 200
+    instance = created.json()["id"]
+    reset = post(url, "/reset", {"id": instance, "data_idx": 7}).json()
+    assert reset["observation"].startswith("Guess the secret") and reset["done"] is False
+    step = post(url, "/step", {"id": instance, "action": "guess 50"}).json()
+    assert set(step) == {"observation", "reward", "score", "done"}
+    observation = requests.get(f"{url}/observation", params={"id": instance}, timeout=5).json()
+    assert observation == step["observation"]
+    assert post(url, "/step", {"id": instance}).json() == {
+        "error": "request body needs the field 'action'; got ['id']"}
+    assert "error" in post(url, "/step", {"id": 424242, "action": "x"}).json()
+    assert post(url, "/close", {"id": instance}).json() == {"id": instance, "closed": True}
+    assert json.loads(requests.get(f"{url}/", timeout=5).text).startswith("This is environment guess")
