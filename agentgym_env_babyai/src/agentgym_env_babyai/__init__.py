@@ -1,0 +1,19 @@
+"""BabyAI for agentgym: minigrid levels as text, with AgentGym's macro actions and an expert."""
+
+from agentgym_env_babyai.env import BabyAIConfig, BabyAIEnv, normalize_action
+from agentgym_env_babyai.expert import ExpertDesyncError, ExpertPolicy, ExpertResult, solve
+from agentgym_env_babyai.levels import LEVELS, TEST_IDS, TRAIN_IDS, task_level_seed
+
+__all__ = [
+    "LEVELS",
+    "TEST_IDS",
+    "TRAIN_IDS",
+    "BabyAIConfig",
+    "BabyAIEnv",
+    "ExpertDesyncError",
+    "ExpertPolicy",
+    "ExpertResult",
+    "normalize_action",
+    "solve",
+    "task_level_seed",
+]

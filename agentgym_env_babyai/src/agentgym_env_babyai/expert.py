@@ -1,0 +1,116 @@
+"""An expert for BabyAI: minigrid's BabyAIBot, driven through our text actions.
+
+The bot plans on a full minigrid state, which an HTTP client never sees. So the expert keeps its
+own *replica*: an in-process :class:`BabyAIEnv` reset to the same task. Each turn it asks the bot
+for a primitive action on the replica, translates it into the text action an agent would type
+(``turn left``, ``move forward``, ``pickup red ball 1``, ``toggle``, ``drop``), sends that text to
+the environment under test and to the replica, and checks that both answer with the same
+observation. The environment under test is therefore driven only through ``reset``/``step``
+text, exactly as an agent drives it, and works the same in-process or over
+:class:`agentgym_core.client.HTTPEnv`; any divergence between the two is reported as
+:class:`ExpertDesyncError` (a determinism bug), never papered over.
+
+Known limits (minigrid's docstring and our measurements): the bot cannot solve KeyInBox (it raises
+when it meets a box that hides the key) nor PutNext*Carrying; those episodes end as failures with
+the bot's error recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from minigrid.utils.baby_ai_bot import BabyAIBot
+
+from agentgym_core.env import Env
+from agentgym_env_babyai.env import BabyAIEnv
+from agentgym_env_babyai.view import DROP, FORWARD, LEFT, PICKUP, RIGHT, TOGGLE
+
+__all__ = ["ExpertDesyncError", "ExpertPolicy", "ExpertResult", "solve"]
+
+_SIMPLE = {LEFT: "turn left", RIGHT: "turn right", FORWARD: "move forward", DROP: "drop", TOGGLE: "toggle"}
+
+
+class ExpertDesyncError(RuntimeError):
+    """The environment under test answered differently from the expert's replica."""
+
+
+class ExpertPolicy:
+    """The bot's next text action for one task; call :meth:`act`, then :meth:`observe`."""
+
+    def __init__(self, task_id: int) -> None:
+        self.task_id = task_id
+        self.replica = BabyAIEnv()
+        self.first_observation = self.replica.reset(task_id).observation
+        assert self.replica.game is not None
+        self.bot = BabyAIBot(self.replica.game)
+
+    def act(self) -> str | None:
+        """The next action text, or None when the bot has nothing left to do.
+
+        Raises whatever the bot raises on levels it cannot handle (AssertionError on KeyInBox).
+        """
+        primitive = int(self.bot.replan())
+        if primitive in _SIMPLE:
+            return _SIMPLE[primitive]
+        if primitive == PICKUP:
+            view = self.replica.view
+            front = view.front() if view is not None else None
+            if front is None:
+                raise RuntimeError("the bot wants to pick up, but nothing is in front of the agent")
+            return f"pickup {front.label}"
+        return None  # the bot's "done": it believes the mission is complete
+
+    def observe(self, action: str, observation: str) -> bool:
+        """Apply `action` to the replica and check the env under test saw the same; returns done."""
+        mirror = self.replica.step(action)
+        if mirror.observation != observation:
+            raise ExpertDesyncError(
+                f"task {self.task_id}: after {action!r} the environment answered\n{observation!r}\n"
+                f"but the expert's replica answered\n{mirror.observation!r}"
+            )
+        return mirror.done
+
+    def close(self) -> None:
+        self.replica.close()
+
+
+@dataclass
+class ExpertResult:
+    """How one expert episode went."""
+
+    task_id: int
+    success: bool
+    reward: float
+    turns: int
+    actions: list[str] = field(default_factory=list)
+    error: str | None = None  # the bot's exception, when it gave up
+
+
+def solve(env: Env, task_id: int, *, max_turns: int = 2000) -> ExpertResult:
+    """Play task `task_id` on `env` (a BabyAIEnv or an HTTPEnv serving one) with the expert."""
+    expert = ExpertPolicy(task_id)
+    try:
+        first = env.reset(task_id).observation
+        if first != expert.first_observation:
+            raise ExpertDesyncError(f"task {task_id}: reset observations differ:\n{first!r}\n{expert.first_observation!r}")
+        result = ExpertResult(task_id=task_id, success=False, reward=0.0, turns=0)
+        while result.turns < max_turns:
+            try:
+                action = expert.act()
+            except Exception as exc:  # the bot's own failures (KeyInBox) end the episode, recorded
+                result.error = f"{type(exc).__name__}: {exc}"
+                break
+            if action is None:
+                result.error = "the bot stopped before the episode ended"
+                break
+            step = env.step(action)
+            result.turns += 1
+            result.actions.append(action)
+            result.reward += step.reward
+            expert.observe(action, step.observation)
+            if step.done:
+                result.success = bool(step.success)
+                break
+        return result
+    finally:
+        expert.close()
