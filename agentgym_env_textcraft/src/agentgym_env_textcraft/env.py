@@ -1,0 +1,142 @@
+"""The TextCraft environment: craft a Minecraft item from raw materials using listed recipes.
+
+The first observation lists crafting commands (the goal's whole recipe tree plus up to
+``max_distractors`` recipes that use the same ingredients for something else), shuffled, then the
+goal::
+
+    Crafting commands:
+    craft 4 stick using 2 planks
+    craft 3 dark oak sign using 6 dark oak planks, 1 stick
+    ...
+
+    Goal: craft dark oak sign.
+
+Reward is 1 (and ``success``) on the step that puts the goal item in the inventory; the episode
+is truncated with ``success=False`` after ``max_steps`` actions.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, ClassVar
+
+from agentgym_core.compat import AgentGymCompat
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentgym_core import Env, EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
+from agentgym_env_textcraft.actions import Get, InvalidAction, Inventory, parse_action
+from agentgym_env_textcraft.game import CraftingGame
+from agentgym_env_textcraft.recipes import load_recipe_book
+from agentgym_env_textcraft.tasks import Goal, goal_of, task_catalog
+
+__all__ = ["INSTRUCTION", "TextCraftConfig", "TextCraftEnv"]
+
+INSTRUCTION = """\
+You are crafting items in Minecraft. The first message lists crafting commands of the form \
+"craft <count> <target> using <count> <ingredient>, <count> <ingredient>, ..." and ends with your goal.
+Each turn, reply with your reasoning and then exactly one action, in this format:
+Thought: <your reasoning>
+Action: <one action>
+
+Actions:
+- get <count> <item>: take raw materials (items no crafting command makes), e.g. get 1 oak logs
+- craft <count> <item> using <count> <item>, ...: run one crafting command with exactly the \
+ingredient counts it lists; each craft makes one batch, e.g. craft 4 oak planks using 1 oak logs
+- inventory: list what you are carrying
+
+Notes:
+- Always write the counts. Use only the crafting commands you were given.
+- A generic ingredient such as "planks" can be supplied by any specific kind, e.g. "oak planks", \
+but all of it must be the same kind.
+- You succeed as soon as the goal item is in your inventory."""
+
+
+class TextCraftConfig(BaseModel):
+    """Options of :class:`TextCraftEnv` (pass them as keyword arguments)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_steps: int = Field(
+        default=50,
+        ge=1,
+        description="Actions per episode before it is truncated (the scripted expert needs at most 48).",
+    )
+    max_distractors: int = Field(
+        default=10,
+        ge=0,
+        description="Extra crafting commands, not needed for the goal, mixed into the list (AgentGym: 10).",
+    )
+
+
+class TextCraftEnv(Env):
+    """TextCraft as an agentgym environment (in-process; serve it with ``agentgym serve textcraft``)."""
+
+    name: ClassVar[str] = "textcraft"
+    max_episode_steps: ClassVar[int | None] = TextCraftConfig.model_fields["max_steps"].default
+    # AgentGym's TextCraft server: {"id", "data_idx"} / {"id", "action"}; answers carry
+    # observation, reward and done but no score.
+    agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(include_score=False)
+
+    def __init__(self, **options: Any) -> None:
+        self.config = TextCraftConfig(**options)
+        self._book = load_recipe_book()
+        self._game: CraftingGame | None = None
+        self._goal: Goal | None = None
+        self._steps = 0
+        self._done = False
+
+    # -- what the agent is told -------------------------------------------------------------
+    @property
+    def instruction(self) -> str:
+        return INSTRUCTION
+
+    @classmethod
+    def tasks(cls) -> TaskCatalog:
+        return task_catalog()
+
+    # -- the episode ---------------------------------------------------------------------------
+    def reset(self, task_id: int, seed: int | None = None) -> ResetResult:
+        goal = goal_of(task_id)
+        rng = random.Random(f"textcraft:{task_id}:{0 if seed is None else seed}")
+        commands = list(dict.fromkeys(r.command for r in self._book.recipe_tree(goal.item)))
+        pool = [r.command for r in self._book.distractor_pool(goal.item)]
+        commands += rng.sample(pool, min(len(pool), self.config.max_distractors))
+        rng.shuffle(commands)
+        self._game = CraftingGame(self._book)
+        self._goal = goal
+        self._steps = 0
+        self._done = False
+        observation = "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(commands), goal.item)
+        info = {"task_id": task_id, "goal": goal.item, "depth": goal.depth, "category": goal.category}
+        return ResetResult(observation=observation, info=info)
+
+    def step(self, action: str) -> StepResult:
+        if self._game is None or self._goal is None:
+            raise EnvError("step() before reset(): call reset(task_id) to start an episode")
+        if self._done:
+            raise EpisodeEndedError("the episode has ended; call reset(task_id) to start another")
+        self._steps += 1
+        parsed = parse_action(action)
+        if isinstance(parsed, InvalidAction):
+            observation, valid, obtained = parsed.message, False, None
+        elif isinstance(parsed, Inventory):
+            observation, valid, obtained = self._game.inventory_text(), True, None
+        else:
+            outcome = self._game.get(parsed) if isinstance(parsed, Get) else self._game.craft(parsed)
+            observation, valid, obtained = outcome.message, outcome.ok, outcome.obtained
+        kind = "invalid" if isinstance(parsed, InvalidAction) else type(parsed).__name__.lower()
+        success = obtained == self._goal.item
+        truncated = not success and self._steps >= self.config.max_steps
+        self._done = success or truncated
+        return StepResult(
+            observation=observation,
+            reward=1.0 if success else 0.0,
+            terminated=success,
+            truncated=truncated,
+            success=True if success else (False if truncated else None),
+            info={"steps": self._steps, "action": kind, "valid": valid},
+        )
+
+    def close(self) -> None:
+        self._game = None
+        self._goal = None
