@@ -1,0 +1,266 @@
+"""The training run's typed configuration: YAML file + dotted command-line overrides.
+
+    config = load_config("examples/babyai_grpo_cpu.yaml", ["algorithm.kl.coef=0.01", "trainer.steps=5"])
+
+Every section is a pydantic model with ``extra="forbid"``; an unknown key is an error that names
+the closest valid key. The resolved config (defaults filled in) is saved in the run directory as
+``config.yaml``, and ``--resume`` reads it back from there.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentgym_core.rl.estimator_api import AdvantageConfig
+from agentgym_core.rl.losses import Aggregation, KLEstimator
+from agentgym_core.schedulers import RoundsConfig
+
+__all__ = [
+    "AlgorithmConfig",
+    "ConfigError",
+    "CriticConfig",
+    "EnvConfig",
+    "KLConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "RolloutConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "apply_overrides",
+    "load_config",
+    "save_config",
+]
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message says which key and how to fix it."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoraConfig(_Section):
+    """``model.lora``: train low-rank adapters (peft) instead of all weights (CPU-sized runs)."""
+
+    enabled: bool = Field(False, description="Train LoRA adapters only; the base weights stay frozen.")
+    r: int = Field(16, ge=1, description="Adapter rank.")
+    alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapter input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="Names of the linear layers that get adapters.",
+    )
+
+
+class ModelConfig(_Section):
+    """``model``: the policy."""
+
+    path: str = Field("smollm2-135m-instruct", description="Named model, .gguf file or HF model directory.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Training dtype.")
+    device: str = Field("auto", description="'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:1'.")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: torch's default).")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
+
+
+class EnvConfig(_Section):
+    """One entry of ``envs``: an environment and where it runs."""
+
+    name: str = Field(description="Registered environment name (`agentgym envs` lists them).")
+    url: str | None = Field(
+        None, description="Base URL of a running `agentgym serve` for it; None starts one on loopback for the run."
+    )
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Constructor arguments of the env class.")
+    weight: float = Field(1.0, gt=0, description="Share of each step's tasks drawn from this environment.")
+    train_split: str = Field("train", description="Catalog split sampled for training.")
+    test_split: str = Field("test", description="Catalog split used for evaluation.")
+    train_tasks: list[int] | None = Field(None, description="Restrict training to these task ids.")
+    test_tasks: list[int] | None = Field(None, description="Restrict evaluation to these task ids.")
+    max_concurrency: int = Field(16, ge=1, description="Most live episodes against this server at once.")
+
+
+class RolloutConfig(_Section):
+    """``rollout``: how trajectories are sampled."""
+
+    tasks_per_step: int = Field(8, ge=1, description="Distinct tasks per training step (all envs together).")
+    group_size: int = Field(4, ge=1, description="Samples per task (the GRPO/RLOO group).")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (log-probs refer to it).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(128, ge=1, description="Per-turn cap on sampled tokens.")
+    max_total_tokens: int = Field(4096, ge=16, description="Token budget of a whole trajectory.")
+    backend: str = Field("transformers", description="Registered rollout backend name.")
+    backend_options: dict[str, Any] = Field(
+        default_factory=dict, description="Extra options of the backend (e.g. max_batch_size)."
+    )
+    eval_temperature: float = Field(0.0, ge=0.0, description="Temperature at evaluation (0 = greedy).")
+
+
+class KLConfig(_Section):
+    """``algorithm.kl``: the penalty towards the frozen initial policy."""
+
+    coef: float = Field(0.001, ge=0.0, description="KL coefficient beta; 0 disables the reference model.")
+    estimator: KLEstimator = Field("low_var_kl", description="k1, k2, k3 or low_var_kl (k3 clamped).")
+    in_reward: bool = Field(
+        False, description="Subtract beta*KL from token rewards (REINFORCE++/PPO style) instead of a loss term."
+    )
+
+
+class CriticConfig(_Section):
+    """``algorithm.critic``: the value head GAE needs."""
+
+    enabled: bool = Field(False, description="Train a value head on the policy's last hidden state.")
+    vf_coef: float = Field(0.5, ge=0.0, description="Weight of the value loss.")
+    value_clip: float | None = Field(0.2, description="Clip range of the value update; None disables.")
+
+
+class AlgorithmConfig(_Section):
+    """``algorithm``: estimator, losses and the PPO update schedule."""
+
+    estimator: str = Field("grpo", description="Advantage estimator plugin: gae, grpo, rloo, reinforce_pp, ...")
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Estimator knobs.")
+    rounds_ctrl: RoundsConfig = Field(default_factory=RoundsConfig, description="Turn-horizon schedule.")
+    kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference policy.")
+    critic: CriticConfig = Field(default_factory=CriticConfig, description="Value head (GAE).")
+    clip_low: float = Field(0.2, ge=0.0, description="PPO clip: ratio >= 1 - clip_low.")
+    clip_high: float | None = Field(None, ge=0.0, description="PPO clip-higher: ratio <= 1 + clip_high (None: clip_low).")
+    loss_agg: Aggregation = Field("token_mean", description="token_mean, seq_mean_token_mean, seq_mean_token_sum_norm.")
+    entropy_coef: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each step's batch.")
+    mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split this many ways).")
+    max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient clipping; None disables.")
+    packing: bool = Field(True, description="Padding-free packing of sequences in the update forward.")
+    micro_batch_tokens: int = Field(4096, ge=64, description="Tokens per forward/backward in the update.")
+    drop_zero_advantage: bool = Field(
+        True, description="Skip trajectories whose advantages are all 0 (e.g. GRPO groups with equal rewards)."
+    )
+
+    @model_validator(mode="after")
+    def _gae_needs_critic(self) -> AlgorithmConfig:
+        if self.estimator == "gae" and not self.critic.enabled:
+            raise ValueError("algorithm.estimator=gae needs algorithm.critic.enabled=true (GAE uses critic values)")
+        return self
+
+
+class OptimConfig(_Section):
+    """``optim``: AdamW and its learning-rate schedule."""
+
+    lr: float = Field(1e-6, gt=0.0, description="Peak learning rate (the anchor's recipe: 1e-6).")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in training steps.")
+    schedule: Literal["constant", "cosine"] = Field("constant", description="Decay after warm-up.")
+    critic_lr: float | None = Field(None, gt=0.0, description="Value head learning rate (None: 10 x lr).")
+
+
+class TrainerConfig(_Section):
+    """``trainer``: the run itself."""
+
+    steps: int = Field(100, ge=1, description="Training steps (one batch of rollouts + one update each).")
+    seed: int = Field(0, description="Seed of task order, sampling and initialisation.")
+    run_dir: str = Field("runs/run", description="Where config, metrics, checkpoints and trajectories go.")
+    eval_every: int = Field(0, ge=0, description="Evaluate on held-out tasks every N steps (0: only before/after).")
+    eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
+    eval_before: bool = Field(True, description="Evaluate the initial model before training.")
+    save_every: int = Field(10, ge=1, description="Checkpoint every N steps (the last step is always saved).")
+    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk.")
+    save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
+    tensorboard: bool = Field(True, description="Also log to TensorBoard when it is installed.")
+    wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
+    progress: bool = Field(True, description="Show a console progress bar.")
+
+
+class TrainConfig(_Section):
+    """The whole run. Sections: model, envs, rollout, algorithm, optim, trainer."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
+    envs: list[EnvConfig] = Field(description="Environments to train on (one or more).", min_length=1)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Sampling.")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="RL algorithm.")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Run control.")
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model class inside an annotation like ``X``, ``X | None`` or ``list[X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _check_keys(model: type[BaseModel], data: Any, where: str) -> None:
+    """Raise ConfigError for the first unknown key, naming the closest valid one."""
+    if not isinstance(data, dict):
+        return
+    fields = model.model_fields
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
+            hint = f" Did you mean '{(where + '.') if where else ''}{close[0]}'?" if close else ""
+            valid = ", ".join(sorted(fields))
+            raise ConfigError(f"unknown config key '{path}'.{hint} Valid keys here: {valid}.")
+        sub = _model_of(fields[key].annotation)
+        if sub is None:
+            continue
+        if get_origin(fields[key].annotation) is list and isinstance(value, list):
+            for i, item in enumerate(value):
+                _check_keys(sub, item, f"{path}[{i}]")
+        else:
+            _check_keys(sub, value, path)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (value parsed as YAML: numbers, lists, bools); ``envs.0.url=...`` indexes lists."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} has no '='; write it as section.key=value, e.g. trainer.steps=10")
+        dotted, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        node: Any = data
+        parts = dotted.strip().split(".")
+        for part in parts[:-1]:
+            if isinstance(node, list):
+                node = node[int(part)]
+            else:
+                node = node.setdefault(part, {})
+        last = parts[-1]
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return data
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML recipe, apply overrides, validate. Errors are :class:`ConfigError` with the fix."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist; see examples/*.yaml for recipes") from None
+    data = apply_overrides(data, list(overrides or []))
+    _check_keys(TrainConfig, data, "")
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+
+
+def save_config(config: TrainConfig, path: str | Path) -> None:
+    """Write the resolved config (all defaults filled in) as YAML."""
+    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -1,0 +1,152 @@
+"""Per-token log-probs, entropies and critic values of multi-turn sequences, packed or padded.
+
+Both layouts give the same numbers; they differ in cost:
+
+* **packed** (padding-free): sequences are put into bins of at most ``max_tokens`` tokens (first
+  fit, longest first) and each bin is ONE row with ``position_ids`` restarting at 0 per sequence
+  and no attention mask, from which transformers builds a block-diagonal causal mask. No
+  padding token is ever computed.
+* **padded**: sequences are stacked in rows of up to ``max_tokens`` total tokens, right-padded
+  to the longest, with an attention mask. This is the plain baseline ``bench/train_step.py``
+  measures against.
+
+In both, the LM head only runs on positions whose *next* token the policy sampled
+(``logits_to_keep``), because the (tokens x vocabulary) logits dominate memory otherwise.
+
+Convention (as in the trajectory record): ``logprobs[i, t]`` is log p(token t | tokens < t) and
+``values[i, t]`` is the critic's V of the state before token t; both are 0 where the mask is 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from agentgym_core.rl.losses import entropy_from_logits
+
+__all__ = ["TokenStats", "ValueHead", "forward_tokens", "pack_bins"]
+
+
+class ValueHead(torch.nn.Module):
+    """The critic for GAE: a linear map of the policy model's last hidden state to a scalar."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.proj.weight)
+        torch.nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.proj(hidden.float()).squeeze(-1)
+
+
+@dataclass
+class TokenStats:
+    """Per-token quantities laid out as (B, T) like the batch's masks."""
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None
+    values: torch.Tensor | None
+
+
+def pack_bins(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices of sequences grouped into bins of at most ``max_tokens`` tokens (first fit decreasing).
+
+    A sequence longer than ``max_tokens`` gets a bin of its own (it is never cut).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        for b, free in enumerate(room):
+            if lengths[i] <= free:
+                bins[b].append(i)
+                room[b] -= lengths[i]
+                break
+        else:
+            bins.append([i])
+            room.append(max_tokens - lengths[i])
+    return bins
+
+
+def _rows_padded(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive groups of sequences whose padded size (rows x longest) fits ``max_tokens``."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= max_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def forward_tokens(
+    model: torch.nn.Module,
+    sequences: Sequence[Sequence[int]],
+    mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    packing: bool = True,
+    max_tokens: int = 4096,
+    with_entropy: bool = False,
+    value_head: ValueHead | None = None,
+    pad_token_id: int = 0,
+) -> TokenStats:
+    """Forward ``sequences`` (B lists of ids) through ``model``; stats on positions where ``mask`` is 1.
+
+    ``mask`` is (B, T) with ``T >= max(len(seq))``. Gradients flow (call under ``torch.no_grad()``
+    for old/reference log-probs).
+    """
+    B, T = mask.shape
+    device = next(model.parameters()).device
+    lengths = [len(s) for s in sequences]
+    logprobs = torch.zeros(B, T, device=device)
+    entropy = torch.zeros(B, T, device=device) if with_entropy else None
+    values = torch.zeros(B, T, device=device) if value_head is not None else None
+    groups = pack_bins(lengths, max_tokens) if packing else _rows_padded(lengths, max_tokens)
+
+    for group in groups:
+        if packing:
+            ids = torch.tensor([[t for i in group for t in sequences[i]]], device=device)  # (1, N)
+            pos = torch.cat([torch.arange(lengths[i], device=device) for i in group])[None]  # (1, N)
+            offsets = torch.tensor([0] + [lengths[i] for i in group], device=device).cumsum(0)
+            # (row, column-in-row) of every trained token t, for each sequence in the bin
+            where = [(0, offsets[k] + torch.nonzero(mask[i, : lengths[i]] > 0).flatten()) for k, i in enumerate(group)]
+            kwargs = {"position_ids": pos}
+        else:
+            width = max(lengths[i] for i in group)
+            ids = torch.full((len(group), width), pad_token_id, device=device)
+            attn = torch.zeros(len(group), width, dtype=torch.long, device=device)
+            for r, i in enumerate(group):
+                ids[r, : lengths[i]] = torch.tensor(sequences[i], device=device)
+                attn[r, : lengths[i]] = 1
+            where = [(r, torch.nonzero(mask[i, : lengths[i]] > 0).flatten()) for r, i in enumerate(group)]
+            kwargs = {"attention_mask": attn}
+        targets_cols = [cols.to(device) for _, cols in where]
+        # Logits at column c-1 predict the token at column c; keep only those columns.
+        keep = torch.unique(torch.cat(targets_cols) - 1) if targets_cols else torch.zeros(0, dtype=torch.long)
+        if keep.numel() == 0:
+            continue
+        # use_cache=False: with a cache transformers skips packed-sequence detection (attention would leak).
+        out = model(input_ids=ids, logits_to_keep=keep, output_hidden_states=value_head is not None,
+                    use_cache=False, **kwargs)
+        logits = out.logits.float() / temperature  # (rows, K, V)
+        logp_all = torch.log_softmax(logits, dim=-1)  # (rows, K, V)
+        slot = torch.full((int(keep.max()) + 1,), -1, dtype=torch.long, device=device)
+        slot[keep] = torch.arange(keep.numel(), device=device)  # column -> index into K
+        for (row, cols), i in zip(where, group, strict=True):
+            if cols.numel() == 0:
+                continue
+            k = slot[cols - 1]  # (n,)
+            tok = ids[row, cols]  # (n,)
+            local = cols - (cols.new_tensor(0) if not packing else offsets[group.index(i)])  # positions in seq i
+            logprobs[i, local] = logp_all[row, k].gather(-1, tok[:, None]).squeeze(-1)
+            if entropy is not None:
+                entropy[i, local] = entropy_from_logits(logits[row, k])
+            if values is not None:
+                hidden = out.hidden_states[-1][row, cols - 1]  # (n, H): state before token t
+                values[i, local] = value_head(hidden)
+    return TokenStats(logprobs=logprobs, entropy=entropy, values=values)
