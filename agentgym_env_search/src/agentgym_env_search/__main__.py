@@ -1,0 +1,3 @@
+from agentgym_env_search.cli import main
+
+raise SystemExit(main())
