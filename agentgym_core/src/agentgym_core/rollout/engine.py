@@ -1,0 +1,398 @@
+"""The rollout engine: N trajectories over M environment instances, no round barrier.
+
+One readable loop in the calling thread owns the model; a thread pool owns the environments.
+
+    loop:
+        give free environment instances to waiting episodes (create + reset run in the pool)
+        if some trajectories wait for the model:
+            sample one reply for every one of them in ONE backend call
+            hand each reply to its environment (step runs in the pool) -- do not wait
+        else:
+            wait for the first environment answer (or the nearest timeout)
+        collect every environment answer that is in: append its tokens, queue it for the model
+
+A trajectory therefore continues as soon as its own environment answers, while the others are
+still stepping or generating. With ``synchronous=True`` the engine instead waits until every live
+trajectory is ready before sampling (the anchor's round-synchronous scheme), which is the baseline
+``bench/rollout.py`` compares against.
+
+Failures never vanish: an exception or a timeout in create/reset/step ends that trajectory with
+``failed=True`` and a ``failure_reason``; the environment instance is discarded (closed once its
+thread returns) and a fresh one is created for the next episode.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentgym_core.env import Env, ResetResult, StepResult
+from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
+from agentgym_core.schedulers import RoundScheduler
+
+__all__ = ["EpisodeSpec", "RolloutConfig", "RolloutEngine", "RolloutStats"]
+
+
+class RolloutConfig(BaseModel):
+    """How episodes are rolled out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sampling: SamplingParams = Field(default_factory=SamplingParams, description="Per-turn sampling settings.")
+    max_turns: int = Field(
+        default=20, ge=1, description="Turn budget per trajectory when no round scheduler is given."
+    )
+    max_total_tokens: int = Field(
+        default=4096, ge=16,
+        description="Token budget per trajectory (prompt + all turns); reaching it truncates with "
+        "truncation_reason='token_budget'.",
+    )
+    step_timeout_s: float = Field(default=60.0, gt=0, description="Limit on one env create/reset/step call.")
+    episode_timeout_s: float | None = Field(
+        default=None, gt=0, description="Wall-clock limit on one episode (None: no limit)."
+    )
+    env_workers: int = Field(default=16, ge=1, description="Threads running environment calls concurrently.")
+    instruction_role: str = Field(
+        default="system",
+        description="Where the env's instruction goes: 'system' message, or 'user' (prefixed to the first "
+        "observation) for templates without a system role.",
+    )
+    synchronous: bool = Field(
+        default=False, description="Round-synchronous baseline: every turn waits for the slowest trajectory."
+    )
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to roll out: a task, its seed, and which sample of the task it is."""
+
+    task_id: int
+    seed: int | None = None
+    sample_index: int = 0
+    category: str | None = None
+
+
+@dataclass
+class RolloutStats:
+    """What one ``run`` did, for progress lines and benchmarks."""
+
+    trajectories: int = 0
+    failed: int = 0
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+    generation_calls: int = 0
+    sampled_tokens: int = 0
+    wall_seconds: float = 0.0
+    gen_seconds: float = 0.0
+
+
+@dataclass
+class _Slot:
+    """One environment instance (created lazily in the pool)."""
+
+    env: Env | None = None
+    broken: bool = False
+
+
+@dataclass
+class _Live:
+    """Book-keeping of one trajectory in flight."""
+
+    spec: EpisodeSpec
+    traj: Trajectory
+    start: float = 0.0
+    slot: _Slot | None = None
+    future: Future | None = None
+    deadline: float = float("inf")
+    with_system: bool = True
+    pending_ids: list[int] = field(default_factory=list)  # context tokens to append before the next reply
+    context_span: Span | None = None
+
+
+class RolloutEngine:
+    """Runs episodes with one backend over a pool of environment instances.
+
+    Args:
+        backend: the rollout backend (owns the model and its chat template).
+        make_env: creates one environment instance (an in-process ``Env`` or an ``HTTPEnv``).
+        num_envs: M, the most environment instances alive at once.
+        config: rollout settings.
+        scheduler: round scheduler; when given, ``horizon(step)`` is the turn budget.
+        env_name: recorded in trajectories (default: the env class's ``name``).
+    """
+
+    def __init__(
+        self,
+        backend: RolloutBackend,
+        make_env: Callable[[], Env],
+        *,
+        num_envs: int = 8,
+        config: RolloutConfig | None = None,
+        scheduler: RoundScheduler | None = None,
+        env_name: str | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.backend = backend
+        self.make_env = make_env
+        self.num_envs = num_envs
+        self.config = config or RolloutConfig()
+        self.scheduler = scheduler
+        self.env_name = env_name
+        self.chat = ChatFormat(backend)
+        self.stats = RolloutStats()
+        self._idle: list[_Slot] = []
+        self._alive = 0
+        self._pool = ThreadPoolExecutor(max_workers=self.config.env_workers, thread_name_prefix="agentgym-env")
+
+    # -- public ------------------------------------------------------------------------------
+    def run(
+        self,
+        episodes: Sequence[EpisodeSpec],
+        *,
+        step: int = 0,
+        on_done: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        """Roll out every episode; returns trajectories in the order of ``episodes``."""
+        cfg = self.config
+        max_turns = self.scheduler.horizon(step) if self.scheduler is not None else cfg.max_turns
+        t0 = time.perf_counter()
+        lives = [
+            _Live(spec, Trajectory(
+                env=self.env_name or "", task_id=spec.task_id, seed=spec.seed, sample_index=spec.sample_index,
+                category=spec.category, max_turns=max_turns, temperature=cfg.sampling.logprob_temperature,
+            ))
+            for spec in episodes
+        ]
+        waiting = list(reversed(lives))  # episodes without an environment yet (pop from the end)
+        in_env: dict[Future, _Live] = {}
+        ready: list[_Live] = []  # trajectories waiting for the model
+        finished = 0
+
+        def finish(live: _Live) -> None:
+            nonlocal finished
+            live.traj.wall_seconds = time.perf_counter() - live.start
+            self._release(live)
+            finished += 1
+            self.stats.trajectories += 1
+            if live.traj.failed:
+                self.stats.failed += 1
+                key = (live.traj.failure_reason or "").split(":")[0]
+                self.stats.failure_reasons[key] = self.stats.failure_reasons.get(key, 0) + 1
+            if on_done is not None:
+                on_done(live.traj)
+
+        while finished < len(lives):
+            # 1. Free environment instances go to waiting episodes; create + reset run in the pool.
+            while waiting and (self._idle or self._alive < self.num_envs):
+                live = waiting.pop()
+                live.slot = self._idle.pop() if self._idle else self._new_slot()
+                live.start = time.perf_counter()
+                self._submit(live, self._reset_call(live), in_env)
+
+            # 2. Sample for everyone waiting on the model (round-synchronous: only once no env call is out).
+            if ready and not (cfg.synchronous and in_env):
+                batch, ready = ready, []
+                for live in self._generate(batch, max_turns):
+                    if live.traj.done:
+                        finish(live)
+                    else:
+                        self._submit(live, self._step_call(live), in_env)
+            elif in_env:
+                timeout = max(0.0, min(live.deadline for live in in_env.values()) - time.perf_counter())
+                wait(list(in_env), timeout=timeout, return_when=FIRST_COMPLETED)
+
+            # 3. Collect every environment answer that is in, and every deadline that passed.
+            now = time.perf_counter()
+            for future in [f for f, live in in_env.items() if f.done() or live.deadline <= now]:
+                live = in_env.pop(future)
+                self._collect(live, future, max_turns)
+                if live.traj.done:
+                    finish(live)
+                else:
+                    ready.append(live)
+        self.stats.wall_seconds += time.perf_counter() - t0
+        return [live.traj for live in lives]
+
+    def close(self) -> None:
+        """Close every idle environment instance and stop the thread pool."""
+        for slot in self._idle:
+            self._close_slot(slot)
+        self._idle.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> RolloutEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- environment side (runs in the pool) ------------------------------------------------------
+    def _new_slot(self) -> _Slot:
+        self._alive += 1
+        return _Slot()
+
+    def _reset_call(self, live: _Live) -> Callable[[], tuple[str, ResetResult, float]]:
+        slot, spec = live.slot, live.spec
+        assert slot is not None
+
+        def call() -> tuple[str, ResetResult, float]:
+            t = time.perf_counter()
+            if slot.env is None:
+                slot.env = self.make_env()
+            if not self.env_name:
+                self.env_name = slot.env.name
+            result = slot.env.reset(spec.task_id, seed=spec.seed)
+            return slot.env.instruction, result, time.perf_counter() - t
+
+        return call
+
+    def _step_call(self, live: _Live) -> Callable[[], tuple[str, StepResult, float]]:
+        slot, text = live.slot, live.traj.turns[-1].text
+        assert slot is not None and slot.env is not None
+        env = slot.env
+
+        def call() -> tuple[str, StepResult, float]:
+            t = time.perf_counter()
+            action = env.parse_action(text)
+            return action, env.step(action), time.perf_counter() - t
+
+        return call
+
+    def _submit(self, live: _Live, call: Callable[[], Any], in_env: dict[Future, _Live]) -> None:
+        future = self._pool.submit(call)
+        deadline = time.perf_counter() + self.config.step_timeout_s
+        if self.config.episode_timeout_s is not None:
+            deadline = min(deadline, live.start + self.config.episode_timeout_s)
+        live.future, live.deadline = future, deadline
+        in_env[future] = live
+
+    def _collect(self, live: _Live, future: Future, max_turns: int) -> None:
+        """Fold one environment answer (or its failure / timeout) into the trajectory."""
+        traj, cfg = live.traj, self.config
+        if not future.done():
+            budget = cfg.step_timeout_s
+            episode_over = cfg.episode_timeout_s is not None and time.perf_counter() >= live.start + cfg.episode_timeout_s
+            what = f"episode timeout after {cfg.episode_timeout_s:g}s" if episode_over else f"env call timeout after {budget:g}s"
+            self._fail(live, f"timeout: {what}", running=future)
+            return
+        error = future.exception()
+        if error is not None:
+            phase = "reset" if not traj.turns else "step"
+            self._fail(live, f"env_error: {phase} raised {type(error).__name__}: {error}")
+            return
+        if not traj.turns:  # reset answered
+            instruction, reset, seconds = future.result()
+            traj.env = traj.env or self.env_name or ""
+            traj.env_seconds += seconds
+            if cfg.instruction_role == "system":
+                traj.messages = [{"role": "system", "content": instruction}, {"role": "user", "content": reset.observation}]
+            else:
+                traj.messages = [{"role": "user", "content": f"{instruction}\n\n{reset.observation}"}]
+            live.with_system = cfg.instruction_role == "system"
+            live.pending_ids = self.chat.prompt_ids(traj.messages)
+            if len(live.pending_ids) >= cfg.max_total_tokens:
+                self._truncate(live, "token_budget")
+            return
+        action, result, seconds = future.result()
+        turn = traj.turns[-1]
+        turn.action, turn.observation, turn.reward = action, result.observation, float(result.reward)
+        turn.success, turn.env_seconds, turn.info = result.success, seconds, dict(result.info)
+        traj.env_seconds += seconds
+        traj.outcome_reward += turn.reward
+        if result.success is not None:
+            traj.success = bool(result.success)
+        traj.messages.append({"role": "user", "content": result.observation})
+        if result.terminated:
+            traj.terminated = True
+        elif result.truncated:
+            self._truncate(live, "env_step_limit")
+        elif len(traj.turns) >= max_turns:
+            self._truncate(live, "max_turns")
+        else:
+            live.pending_ids = self.chat.turn_ids(
+                traj.token_ids[turn.action_span.start:turn.action_span.end], result.observation,
+                with_system=live.with_system,
+            )
+            if len(traj.token_ids) + len(live.pending_ids) >= cfg.max_total_tokens:
+                self._truncate(live, "token_budget")
+
+    # -- model side (runs in the calling thread) -------------------------------------------------
+    def _generate(self, batch: list[_Live], max_turns: int) -> list[_Live]:
+        cfg, sampling = self.config, self.config.sampling
+        prompts, caps = [], []
+        for live in batch:  # append the pending context tokens (mask 0) before sampling
+            traj, start = live.traj, len(live.traj.token_ids)
+            traj.token_ids.extend(live.pending_ids)
+            traj.loss_mask.extend([0] * len(live.pending_ids))
+            traj.logprobs.extend([0.0] * len(live.pending_ids))
+            live.pending_ids = []
+            live.context_span = Span(start=start, end=len(traj.token_ids))
+            if not traj.turns:
+                traj.prompt_length = len(traj.token_ids)
+            prompts.append(traj.token_ids)
+            caps.append(cfg.max_total_tokens - len(traj.token_ids))
+        t = time.perf_counter()
+        if sampling.seed is not None:  # a new stream per call; the same config seed replays the run
+            sampling = sampling.model_copy(update={"seed": sampling.seed + self.stats.generation_calls})
+        samples = self.backend.generate(prompts, sampling, max_new_tokens=caps)
+        seconds = time.perf_counter() - t
+        self.stats.generation_calls += 1
+        self.stats.gen_seconds += seconds
+        for live, sample, cap in zip(batch, samples, caps, strict=True):
+            traj, start = live.traj, len(live.traj.token_ids)
+            traj.token_ids.extend(sample.token_ids)
+            traj.loss_mask.extend([1] * len(sample.token_ids))
+            traj.logprobs.extend(sample.logprobs)
+            self.stats.sampled_tokens += len(sample.token_ids)
+            budget_hit = sample.finish_reason == "length" and cap < sampling.max_new_tokens and len(sample.token_ids) >= cap
+            traj.turns.append(Turn(
+                index=len(traj.turns), context_span=live.context_span,
+                action_span=Span(start=start, end=len(traj.token_ids)),
+                text=self.backend.decode(sample.token_ids), action="",
+                finish_reason="token_budget" if budget_hit else sample.finish_reason,
+                reward_index=len(traj.token_ids) - 1, gen_seconds=seconds,
+            ))
+            traj.gen_seconds += seconds
+            traj.messages.append({"role": "assistant", "content": self.chat.reply_content(sample.token_ids)})
+            if cfg.episode_timeout_s is not None and time.perf_counter() > live.start + cfg.episode_timeout_s:
+                self._fail(live, f"timeout: episode timeout after {cfg.episode_timeout_s:g}s")
+        return batch
+
+    # -- endings ---------------------------------------------------------------------------------
+    def _truncate(self, live: _Live, reason: str) -> None:
+        live.traj.truncated = True
+        live.traj.truncation_reason = reason  # type: ignore[assignment]
+
+    def _fail(self, live: _Live, reason: str, running: Future | None = None) -> None:
+        live.traj.failed, live.traj.failure_reason = True, reason
+        if live.slot is not None:
+            live.slot.broken = True
+            if running is not None:  # the call still runs in its thread: close once it returns
+                slot = live.slot
+                running.add_done_callback(lambda _f: self._close_slot(slot))
+
+    def _release(self, live: _Live) -> None:
+        slot, live.slot = live.slot, None
+        if slot is None:
+            return
+        if slot.broken:
+            self._alive -= 1
+            if live.future is None or live.future.done():
+                self._close_slot(slot)
+        else:
+            self._idle.append(slot)
+
+    @staticmethod
+    def _close_slot(slot: _Slot) -> None:
+        if slot.env is not None:
+            try:
+                slot.env.close()
+            except Exception:  # closing a broken env may fail too; it is discarded either way
+                pass

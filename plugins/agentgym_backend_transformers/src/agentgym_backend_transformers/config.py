@@ -1,0 +1,28 @@
+"""Typed configuration of the transformers rollout backend."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["TransformersBackendConfig"]
+
+
+class TransformersBackendConfig(BaseModel):
+    """How to load and run the policy model for rollouts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        default="smollm2-135m-instruct",
+        description="Named model, path to a .gguf file, or a Hugging Face model directory.",
+    )
+    device: str = Field(default="auto", description="'auto' (CUDA when present, else CPU), 'cpu', 'cuda', 'cuda:1'.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto", description="Weights dtype; 'auto' = float32 on CPU, bfloat16 on CUDA."
+    )
+    max_batch_size: int = Field(
+        default=64, ge=1, description="Most prompts sampled together in one forward pass; larger calls are chunked."
+    )
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: torch's default).")

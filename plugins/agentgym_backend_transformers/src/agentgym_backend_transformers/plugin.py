@@ -1,0 +1,12 @@
+"""Registers the ``transformers`` rollout backend."""
+
+from __future__ import annotations
+
+from agentgym_core import hookimpl
+
+
+@hookimpl
+def agentgym_register_rollout_backends(register) -> None:
+    from agentgym_backend_transformers.backend import make_backend
+
+    register("transformers", make_backend, summary="Hugging Face transformers: batched KV-cache sampling, CPU or CUDA")

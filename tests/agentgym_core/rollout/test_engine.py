@@ -1,0 +1,135 @@
+"""The rollout engine against a real (small) environment, in-process and over HTTP."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import pytest
+from guess_env import GuessEnv
+
+from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
+from agentgym_core.schedulers import FixedRounds
+from agentgym_core.testing.trajectory import check_trajectory
+
+
+def _config(**overrides) -> RolloutConfig:
+    fields = {"sampling": SamplingParams(max_new_tokens=10, seed=0), "max_turns": 4, "step_timeout_s": 10.0}
+    fields.update(overrides)
+    return RolloutConfig(**fields)
+
+
+def test_multi_turn_trajectories_pass_the_auditor(tiny_backend):
+    GuessEnv.created = 0
+    with RolloutEngine(tiny_backend, GuessEnv, num_envs=3, config=_config()) as engine:
+        trajs = engine.run([EpisodeSpec(task_id=i, sample_index=i % 2) for i in range(6)])
+    assert GuessEnv.created <= 3  # N=6 episodes share M=3 instances
+    assert [t.task_id for t in trajs] == list(range(6))
+    for traj in trajs:
+        report = check_trajectory(traj, tiny_backend)
+        assert report.text_matches_template
+        assert report.max_logprob_error is not None and report.max_logprob_error < 1e-3
+        assert traj.env == "guess" and not traj.failed
+        assert traj.num_turns >= 1 and traj.turns[0].context_span.start == 0
+        assert traj.gen_seconds > 0 and traj.env_seconds > 0
+    # Random replies rarely guess right: most run out of turns, and say so.
+    assert any(t.truncation_reason == "max_turns" and t.num_turns == 4 for t in trajs)
+    assert engine.stats.trajectories == 6 and engine.stats.failed == 0
+
+
+def test_round_scheduler_sets_the_turn_budget(tiny_backend):
+    with RolloutEngine(tiny_backend, GuessEnv, num_envs=2, config=_config(), scheduler=FixedRounds(2)) as engine:
+        trajs = engine.run([EpisodeSpec(task_id=1), EpisodeSpec(task_id=2)])
+    assert all(t.max_turns == 2 and t.num_turns <= 2 for t in trajs)
+    assert any(t.truncation_reason == "max_turns" for t in trajs)
+
+
+def test_token_budget_truncates_with_a_flag(tiny_backend):
+    config = _config(max_total_tokens=120, max_turns=20)
+    with RolloutEngine(tiny_backend, GuessEnv, num_envs=2, config=config) as engine:
+        trajs = engine.run([EpisodeSpec(task_id=3), EpisodeSpec(task_id=4)])
+    for traj in trajs:
+        check_trajectory(traj, tiny_backend)
+        assert len(traj.token_ids) <= 120
+        if not traj.terminated:
+            assert traj.truncated and traj.truncation_reason == "token_budget"
+
+
+def test_env_failure_ends_only_that_trajectory(tiny_backend):
+    make = functools.partial(GuessEnv, fail_on_step=2)
+    with RolloutEngine(tiny_backend, make, num_envs=2, config=_config()) as engine:
+        trajs = engine.run([EpisodeSpec(task_id=i) for i in range(3)])
+    for traj in trajs:
+        check_trajectory(traj, tiny_backend)
+        if traj.num_turns >= 2:  # the crash is on the second step (unless it guessed right first)
+            assert traj.failed and "env_error: step raised RuntimeError" in traj.failure_reason
+    assert engine.stats.failed == sum(t.failed for t in trajs) >= 1
+    assert engine.stats.failure_reasons == {"env_error": engine.stats.failed}
+
+
+def test_reset_failure_is_recorded(tiny_backend):
+    with RolloutEngine(tiny_backend, functools.partial(GuessEnv, fail_on_reset=True), num_envs=1,
+                       config=_config()) as engine:
+        (traj,) = engine.run([EpisodeSpec(task_id=0)])
+    assert traj.failed and "reset raised ConnectionError" in traj.failure_reason
+    assert traj.token_ids == [] and traj.num_turns == 0
+    check_trajectory(traj, tiny_backend)
+
+
+def test_step_timeout_fails_the_trajectory_without_waiting(tiny_backend):
+    make = functools.partial(GuessEnv, step_delay=1.5, slow_tasks=[0])
+    start = time.perf_counter()
+    with RolloutEngine(tiny_backend, make, num_envs=2, config=_config(step_timeout_s=0.3)) as engine:
+        slow, fast = engine.run([EpisodeSpec(task_id=0), EpisodeSpec(task_id=1)])
+    assert time.perf_counter() - start < 1.4  # did not sit out the stalled step
+    assert slow.failed and slow.failure_reason.startswith("timeout: env call timeout")
+    assert not fast.failed
+    check_trajectory(slow, tiny_backend)
+
+
+def test_episode_timeout(tiny_backend):
+    make = functools.partial(GuessEnv, step_delay=0.2)
+    config = _config(episode_timeout_s=0.5, max_turns=20)
+    with RolloutEngine(tiny_backend, make, num_envs=1, config=config) as engine:
+        (traj,) = engine.run([EpisodeSpec(task_id=5)])
+    assert traj.failed and "episode timeout" in traj.failure_reason
+    check_trajectory(traj, tiny_backend)
+
+
+@pytest.mark.parametrize("synchronous", [False, True])
+def test_no_round_barrier_unless_asked(tiny_backend, synchronous):
+    """A fast trajectory must not wait for a slow one's steps (it does in the synchronous baseline)."""
+    make = functools.partial(GuessEnv, step_delay=0.25, slow_tasks=[0])
+    finished: dict[int, float] = {}
+    start = time.perf_counter()
+    config = _config(max_turns=3, synchronous=synchronous)
+    with RolloutEngine(tiny_backend, make, num_envs=2, config=config) as engine:
+        engine.run([EpisodeSpec(task_id=0), EpisodeSpec(task_id=1)],
+                   on_done=lambda t: finished.setdefault(t.task_id, time.perf_counter() - start))
+    if synchronous:
+        assert finished[1] >= 0.5  # waited for the slow env in rounds 1 and 2
+    else:
+        assert finished[1] < finished[0] - 0.3
+
+
+def test_rollouts_over_http_pass_the_auditor(tiny_backend):
+    from agentgym_core.client import HTTPEnv
+    from agentgym_core.testing import serve_env
+
+    with serve_env(GuessEnv) as url:
+        with RolloutEngine(tiny_backend, lambda: HTTPEnv(url, env="guess"), num_envs=3, config=_config()) as engine:
+            trajs = engine.run([EpisodeSpec(task_id=40 + i) for i in range(4)])
+    for traj in trajs:
+        check_trajectory(traj, tiny_backend)
+        assert not traj.failed and traj.env == "guess" and traj.num_turns >= 1
+        assert traj.messages[0]["content"].startswith("Guess the secret number")
+
+
+def test_http_server_gone_is_a_recorded_failure(tiny_backend):
+    from agentgym_core.client import HTTPEnv
+
+    config = _config(step_timeout_s=5.0)
+    with RolloutEngine(tiny_backend, lambda: HTTPEnv("http://127.0.0.1:9", env="guess", timeout=1.0), num_envs=1,
+                       config=config) as engine:
+        (traj,) = engine.run([EpisodeSpec(task_id=0)])
+    assert traj.failed and traj.failure_reason.startswith("env_error: reset raised")
