@@ -17,7 +17,15 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from agentgym_core import protocol as p
-from agentgym_core.env import Env, EnvError, EpisodeEndedError, InvalidTaskError, ResetResult, StepResult, TaskCatalog
+from agentgym_core.env import (
+    Env,
+    EnvError,
+    EpisodeEndedError,
+    InvalidTaskError,
+    ResetResult,
+    StepResult,
+    TaskCatalog,
+)
 
 __all__ = ["EnvClient", "HTTPEnv", "RemoteError"]
 
