@@ -216,6 +216,11 @@ class SimulatorPool:
                 if sim.alive and sim.heap == heap:
                     return sim
                 sim.close()
+        return self.start(heap=heap)
+
+    def start(self, *, heap: str | None) -> Simulator:
+        """Start a fresh JVM (bypassing the idle list), counted in ``started``."""
+        with self._lock:
             self.started += 1
         return Simulator(heap=heap)
 
