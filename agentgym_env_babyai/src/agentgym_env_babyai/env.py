@@ -7,9 +7,6 @@ import json
 import re
 from typing import Any, ClassVar
 
-from minigrid.minigrid_env import MiniGridEnv
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from agentgym_core.compat import AgentGymCompat
 from agentgym_core.env import (
     Env,
@@ -18,6 +15,9 @@ from agentgym_core.env import (
     StepResult,
     TaskCatalog,
 )
+from minigrid.minigrid_env import MiniGridEnv
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from agentgym_env_babyai.levels import build_catalog, level_name, make_level, task_level_seed
 from agentgym_env_babyai.repair import repair_strict_order
 from agentgym_env_babyai.view import FORWARD, View
@@ -176,7 +176,7 @@ class BabyAIEnv(Env):
             if obs is not None:
                 self._view = view = self._look(obs)
             elif text.startswith("go to"):
-                message = f"You are already facing the {text[len('go to '):]}."
+                message = f"You are already facing the {text[len('go to ') :]}."
 
         success: bool | None = None
         if terminated:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentgym_core.env import Env
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
-from agentgym_core.env import Env
 from agentgym_env_babyai.env import BabyAIEnv
 from agentgym_env_babyai.view import DROP, FORWARD, LEFT, PICKUP, RIGHT, TOGGLE
 
@@ -92,7 +92,9 @@ def solve(env: Env, task_id: int, *, max_turns: int = 2000) -> ExpertResult:
     try:
         first = env.reset(task_id).observation
         if first != expert.first_observation:
-            raise ExpertDesyncError(f"task {task_id}: reset observations differ:\n{first!r}\n{expert.first_observation!r}")
+            raise ExpertDesyncError(
+                f"task {task_id}: reset observations differ:\n{first!r}\n{expert.first_observation!r}"
+            )
         result = ExpertResult(task_id=task_id, success=False, reward=0.0, turns=0)
         while result.turns < max_turns:
             try:

@@ -59,7 +59,7 @@ class SeenObject(NamedTuple):
 
 def _passable(cell: list[int]) -> bool:
     kind = cell[0]
-    return kind == _EMPTY or kind == _FLOOR or kind == _GOAL or (kind == _DOOR and cell[2] == _OPEN)
+    return kind in (_EMPTY, _FLOOR, _GOAL) or (kind == _DOOR and cell[2] == _OPEN)
 
 
 class View:
