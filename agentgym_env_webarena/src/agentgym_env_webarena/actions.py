@@ -22,6 +22,7 @@ _FENCED = re.compile(r"```(.*?)```", re.DOTALL)
 _BRACKETS = re.compile(r"\[(.*?)\](?=\s*(?:\[|$))", re.DOTALL)
 
 _NO_ARGUMENT = {"new_tab", "close_tab", "go_back", "go_forward"}
+_KNOWN = _NO_ARGUMENT | {"click", "hover", "type", "press", "scroll", "tab_focus", "goto", "stop"}
 
 
 class ActionParseError(ValueError):
@@ -106,7 +107,9 @@ def parse_action(text: str) -> Action:
         head, bracket, tail = head.partition("[")
         rest = bracket + tail + (" " + rest if rest else "")
     kind = head.strip().lower()
-    args = _arguments(rest) if kind != "stop" else None
+    if kind not in _KNOWN:
+        raise ActionParseError(f"unknown action {head[:40]!r} (the reply should end with one action in ```backticks```)")
+    args = _arguments(rest) if kind != "stop" else []
 
     if kind in _NO_ARGUMENT:
         return Action(kind)
@@ -151,4 +154,4 @@ def parse_action(text: str) -> Action:
         else:
             raise ActionParseError("stop takes the answer in brackets: `stop [42]` (or `stop []`)")
         return Action(kind, answer=answer)
-    raise ActionParseError(f"unknown action {head!r}")
+    raise AssertionError(kind)  # unreachable: every kind in _KNOWN is handled above

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentgym_core import Env, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
+from agentgym_core.compat import AgentGymCompat
 
 from agentgym_env_webarena.actions import ACTION_HELP, ActionParseError, extract_action, parse_action
 from agentgym_env_webarena.browser import BrowserPool
@@ -32,6 +33,11 @@ class WebArenaEnv(Env):
     name: ClassVar[str] = "webarena"
     max_episode_steps: ClassVar[int | None] = 30
     tasks_file: ClassVar[Path] = VERIFIED_TASKS_FILE
+    # AgentGym's agentenv-webarena server: {"env_idx"} ids, /reset {"env_idx", "seed", "idx"},
+    # /step answers {"observation", "reward", "terminated", "truncated", "info"}.
+    agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(
+        id_field="env_idx", task_field="idx", done_field="terminated", include_score=False
+    )
 
     def __init__(self, **kwargs: Any) -> None:
         self.config = WebArenaConfig(**kwargs)

@@ -58,6 +58,7 @@ class BrowserSession:
         self._seq = 0
         self._pending: set[asyncio.Task[None]] = set()
         self._navigating = False
+        self._loaded = asyncio.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
@@ -114,15 +115,23 @@ class BrowserSession:
         # Popups and target=_blank links become the active tab, as in a real browser, but a
         # page may not open tabs without bound.
         assert self.context is not None
+        page.on("load", lambda p=page: self._on_load(p))
         if len(self.context.pages) > self.config.max_tabs:
             self._spawn(page.close())
             return
         if self.active is not None:
             self.active = page
 
+    def _on_load(self, page: Page) -> None:
+        if page is self.active:
+            self._loaded.set()
+
     def _on_request(self, request: Request) -> None:
         if request.is_navigation_request() and self.active is not None and request.frame == self.active.main_frame:
+            # The page's load state still describes the old document until the new one commits,
+            # so wait for the next `load` event rather than for a load state.
             self._navigating = True
+            self._loaded.clear()
         if request.resource_type in _UNTRACED_RESOURCES:
             return
         self._seq += 1
@@ -257,9 +266,9 @@ class BrowserSession:
             pass
         if self._navigating:
             try:
-                await page.wait_for_load_state("load")
-            except Exception:  # noqa: BLE001 - slow page: observe what is there
-                pass
+                await asyncio.wait_for(self._loaded.wait(), self.config.navigation_timeout_s)
+            except TimeoutError:
+                pass  # a slow page: observe what is there
         self._navigating = False
 
     async def execute(self, action: Action) -> str | None:
@@ -312,7 +321,8 @@ class BrowserSession:
                 return await self._goto(page, action.url)
             elif kind in ("go_back", "go_forward"):
                 move = page.go_back if kind == "go_back" else page.go_forward
-                if await move(wait_until="load") is None:
+                before = page.url
+                if await move(wait_until="load") is None and page.url == before:
                     return f"{kind}: there is no page to go {'back' if kind == 'go_back' else 'forward'} to"
                 return None
             else:
