@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from agentgym_env_textcraft.actions import Craft, Get, InvalidAction, Inventory, parse_action
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from agentgym_core import EnvError, EpisodeEndedError, InvalidTaskError
 from agentgym_core.testing import check_env
+from agentgym_env_textcraft.tasks import goals
 from pydantic import ValidationError
 
+from agentgym_core import EnvError, EpisodeEndedError, InvalidTaskError
 from agentgym_env_textcraft import TextCraftEnv, goal_of
-from agentgym_env_textcraft.tasks import goals
 
 
 def _task(item: str) -> int:
@@ -55,7 +55,12 @@ def test_crafting_the_goal_wins(env):
     for action, expected in script:
         result = env.step(action)
         assert result.observation == expected
-        assert (result.reward, result.terminated, result.truncated, result.success) == (0.0, False, False, None)
+        assert (result.reward, result.terminated, result.truncated, result.success) == (
+            0.0,
+            False,
+            False,
+            None,
+        )
     final = env.step("craft 3 dark oak sign using 6 dark oak planks, 1 stick")
     assert final.observation == "Crafted 3 dark oak sign"
     assert (final.reward, final.terminated, final.truncated, final.success) == (1.0, True, False, True)
@@ -70,7 +75,10 @@ def test_crafting_the_goal_wins(env):
         ("get 1 planks", "Could not get planks: it is a generic ingredient"),
         ("get 1 unobtainium", "Could not find unobtainium: there is no such item."),
         ("craft 4 stick using 2 oak planks", "Could not craft stick: you need 2 oak planks but have 0."),
-        ("craft 1 oak logs using 1 oak planks", "Could not craft oak logs: it is a raw material; get it instead."),
+        (
+            "craft 1 oak logs using 1 oak planks",
+            "Could not craft oak logs: it is a raw material; get it instead.",
+        ),
         ("craft 4 planks using 1 oak logs", "Could not craft planks: name a specific kind"),
         ("craft 4 stick using 2 planks", "Could not craft stick: planks is a generic ingredient"),
         ("dance", "Invalid action 'dance': unknown command 'dance'."),
@@ -95,14 +103,23 @@ def test_wrong_ingredient_counts_are_refused_and_inventory_kept(env):
 def test_white_wool_is_not_in_the_wool_group(env):
     """A quirk of the data kept for comparability: only dyed wool counts as generic 'wool'."""
     env.reset(_task("painting"))
-    for action in ["get 2 oak logs", "craft 4 oak planks using 1 oak logs", "craft 4 oak planks using 1 oak logs",
-                   "craft 4 stick using 2 oak planks", "craft 4 stick using 2 oak planks",
-                   "get 4 string", "craft 1 white wool using 4 string"]:
+    for action in [
+        "get 2 oak logs",
+        "craft 4 oak planks using 1 oak logs",
+        "craft 4 oak planks using 1 oak logs",
+        "craft 4 stick using 2 oak planks",
+        "craft 4 stick using 2 oak planks",
+        "get 4 string",
+        "craft 1 white wool using 4 string",
+    ]:
         assert not env.step(action).observation.startswith("Could not")
     refused = env.step("craft 1 painting using 8 stick, 1 white wool")
     assert refused.observation.startswith("Could not craft painting")
-    for action in ["get 1 ink sac", "craft 1 black dye using 1 ink sac",
-                   "craft 1 black wool using 1 black dye, 1 white wool"]:
+    for action in [
+        "get 1 ink sac",
+        "craft 1 black dye using 1 ink sac",
+        "craft 1 black wool using 1 black dye, 1 white wool",
+    ]:
         assert not env.step(action).observation.startswith("Could not"), action
     assert env.step("craft 1 painting using 8 stick, 1 black wool").success is True
 

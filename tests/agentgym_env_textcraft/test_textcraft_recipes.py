@@ -8,7 +8,6 @@ import io
 from collections import Counter
 
 import pytest
-
 from agentgym_env_textcraft.recipes import Ingredient, Recipe, build_recipe_book, load_recipe_book
 
 
@@ -72,16 +71,30 @@ def test_recipe_command_text():
 
 def test_build_from_documents_applies_the_rules():
     docs = [
-        {"type": "minecraft:crafting_shapeless", "group": "planks",
-         "ingredients": [{"tag": "minecraft:oak_logs"}], "result": {"item": "minecraft:oak_planks", "count": 4}},
-        {"type": "minecraft:crafting_shaped", "pattern": ["#", "#"], "key": {"#": {"tag": "minecraft:planks"}},
-         "result": {"item": "minecraft:stick", "count": 4}},
-        {"type": "minecraft:crafting_shapeless", "ingredients": [{"item": "minecraft:iron_block"}],
-         "result": {"item": "minecraft:iron_ingot", "count": 9}},
+        {
+            "type": "minecraft:crafting_shapeless",
+            "group": "planks",
+            "ingredients": [{"tag": "minecraft:oak_logs"}],
+            "result": {"item": "minecraft:oak_planks", "count": 4},
+        },
+        {
+            "type": "minecraft:crafting_shaped",
+            "pattern": ["#", "#"],
+            "key": {"#": {"tag": "minecraft:planks"}},
+            "result": {"item": "minecraft:stick", "count": 4},
+        },
+        {
+            "type": "minecraft:crafting_shapeless",
+            "ingredients": [{"item": "minecraft:iron_block"}],
+            "result": {"item": "minecraft:iron_ingot", "count": 9},
+        },
         {"type": "minecraft:smelting", "ingredient": {"item": "minecraft:sand"}, "result": "minecraft:glass"},
         # closes a cycle with the first recipe: dropped
-        {"type": "minecraft:crafting_shapeless", "ingredients": [{"item": "minecraft:oak_planks"}],
-         "result": {"item": "minecraft:oak_logs"}},
+        {
+            "type": "minecraft:crafting_shapeless",
+            "ingredients": [{"item": "minecraft:oak_planks"}],
+            "result": {"item": "minecraft:oak_logs"},
+        },
     ]
     book = build_recipe_book(docs)
     assert set(book.item_recipes) == {"oak planks", "stick"}
@@ -99,5 +112,7 @@ def test_same_trees_as_the_textcraft_package(book):
     for item, _ in goals[:: len(goals) // 12]:
         tree = CraftingTree(data_dir)
         with contextlib.redirect_stdout(io.StringIO()):
-            theirs = {r.recipe_str for r in tree.traverse_recipe_tree("minecraft:" + item.replace(" ", "_"), set())}
+            theirs = {
+                r.recipe_str for r in tree.traverse_recipe_tree("minecraft:" + item.replace(" ", "_"), set())
+            }
         assert theirs == {r.command for r in book.recipe_tree(item)}, item

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from agentgym_env_textcraft import TextCraftEnv, goal_of
 from agentgym_env_textcraft.tasks import MIN_TEST_PER_DEPTH, goals
+
+from agentgym_env_textcraft import TextCraftEnv, goal_of
 
 
 def test_tasks_are_ordered_by_depth_then_name():
@@ -27,7 +28,10 @@ def test_categories_are_depths_and_the_test_split_is_stratified():
     catalog = TextCraftEnv.tasks()
     assert sorted(catalog.categories) == ["depth1", "depth2", "depth3", "depth4"]
     assert {k: len(v) for k, v in catalog.categories.items()} == {
-        "depth1": 125, "depth2": 291, "depth3": 117, "depth4": 11
+        "depth1": 125,
+        "depth2": 291,
+        "depth3": 117,
+        "depth4": 11,
     }
     for name, ids in catalog.categories.items():
         assert all(goal_of(t).category == name for t in ids)
