@@ -2,8 +2,14 @@ import math
 
 import pytest
 import torch
-
-from agentgym_core.rl.losses import aggregate, entropy_from_logits, kl_penalty, policy_loss, token_logprobs, value_loss
+from agentgym_core.rl.losses import (
+    aggregate,
+    entropy_from_logits,
+    kl_penalty,
+    policy_loss,
+    token_logprobs,
+    value_loss,
+)
 
 
 def test_ppo_clip_hand_computed():

@@ -1,0 +1,93 @@
+"""From trajectories to padded (B, T) training tensors, and which tasks each step trains on."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from agentgym_core.rollout.trajectory import Trajectory
+
+__all__ = ["RLBatch", "allocate_tasks", "build_batch", "step_seed", "tasks_for_step"]
+
+
+@dataclass
+class RLBatch:
+    """The trajectories of one step as tensors; row i is ``trajectories[i]``."""
+
+    trajectories: list[Trajectory]
+    sequences: list[list[int]]
+    mask: torch.Tensor  # (B, T) float: 1 on sampled tokens
+    token_rewards: torch.Tensor  # (B, T): each turn's reward on its last sampled token
+    rollout_logprobs: torch.Tensor  # (B, T): log-probs recorded at sampling time
+    group_ids: torch.Tensor  # (B,): rows of the same (env, task) share an id
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(len(s) for s in self.sequences))
+
+
+def build_batch(trajectories: Sequence[Trajectory]) -> RLBatch:
+    """Pad the trajectories' token ids, masks, rewards and log-probs to (B, T)."""
+    trajs = list(trajectories)
+    T = max((len(t.token_ids) for t in trajs), default=1) or 1
+    B = len(trajs)
+    mask = torch.zeros(B, T)
+    rewards = torch.zeros(B, T)
+    logprobs = torch.zeros(B, T)
+    groups: dict[tuple[str, int], int] = {}
+    group_ids = torch.zeros(B, dtype=torch.long)
+    for i, t in enumerate(trajs):
+        n = len(t.token_ids)
+        mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
+        rewards[i, :n] = torch.tensor(t.token_rewards(), dtype=torch.float32)
+        logprobs[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+        group_ids[i] = groups.setdefault((t.env, t.task_id), len(groups))
+    return RLBatch(trajs, [list(t.token_ids) for t in trajs], mask, rewards * mask, logprobs * mask, group_ids)
+
+
+def step_seed(seed: int, *parts: object) -> int:
+    """A 63-bit seed derived from the run seed and labels (step, env, ...): stable across resumes."""
+    digest = hashlib.sha256(repr((seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def tasks_for_step(task_ids: Sequence[int], n: int, step: int, seed: int, label: str = "") -> list[int]:
+    """The ``n`` tasks of training step ``step``: consecutive slices of per-epoch shuffles.
+
+    Each epoch is a fresh permutation of ``task_ids`` seeded by (seed, label, epoch), so every task
+    is seen once per epoch, and the tasks of step k depend only on (seed, k): a resumed run draws
+    exactly the tasks an uninterrupted one would.
+    """
+    if not task_ids:
+        raise ValueError(f"no training tasks for {label or 'the environment'}; check its train split/train_tasks")
+    ids = list(task_ids)
+    out: list[int] = []
+    position = step * n
+    while len(out) < n:
+        epoch, offset = divmod(position, len(ids))
+        g = torch.Generator().manual_seed(step_seed(seed, label, "epoch", epoch))
+        perm = torch.randperm(len(ids), generator=g).tolist()
+        take = min(n - len(out), len(ids) - offset)
+        out.extend(ids[j] for j in perm[offset: offset + take])
+        position += take
+    return out
+
+
+def allocate_tasks(total: int, weights: Sequence[float]) -> list[int]:
+    """Split ``total`` tasks over environments by weight (largest remainder; every env gets >= 1)."""
+    if total < len(weights):
+        raise ValueError(f"rollout.tasks_per_step={total} is smaller than the number of environments ({len(weights)})")
+    raw = [total * w / sum(weights) for w in weights]
+    counts = [max(1, int(r)) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: raw[i] - int(raw[i]), reverse=True)
+    k = 0
+    while sum(counts) < total:
+        counts[order[k % len(order)]] += 1
+        k += 1
+    while sum(counts) > total:
+        j = max(range(len(counts)), key=lambda i: counts[i])
+        counts[j] -= 1
+    return counts

@@ -1,0 +1,128 @@
+"""Checkpoints: written atomically, so a kill -9 loses at most the step in progress.
+
+Layout of ``<run_dir>/checkpoints/step_000012/``::
+
+    model/            the policy in Hugging Face format (LoRA merged in), loadable by
+                      transformers and vLLM, with its tokenizer
+    adapter/          the LoRA adapter alone (LoRA runs only; resume loads base + adapter)
+    trainer_state.pt  optimizer, LR schedule, value head, RNG states, round-scheduler state, step
+    DONE              written last; a directory without it is never used
+
+A checkpoint is built in ``step_000012.tmp/`` and renamed into place (one atomic rename); then
+``latest`` (a one-line file with the directory name) is replaced atomically. The data order needs
+no state: the tasks of step k are a function of (seed, k) (see ``tasks_for_step``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["checkpoint_dir", "latest_checkpoint", "load_policy_weights", "load_trainer_state", "rng_state", "save_checkpoint", "set_rng_state"]
+
+
+def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
+
+
+def rng_state() -> dict[str, Any]:
+    """Python and torch RNG states (CUDA too when present)."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _export_model(model: Any, tokenizer: Any, directory: Path) -> None:
+    """Save plain HF weights; for a peft model, the merged weights plus the adapter."""
+    if hasattr(model, "peft_config"):
+        model.save_pretrained(directory.parent / "adapter")
+        # merge_and_unload is destructive: merge a copy so the training model keeps its adapters.
+        copy.deepcopy(model).merge_and_unload().save_pretrained(directory)
+    else:
+        model.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+
+
+def save_checkpoint(
+    run_dir: str | Path, step: int, *, model: Any, tokenizer: Any, trainer_state: dict[str, Any], keep: int = 2
+) -> Path:
+    """Write checkpoint ``step`` (the number of completed steps) atomically; prune old ones."""
+    final = checkpoint_dir(run_dir, step)
+    tmp = final.with_name(final.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "model").mkdir(parents=True)
+    _export_model(model, tokenizer, tmp / "model")
+    torch.save(trainer_state, tmp / "trainer_state.pt")
+    (tmp / "DONE").write_text(str(step))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    pointer = final.parent / "latest"
+    pointer_tmp = final.parent / "latest.tmp"
+    pointer_tmp.write_text(final.name)
+    os.replace(pointer_tmp, pointer)
+    done = sorted(p for p in final.parent.glob("step_*") if p.is_dir() and (p / "DONE").exists()
+                  and not p.name.endswith(".tmp"))
+    for old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint (``latest`` pointer, else the highest complete step), or None."""
+    root = Path(run_dir) / "checkpoints"
+    pointer = root / "latest"
+    if pointer.exists():
+        candidate = root / pointer.read_text().strip()
+        if (candidate / "DONE").exists():
+            return candidate
+    done = sorted(p for p in root.glob("step_*") if p.is_dir() and (p / "DONE").exists() and not p.name.endswith(".tmp"))
+    return done[-1] if done else None
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    return torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+
+
+def load_policy_weights(model: Any, checkpoint: Path) -> None:
+    """Load the checkpoint's trained weights into ``model`` (built from the initial weights).
+
+    A LoRA (peft) model gets its adapter back; a plain model its full HF weights.
+    """
+    from safetensors.torch import load_file
+
+    if hasattr(model, "peft_config"):
+        from peft import set_peft_model_state_dict
+
+        files = sorted((checkpoint / "adapter").glob("*.safetensors"))
+        state: dict[str, Any] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        set_peft_model_state_dict(model, state)
+        return
+    state = {}
+    for f in sorted((checkpoint / "model").glob("*.safetensors")):
+        state.update(load_file(str(f), device=str(next(model.parameters()).device)))
+    if not state:
+        raise FileNotFoundError(f"no *.safetensors weights in {checkpoint / 'model'}")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
+    if unexpected or set(missing) - tied:
+        raise RuntimeError(f"checkpoint {checkpoint} does not match the model: missing {sorted(missing)[:5]}, "
+                           f"unexpected {sorted(unexpected)[:5]}; was it written for a different model.path?")

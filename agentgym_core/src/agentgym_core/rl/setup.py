@@ -1,0 +1,161 @@
+"""The pieces the training loop is built from: policy, backend, environments, optimizer, evaluation."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentgym_core.client import EnvClient, HTTPEnv
+from agentgym_core.plugins import PluginManager
+from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
+from agentgym_core.rollout.backend import SamplingParams
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from agentgym_core.rollout.trajectory import Trajectory
+
+__all__ = ["EnvHandle", "build_optimizer", "evaluate", "load_policy", "make_backend", "open_envs", "summarize"]
+
+
+def load_policy(config: ModelConfig) -> tuple[Any, Any]:
+    """(model, tokenizer) from ``config.path``; with LoRA enabled, wrapped with fresh peft adapters."""
+    from agentgym_core.models import load_pretrained
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device = config.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_pretrained(config.path, device=device, dtype=config.dtype)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if config.lora.enabled:
+        model = wrap_lora(model, config)
+    model.eval()
+    return model, tokenizer
+
+
+def wrap_lora(model: Any, config: ModelConfig) -> Any:
+    """Wrap ``model`` with trainable LoRA adapters."""
+    try:
+        import peft
+    except ImportError as exc:
+        raise RuntimeError("model.lora.enabled needs peft: pip install peft") from exc
+    lora = config.lora
+    return peft.get_peft_model(model, peft.LoraConfig(
+        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules,
+        task_type="CAUSAL_LM"))
+
+
+def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, bool]:
+    """The rollout backend, and whether it shares the trainer's module (no weight copy needed).
+
+    A backend factory that accepts ``model=`` and ``tokenizer=`` keyword arguments is handed the
+    trainer's own module; otherwise it loads its own copy and receives weights every step.
+    """
+    factory = pm.get("rollout_backend", config.rollout.backend)
+    options = {"model": config.model.path, **config.rollout.backend_options}
+    params = inspect.signature(factory).parameters
+    if "model" in params and "tokenizer" in params and len(params) > 2:
+        return factory(options, model=model, tokenizer=tokenizer), True
+    backend_cls = getattr(factory, "__globals__", {}).get("TransformersBackend")
+    if backend_cls is not None:  # the transformers backend can wrap a live module directly
+        return backend_cls(model, tokenizer, **{k: v for k, v in config.rollout.backend_options.items()
+                                                if k == "max_batch_size"}), True
+    return factory(options), False
+
+
+@dataclass
+class EnvHandle:
+    """One training environment: its config, server URL, client and task catalog."""
+
+    config: EnvConfig
+    url: str
+    client: EnvClient
+    train_tasks: list[int]
+    test_tasks: list[int]
+    categories: dict[int, str]
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def make_env(self) -> HTTPEnv:
+        return HTTPEnv(client=self.client, env=self.config.name)
+
+
+@contextlib.contextmanager
+def open_envs(pm: PluginManager, configs: list[EnvConfig]) -> Iterator[list[EnvHandle]]:
+    """Connect to each env's server; start one on loopback (in this process) when no URL is given."""
+    from agentgym_core.testing.serving import serve_env
+
+    with contextlib.ExitStack() as stack:
+        handles = []
+        for cfg in configs:
+            url = cfg.url
+            if url is None:
+                env_cls = pm.env_class(cfg.name)
+                url = stack.enter_context(serve_env(env_cls, cfg.env_kwargs, max_instances=max(64, cfg.max_concurrency)))
+            client = EnvClient(url)
+            stack.callback(client.close)
+            catalog = client.tasks()
+            train = cfg.train_tasks if cfg.train_tasks is not None else catalog.split(cfg.train_split)
+            test = cfg.test_tasks if cfg.test_tasks is not None else catalog.split(cfg.test_split)
+            handles.append(EnvHandle(cfg, url, client, list(train), list(test), catalog.category_index()))
+        yield handles
+
+
+def build_optimizer(params: list[torch.nn.Parameter], critic_params: list[torch.nn.Parameter],
+                    config: OptimConfig, total_steps: int) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW (the value head in its own group) and a per-training-step LR schedule."""
+    groups = [{"params": params, "lr": config.lr}]
+    if critic_params:
+        groups.append({"params": critic_params, "lr": config.critic_lr or 10 * config.lr})
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+
+    def factor(step: int) -> float:
+        if config.warmup_steps and step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        if config.schedule == "cosine":
+            progress = (step - config.warmup_steps) / max(1, total_steps - config.warmup_steps)
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def summarize(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
+    """Success, reward and turn means over trajectories, overall and per environment."""
+    out: dict[str, float] = {}
+    by_env: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        by_env.setdefault(t.env, []).append(t)
+    for name, group in [("", trajectories), *((f"{e}/", g) for e, g in sorted(by_env.items()))]:
+        n = max(len(group), 1)
+        out[f"{prefix}{name}success"] = sum(t.success for t in group) / n
+        out[f"{prefix}{name}reward"] = sum(t.outcome_reward for t in group) / n
+        out[f"{prefix}{name}turns"] = sum(t.num_turns for t in group) / n
+    out[f"{prefix}failed"] = float(sum(t.failed for t in trajectories))
+    return out
+
+
+def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
+    """Greedy (or ``eval_temperature``) episodes on the first ``eval_tasks`` held-out tasks of each env."""
+    trajs: list[Trajectory] = []
+    sampling = SamplingParams(temperature=config.rollout.eval_temperature, top_p=1.0,
+                              max_new_tokens=config.rollout.max_new_tokens, seed=config.trainer.seed)
+    for env in envs:
+        tasks = env.test_tasks[: config.trainer.eval_tasks]
+        if not tasks:
+            continue
+        engine_cfg = RolloutConfig(sampling=sampling, max_turns=horizon,
+                                   max_total_tokens=config.rollout.max_total_tokens)
+        with RolloutEngine(backend, env.make_env, num_envs=min(env.config.max_concurrency, len(tasks)),
+                           config=engine_cfg, env_name=env.name) as engine:
+            trajs += engine.run([EpisodeSpec(task_id=t, seed=None, category=env.categories.get(t)) for t in tasks])
+    metrics = summarize(trajs)
+    return {"step": step, "horizon": horizon, "tasks": len(trajs), **metrics}

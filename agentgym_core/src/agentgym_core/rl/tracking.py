@@ -1,0 +1,60 @@
+"""Metrics out: JSONL (always), TensorBoard (when installed), wandb (when installed and asked)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MetricsWriter"]
+
+
+class MetricsWriter:
+    """Appends one JSON object per step to ``metrics.jsonl`` and mirrors scalars to TB / wandb.
+
+    On resume, lines of steps at or after ``resume_step`` are dropped first (they belong to the
+    step that was lost), so the file reads as one uninterrupted run.
+    """
+
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, wandb_project: str | None = None,
+                 config: dict[str, Any] | None = None, resume_step: int | None = None) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        if resume_step is not None and self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", -1) < resume_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+        self._tb = None
+        self._wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+            except ImportError:  # tensorboard is optional
+                self._tb = None
+        if wandb_project:
+            try:
+                import wandb
+            except ImportError as exc:
+                raise RuntimeError("trainer.wandb_project is set but wandb is not installed: pip install wandb") from exc
+            self._wandb = wandb.init(project=wandb_project, config=config, dir=str(run_dir))
+
+    def write(self, step: int, metrics: dict[str, Any], *, kind: str = "train") -> None:
+        record = {"step": step, "kind": kind, **metrics}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record, default=float) + "\n")
+            f.flush()
+        scalars = {f"{kind}/{k}": float(v) for k, v in metrics.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()

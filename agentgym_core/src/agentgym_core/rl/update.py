@@ -1,0 +1,127 @@
+"""The policy (and critic) update of one training step: PPO epochs over mini-batches.
+
+Each mini-batch is one optimizer step; it is cut into micro-batches of at most
+``micro_batch_tokens`` tokens whose gradients are accumulated, with the loss normalised by the
+whole mini-batch's token/sequence counts so accumulation equals one large step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from agentgym_core.rl.config import AlgorithmConfig
+from agentgym_core.rl.forward import ValueHead, forward_tokens
+from agentgym_core.rl.losses import aggregate, kl_penalty, policy_loss, value_loss
+
+__all__ = ["UpdateInputs", "ppo_update"]
+
+
+@dataclass
+class UpdateInputs:
+    """Everything fixed during the update, as (B, T) tensors (rows align with ``sequences``)."""
+
+    sequences: list[list[int]]
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    old_logprobs: torch.Tensor
+    ref_logprobs: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+
+
+def _micro_batches(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
+    out: list[list[int]] = [[]]
+    used = 0
+    for r in rows:
+        if out[-1] and used + lengths[r] > budget:
+            out.append([])
+            used = 0
+        out[-1].append(r)
+        used += lengths[r]
+    return out
+
+
+def ppo_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    inputs: UpdateInputs,
+    config: AlgorithmConfig,
+    *,
+    temperature: float,
+    generator: torch.Generator,
+    value_head: ValueHead | None = None,
+    norm_length: int | None = None,
+    pad_token_id: int = 0,
+) -> dict[str, float]:
+    """Run ``ppo_epochs`` x ``mini_batches`` optimizer steps; return averaged metrics."""
+    B = len(inputs.sequences)
+    lengths = [len(s) for s in inputs.sequences]
+    params = [p for p in model.parameters() if p.requires_grad]
+    if value_head is not None:
+        params += list(value_head.parameters())
+    sums: dict[str, float] = {}
+    n_steps = 0
+    tokens = 0
+    t0 = time.perf_counter()
+    model.train()
+    for _epoch in range(config.ppo_epochs):
+        order = torch.randperm(B, generator=generator).tolist()
+        chunks = [order[i :: config.mini_batches] for i in range(config.mini_batches)]
+        for rows in (c for c in chunks if c):
+            m_all = inputs.mask[rows]
+            num_tokens = float(m_all.sum().clamp(min=1.0))
+            agg_kw = {"num_tokens": num_tokens, "num_seqs": float(len(rows)), "norm_length": norm_length}
+            stats: dict[str, float] = {}
+            for micro in _micro_batches(rows, lengths, config.micro_batch_tokens):
+                seqs = [inputs.sequences[r] for r in micro]
+                mask = inputs.mask[micro]
+                out = forward_tokens(
+                    model, seqs, mask, temperature=temperature, packing=config.packing,
+                    max_tokens=config.micro_batch_tokens, with_entropy=config.entropy_coef > 0,
+                    value_head=value_head, pad_token_id=pad_token_id,
+                )
+                logp = out.logprobs[:, : mask.shape[1]]
+                pg, pg_stats = policy_loss(
+                    logp, inputs.old_logprobs[micro], inputs.advantages[micro], mask,
+                    clip_low=config.clip_low, clip_high=config.clip_high, agg=config.loss_agg, **agg_kw,
+                )
+                loss = pg
+                share = float(mask.sum()) / num_tokens  # this micro-batch's share of the metrics
+                if inputs.ref_logprobs is not None and not config.kl.in_reward:
+                    kl = aggregate(kl_penalty(logp, inputs.ref_logprobs[micro], config.kl.estimator), mask,
+                                   config.loss_agg, **agg_kw)
+                    loss = loss + config.kl.coef * kl
+                    stats["kl_loss"] = stats.get("kl_loss", 0.0) + float(kl.detach())
+                if config.entropy_coef > 0 and out.entropy is not None:
+                    ent = aggregate(out.entropy, mask, config.loss_agg, **agg_kw)
+                    loss = loss - config.entropy_coef * ent
+                if value_head is not None and out.values is not None and inputs.old_values is not None:
+                    vl = value_loss(out.values, inputs.old_values[micro], inputs.returns[micro], mask,
+                                    clip=config.critic.value_clip, agg=config.loss_agg, **agg_kw)
+                    loss = loss + config.critic.vf_coef * vl
+                    stats["value_loss"] = stats.get("value_loss", 0.0) + float(vl.detach())
+                loss.backward()
+                stats["pg_loss"] = stats.get("pg_loss", 0.0) + float(pg.detach())
+                for k, v in pg_stats.items():
+                    stats[k] = stats.get(k, 0.0) + v * share
+                tokens += sum(len(s) for s in seqs)
+            if config.max_grad_norm is not None:
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            else:
+                grad_norm = torch.linalg.vector_norm(
+                    torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+            stats["grad_norm"] = float(grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v
+            n_steps += 1
+    model.eval()
+    seconds = time.perf_counter() - t0
+    metrics = {k: v / max(n_steps, 1) for k, v in sums.items()}
+    metrics.update(update_seconds=seconds, update_tokens=float(tokens),
+                   update_tokens_per_s=tokens / seconds if seconds > 0 else 0.0, optimizer_steps=float(n_steps))
+    return metrics
