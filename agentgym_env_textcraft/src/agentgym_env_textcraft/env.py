@@ -79,6 +79,8 @@ class TextCraftEnv(Env):
 
     def __init__(self, **options: Any) -> None:
         self.config = TextCraftConfig(**options)
+        # The class attribute is the default; an instance reports the limit it was built with.
+        self.max_episode_steps = self.config.max_steps  # type: ignore[misc]
         self._book = load_recipe_book()
         self._game: CraftingGame | None = None
         self._goal: Goal | None = None
@@ -96,6 +98,8 @@ class TextCraftEnv(Env):
 
     # -- the episode ---------------------------------------------------------------------------
     def reset(self, task_id: int, seed: int | None = None) -> ResetResult:
+        """Start task `task_id`. The seed picks the distractors and the order of the commands
+        (None means 0); the same (task_id, seed) always gives the same observation."""
         goal = goal_of(task_id)
         rng = random.Random(f"textcraft:{task_id}:{0 if seed is None else seed}")
         commands = list(dict.fromkeys(r.command for r in self._book.recipe_tree(goal.item)))
