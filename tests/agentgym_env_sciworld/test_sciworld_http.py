@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 
@@ -62,7 +63,6 @@ def test_killing_one_jvm_fails_only_its_instance_and_the_server_keeps_serving():
             survivor.reset(30)
             pids = [pid for pid in _jvm_children() if pid not in POOL.idle_pids()]
             assert len(pids) >= 2
-            # the victim's JVM is the one whose step fails; find it by killing the newest-but-one
             target = _jvm_of_instance(url, victim, pids)
             os.kill(target, signal.SIGKILL)
             with pytest.raises(EnvError, match=rf"JVM \(pid {target}\)"):
@@ -110,13 +110,10 @@ def _jvm_children() -> list[int]:
 
 def _jvm_of_instance(url: str, env: HTTPEnv, candidates: list[int]) -> int:
     """The JVM serving ``env``: the server's Env objects know their own simulator pid."""
-    from agentgym_core.testing import serving  # noqa: F401 - the server runs in this process
-
-    import gc
-
+    # serve_env runs the server in this process, so its Env objects are reachable here; the victim
+    # was reset onto task 0 (boil), the survivor onto task 30 (melt)
     for obj in gc.get_objects():
-        if isinstance(obj, SciWorldEnv) and obj.simulator_pid() in candidates:
-            # the victim was reset onto task 0 (boil), the survivor onto task 30 (melt)
-            if obj._task is not None and obj._task.task_id == 0:
-                return obj.simulator_pid()
+        if (isinstance(obj, SciWorldEnv) and obj.simulator_pid() in candidates
+                and obj._task is not None and obj._task.task_id == 0):
+            return obj.simulator_pid()
     raise AssertionError("could not find the victim's simulator")

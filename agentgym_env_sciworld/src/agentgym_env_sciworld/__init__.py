@@ -1,7 +1,14 @@
 """agentgym-env-sciworld: the ScienceWorld simulator as an agentgym environment plugin."""
 
 from agentgym_env_sciworld.actions import ACTION_TEMPLATES, INSTRUCTION
-from agentgym_env_sciworld.catalog import EXCLUDED_FAMILIES, Family, SciWorldTask, families, task, task_catalog
+from agentgym_env_sciworld.catalog import (
+    EXCLUDED_FAMILIES,
+    Family,
+    SciWorldTask,
+    families,
+    task,
+    task_catalog,
+)
 from agentgym_env_sciworld.config import SciWorldConfig
 from agentgym_env_sciworld.env import SciWorldEnv
 from agentgym_env_sciworld.expert import ExpertEpisode, GoldPathExpert

@@ -152,7 +152,7 @@ def _choose_test_set(fams: list[tuple[int, list[int]]]) -> list[int]:
         if not progressed:
             raise ValueError(f"the families hold fewer than {TEST_SET_SIZE} test variations")
     chosen: list[int] = []
-    for (first, tests), k in zip(fams, quota):
+    for (first, tests), k in zip(fams, quota, strict=True):
         rng = random.Random(f"{_TEST_SET_SEED}:{first}")
         chosen += sorted(first + v for v in rng.sample(sorted(tests), k))
     return chosen

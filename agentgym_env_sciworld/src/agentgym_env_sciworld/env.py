@@ -11,12 +11,13 @@ ScienceWorld variations are deterministic, so ``seed`` is accepted and ignored.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, ClassVar
 
-from agentgym_core import EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
 from agentgym_core.env import Env
 
+from agentgym_core import EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
 from agentgym_env_sciworld.actions import INSTRUCTION, invalid_action_message
 from agentgym_env_sciworld.catalog import task, task_catalog
 from agentgym_env_sciworld.config import SciWorldConfig
@@ -180,7 +181,5 @@ class SciWorldEnv(Env):
             POOL.release(sim)
 
     def __del__(self) -> None:  # a dropped instance must not strand its JVM
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass

@@ -16,6 +16,7 @@ simulators warm for the next environment instance.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
@@ -114,10 +115,8 @@ class Simulator:
         if self._closed:
             return
         self._closed = True
-        try:
+        with contextlib.suppress(Exception):  # the JVM may already be gone; we only need it stopped
             self._gateway.shutdown()
-        except Exception:  # the JVM may already be gone; we only need it stopped
-            pass
         try:
             if self._proc.stdin:
                 self._proc.stdin.close()  # die_on_exit: the JVM exits when its stdin closes
