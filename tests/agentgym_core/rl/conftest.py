@@ -6,6 +6,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+# One thread: the machine is shared and tiny matmuls only lose to thread hand-offs.
+torch.set_num_threads(1)
+
 
 @pytest.fixture
 def pm():

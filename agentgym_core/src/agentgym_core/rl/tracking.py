@@ -13,8 +13,9 @@ __all__ = ["MetricsWriter"]
 class MetricsWriter:
     """Appends one JSON object per step to ``metrics.jsonl`` and mirrors scalars to TB / wandb.
 
-    On resume, lines of steps at or after ``resume_step`` are dropped first (they belong to the
-    step that was lost), so the file reads as one uninterrupted run.
+    Lines are labelled with the number of completed steps. On resume from a checkpoint taken after
+    ``resume_step`` steps, lines labelled later are dropped first (they belong to steps that were
+    lost), so the file reads as one uninterrupted run.
     """
 
     def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, wandb_project: str | None = None,
@@ -22,7 +23,7 @@ class MetricsWriter:
         self.path = Path(run_dir) / "metrics.jsonl"
         if resume_step is not None and self.path.exists():
             kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", -1) < resume_step]
+                    if line.strip() and json.loads(line).get("step", -1) <= resume_step]
             self.path.write_text("".join(line + "\n" for line in kept))
         self._tb = None
         self._wandb = None

@@ -39,7 +39,7 @@ from agentgym_core.rl.setup import build_optimizer, evaluate, load_policy, make_
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.update import UpdateInputs, ppo_update
 from agentgym_core.rollout.backend import SamplingParams
-from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, RolloutStats
 
 __all__ = ["train"]
 
@@ -137,6 +137,9 @@ def train(
                             for t in tasks for k in range(cfg.rollout.group_size)]
                 engine = engines[env.name]
                 engine.config.sampling.seed = step_seed(cfg.trainer.seed, "sampling", env.name, step)
+                # Per-step stats; the engine also offsets its seed by its call count, which must
+                # restart each step for a resumed run to sample what an uninterrupted one did.
+                engine.stats = RolloutStats()
                 trajectories += engine.run(episodes, step=step)
             rollout_seconds = time.perf_counter() - t0
             pm.hook.agentgym_observe_rollout(step=step, trajectories=trajectories, metrics={})
@@ -210,6 +213,7 @@ def train(
                 "time_rollout": rollout_seconds,
                 "time_generation": sum(t.gen_seconds for t in trajectories),
                 "time_env": sum(t.env_seconds for t in trajectories),
+                "generation_calls": float(sum(e.stats.generation_calls for e in engines.values())),
                 "time_step": time.perf_counter() - t_step,
             }
             scheduler.update(step, metrics)
