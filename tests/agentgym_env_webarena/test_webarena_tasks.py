@@ -5,11 +5,17 @@ from __future__ import annotations
 import collections
 
 import pytest
-from agentgym_core import InvalidTaskError
-
-from agentgym_env_webarena import LocalWebArenaEnv, WebArenaConfig, WebArenaEnv
 from agentgym_env_webarena.grading import agent_response, grade
-from agentgym_env_webarena.tasks import LOCAL_TASKS_FILE, TEST_IDS_ENV_VAR, VERIFIED_TASKS_FILE, TaskSet, render_start_urls
+from agentgym_env_webarena.tasks import (
+    LOCAL_TASKS_FILE,
+    TEST_IDS_ENV_VAR,
+    VERIFIED_TASKS_FILE,
+    TaskSet,
+    render_start_urls,
+)
+
+from agentgym_core import InvalidTaskError
+from agentgym_env_webarena import LocalWebArenaEnv, WebArenaConfig, WebArenaEnv
 
 
 def test_verified_catalog_has_812_tasks_a_50_task_test_split_and_site_categories():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import os
 import threading
 import uuid
@@ -123,10 +124,8 @@ class BrowserPool:
         if self._playwright is None:
             self._playwright = await async_playwright().start()
         if self._browser is not None:
-            try:
+            with contextlib.suppress(Exception):  # the old browser is already gone; nothing to save
                 await self._browser.close()
-            except Exception:  # noqa: BLE001 - the old browser is already gone; nothing to save
-                pass
             self._browser = None
         args = [*OFF_NETWORK_FLAGS, f"--js-flags=--max-old-space-size={self.config.js_heap_mb}", self.marker]
         args.extend(self.config.extra_args)
@@ -187,17 +186,13 @@ class BrowserPool:
 
         async def _stop() -> None:
             if self._browser is not None:
-                try:
+                with contextlib.suppress(Exception):  # already dead is fine
                     await self._browser.close()
-                except Exception:  # noqa: BLE001 - already dead is fine
-                    pass
             if self._playwright is not None:
                 await self._playwright.stop()
 
-        try:
+        with contextlib.suppress(Exception):  # best effort at exit
             asyncio.run_coroutine_threadsafe(_stop(), self._loop).result(10)
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         with self._pools_lock:

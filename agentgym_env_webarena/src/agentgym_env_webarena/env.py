@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentgym_core import Env, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
 from agentgym_core.compat import AgentGymCompat
 
+from agentgym_core import Env, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
 from agentgym_env_webarena.actions import ACTION_HELP, ActionParseError, extract_action, parse_action
 from agentgym_env_webarena.browser import BrowserPool
 from agentgym_env_webarena.config import WebArenaConfig
@@ -183,10 +184,8 @@ class WebArenaEnv(Env):
                 return
             self._closed = True
             self._done = True
-            try:
+            with contextlib.suppress(Exception):  # closing must not fail (dead browser, pool shut down)
                 self.pool.run(self.session.close(), timeout=self._timeout())
-            except Exception:  # noqa: BLE001 - closing must not fail (dead browser, pool shut down)
-                pass
 
     # -- helpers ----------------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from agentgym_core import TaskCatalog
-
 from agentgym_env_webarena.env import WebArenaEnv
 from agentgym_env_webarena.tasks import LOCAL_TASKS_FILE, TaskSet
 from agentgym_env_webarena.testing_sites import local_sites

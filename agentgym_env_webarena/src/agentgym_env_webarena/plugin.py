@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from agentgym_core import hookimpl
-
 from agentgym_env_webarena.env import WebArenaEnv
 from agentgym_env_webarena.local import LocalWebArenaEnv
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -100,10 +101,8 @@ class BrowserSession:
         self._trace.clear()
         self._navigating = False
         if context is not None:
-            try:
+            with contextlib.suppress(Exception):  # the browser may be gone already; nothing left to free
                 await context.close()
-            except Exception:  # noqa: BLE001 - the browser may be gone already; nothing left to free
-                pass
 
     # -- events --------------------------------------------------------------------------------
     def _spawn(self, coro: Any) -> None:
@@ -167,12 +166,10 @@ class BrowserSession:
             entry["request"]["postData"] = {"mimeType": mime, "text": post}
         mime = next((h["value"] for h in resp_headers if h["name"].lower() == "content-type"), "")
         if "json" in mime and request.resource_type in ("xhr", "fetch") and response.status < 300:
-            try:
+            with contextlib.suppress(Exception):  # body already discarded by the browser; grade without it
                 body = await response.text()
                 if len(body) <= 256_000:
                     entry["response"]["content"] = {"mimeType": mime, "text": body}
-            except Exception:  # noqa: BLE001 - body already discarded by the browser; grade without it
-                pass
         if seq in self._trace:
             self._trace[seq] = entry
 
@@ -205,7 +202,7 @@ class BrowserSession:
         """Accessibility tree text, URL and tab list of the active tab."""
         page = self._page()
         cdp = await self._client(page)
-        ax = await cdp.send("Accessibility.getFullAXTree")
+        ax = await self._fresh_ax_tree(page, cdp)
         viewport = None
         boxes: dict[int, tuple[float, float, float, float]] = {}
         if self.config.current_viewport_only:
@@ -223,6 +220,26 @@ class BrowserSession:
                 title = ""
             tabs.append(f"Tab {index}{' (current)' if tab is page else ''}: {title}")
         return {"tree": tree, "url": page.url, "tabs": tabs}
+
+    async def _fresh_ax_tree(self, page: Page, cdp: CDPSession) -> dict[str, Any]:
+        """The AX tree of the document now shown, not of the one just navigated away from.
+
+        Chromium updates its accessibility tree asynchronously; right after a navigation (more so
+        on a loaded machine) `getFullAXTree` can still answer with the previous document's
+        emptied root. The root's name is the document title, so retry until they agree.
+        """
+        deadline = time.monotonic() + min(2.0, self.config.action_timeout_s / 2)
+        while True:
+            title = await page.title()
+            ax = await cdp.send("Accessibility.getFullAXTree")
+            nodes = ax.get("nodes", [])
+            root = nodes[0] if nodes else {}
+            root_name = (root.get("name") or {}).get("value", "")
+            if (len(nodes) > 1 and " ".join(str(root_name).split()) == " ".join(title.split())) or (
+                time.monotonic() > deadline
+            ):
+                return ax
+            await asyncio.sleep(0.03)
 
     async def screenshot(self) -> bytes:
         return await self._page().screenshot(type="jpeg", quality=50)
@@ -260,15 +277,11 @@ class BrowserSession:
 
     async def _settle(self, page: Page) -> None:
         """Wait for a navigation the action may have started (a link click, a form submit)."""
-        try:
+        with contextlib.suppress(Exception):  # the page navigated away while evaluating; that is the point
             await page.evaluate("0")  # one renderer round trip: a click's navigation has begun by now
-        except Exception:  # noqa: BLE001 - the page navigated away while evaluating; that is the point
-            pass
         if self._navigating:
-            try:
+            with contextlib.suppress(TimeoutError):  # a slow page: observe what is there
                 await asyncio.wait_for(self._loaded.wait(), self.config.navigation_timeout_s)
-            except TimeoutError:
-                pass  # a slow page: observe what is there
         self._navigating = False
 
     async def execute(self, action: Action) -> str | None:

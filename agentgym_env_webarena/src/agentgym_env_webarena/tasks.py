@@ -20,8 +20,9 @@ import random
 from importlib import resources
 from pathlib import Path
 
-from agentgym_core import InvalidTaskError, TaskCatalog
 from webarena_verified.types.task import WebArenaVerifiedTask
+
+from agentgym_core import InvalidTaskError, TaskCatalog
 
 __all__ = [
     "LOCAL_TASKS_FILE",
