@@ -90,3 +90,11 @@ def test_local_catalog_splits_and_categories():
     catalog = LocalWebArenaEnv.tasks()
     assert catalog.split("test") == [0, 1, 2]
     assert set(catalog.categories) == {"shopping", "reddit"}
+
+
+def test_the_plugin_registers_both_environments_through_its_entry_point():
+    from agentgym_core.plugins import PluginManager
+
+    manager = PluginManager(autoload=True, allow=["webarena"])
+    assert manager.get("env", "webarena") is WebArenaEnv
+    assert manager.get("env", "webarena_local") is LocalWebArenaEnv
