@@ -102,7 +102,7 @@ def create_viewer_app(root: str | Path) -> FastAPI:
     def page() -> FileResponse:
         return FileResponse(assets["index.html"], media_type=_MEDIA_TYPES[".html"], headers=_NO_CACHE)
 
-    @app.get("/assets/{name}")
+    @app.get("/assets/{name:path}")
     def asset(name: str) -> FileResponse:
         path = assets.get(name)
         if path is None:
