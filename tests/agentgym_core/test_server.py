@@ -207,3 +207,31 @@ def test_agentgym_legacy_routes(url):
     assert "error" in post(url, "/step", {"id": 424242, "action": "x"}).json()
     assert post(url, "/close", {"id": instance}).json() == {"id": instance, "closed": True}
     assert json.loads(requests.get(f"{url}/", timeout=5).text).startswith("This is environment guess")
+
+
+class RenamedCompatGuessEnv(GuessEnv):
+    """AgentGym servers that name things differently (WebArena's env_idx/idx, SciWorld's extras)."""
+
+    agentgym_compat = AgentGymCompat(
+        id_field="env_idx", task_field="idx", done_field="terminated", include_score=False,
+        reset_info_fields={"task_name": "name"}, step_extra_fields=("truncated", "success"),
+    )
+
+    def reset(self, task_id, seed=None):
+        result = super().reset(task_id, seed)
+        result.info["name"] = f"guess-{task_id}"
+        return result
+
+
+def test_agentgym_routes_follow_the_env_field_names():
+    with serve_env(RenamedCompatGuessEnv) as url:
+        instance = post(url, "/create").json()["env_idx"]
+        reset = post(url, "/reset", {"env_idx": instance, "idx": 2}).json()
+        assert reset == {"task_name": "guess-2", "observation": reset["observation"], "reward": 0.0,
+                         "terminated": False}
+        step = post(url, "/step", {"env_idx": instance, "action": "guess 50"}).json()
+        assert set(step) == {"observation", "reward", "terminated", "truncated", "success"}
+        observed = requests.get(f"{url}/observation", params={"env_idx": instance}, timeout=5).json()
+        assert observed == step["observation"]
+        assert "needs the field 'env_idx'" in requests.get(f"{url}/observation", params={"id": instance},
+                                                           timeout=5).json()["error"]

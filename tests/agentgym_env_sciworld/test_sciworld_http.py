@@ -81,7 +81,10 @@ def test_agentgym_legacy_routes_play_an_episode():
         created = requests.post(f"{url}/create", timeout=60).json()
         env_id = created["id"]
         reset = requests.post(f"{url}/reset", json={"id": env_id, "data_idx": 0}, timeout=60).json()
-        assert "boil water" in reset["observation"] and reset["done"] is False
+        # As AgentGym's server: the room alone as 'observation', the description beside it.
+        assert "boil water" in reset["task_description"] and reset["done"] is False
+        assert reset["task_name"] == "boil" and reset["var_num"] == 0
+        assert "boil water" not in reset["observation"] and "This room is called" in reset["observation"]
         step = requests.post(f"{url}/step", json={"id": env_id, "action": "open door to kitchen"}, timeout=60).json()
         assert set(step) >= {"observation", "reward", "score", "done"} and step["done"] is False
         observed = requests.get(f"{url}/observation", params={"id": env_id}, timeout=60).json()

@@ -89,7 +89,8 @@ def test_agentgym_legacy_routes(server):
     created = requests.post(f"{server}/create", timeout=30).json()
     env_idx = created["env_idx"]
     reset = requests.post(f"{server}/reset", json={"env_idx": env_idx, "seed": 0, "idx": 2}, timeout=30).json()
-    assert "OBJECTIVE: Open the gardening forum" in reset["observation"]
+    assert "OBJECTIVE: Open the gardening forum" in reset["observation"] and set(reset) == {"observation"}
     step = requests.post(f"{server}/step", json={"env_idx": env_idx, "action": "```stop [N/A]```"}, timeout=30).json()
     assert step["terminated"] is True and step["reward"] == 0.0
+    assert {"truncated", "info"} <= set(step)
     requests.post(f"{server}/close", json={"env_idx": env_idx}, timeout=30)

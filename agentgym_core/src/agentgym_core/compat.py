@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Body, FastAPI, Query
+from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -39,6 +39,18 @@ class AgentGymCompat(BaseModel):
     errors_as_200: bool = Field(default=True, description="Errors answer HTTP 200 {'error': msg} as AgentGym does.")
     create_resets: bool = Field(
         default=False, description="/create takes the task field and answers with the first observation."
+    )
+    reset_observation_only: bool = Field(
+        default=False, description="/reset answers {'observation'} alone (WebArena's server does)."
+    )
+    reset_observation_key: str | None = Field(
+        default=None, description="Reset-info key whose value is /reset's 'observation' (default: the observation)."
+    )
+    reset_info_fields: dict[str, str] = Field(
+        default_factory=dict, description="Extra /reset answer fields: answer field -> reset-info key."
+    )
+    step_extra_fields: tuple[str, ...] = Field(
+        default=(), description="StepResult fields added to /step answers, e.g. ('truncated', 'info')."
     )
 
 
@@ -69,6 +81,16 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
             payload["score"] = instance.score
         return payload
 
+    def reset_payload(instance: Any, result: Any) -> dict[str, Any]:
+        info = result.info
+        observation = info.get(spec.reset_observation_key, result.observation) if spec.reset_observation_key \
+            else result.observation
+        if spec.reset_observation_only:
+            return {"observation": observation}
+        payload = {answer: info.get(key) for answer, key in spec.reset_info_fields.items()}
+        payload.update(episode_payload(instance, observation, 0.0, False))
+        return payload
+
     @app.get("/", include_in_schema=False)
     def hello() -> str:
         return f"This is environment {app.state.env_name} (agentgym server; protocol at /v1, docs at /docs)."
@@ -80,7 +102,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
             answer: dict[str, Any] = {spec.id_field: instance.instance_id}
             if spec.create_resets and body and spec.task_field in body:
                 result = table.run(instance.instance_id, lambda i: i.reset(int(body[spec.task_field]), None))
-                answer.update(episode_payload(instance, result.observation, 0.0, False))
+                answer.update(reset_payload(instance, result))
             return answer
         except Exception as exc:
             return fail(exc)
@@ -89,9 +111,8 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
     def reset(body: dict[str, Any] = Body(...)) -> Any:  # noqa: B008
         try:
             instance_id, task_id = field(body, spec.id_field), field(body, spec.task_field)
-            result = table.run(instance_id, lambda i: (i, i.reset(task_id, None)))
-            instance, reset_result = result
-            return episode_payload(instance, reset_result.observation, 0.0, False)
+            instance, result = table.run(instance_id, lambda i: (i, i.reset(task_id, None)))
+            return reset_payload(instance, result)
         except Exception as exc:
             return fail(exc)
 
@@ -100,14 +121,18 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
         try:
             instance_id, action = field(body, spec.id_field), field(body, spec.action_field, str)
             instance, result = table.run(instance_id, lambda i: (i, i.step(action)))
-            return episode_payload(instance, result.observation, result.reward, result.done)
+            payload = episode_payload(instance, result.observation, result.reward, result.done)
+            payload.update({name: getattr(result, name) for name in spec.step_extra_fields})
+            return payload
         except Exception as exc:
             return fail(exc)
 
     @app.get("/observation", tags=["agentgym-compat"])
-    def observation(id: int = Query(...)) -> Any:  # noqa: A002,B008 - AgentGym's parameter name
+    def observation(request: Request) -> Any:
+        # The query parameter is named like the id field (`?id=` or `?env_idx=`).
         try:
-            return table.run(id, lambda i: i.observation)
+            instance_id = field(dict(request.query_params), spec.id_field)
+            return table.run(instance_id, lambda i: i.observation)
         except Exception as exc:
             return fail(exc)
 

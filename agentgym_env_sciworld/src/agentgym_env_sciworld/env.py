@@ -47,7 +47,12 @@ class SciWorldEnv(Env):
     #: AgentGym's SciWorld server: POST /create -> {id}; POST /reset {id, data_idx};
     #: POST /step {id, action} -> {observation, reward, score, done}; GET /observation?id=;
     #: errors as HTTP 200 {"error": msg}. Its data_idx numbering is ours (see catalog.py).
-    agentgym_compat: ClassVar[Any] = AgentGymCompat() if AgentGymCompat is not None else None
+    # AgentGym's /reset answers the room text as 'observation' plus the task's name, variation and
+    # description; its client joins description and room itself.
+    agentgym_compat: ClassVar[Any] = AgentGymCompat(
+        reset_observation_key="room",
+        reset_info_fields={"task_name": "task_name", "var_num": "variation", "task_description": "task_description"},
+    ) if AgentGymCompat is not None else None
 
     def __init__(self, **config: Any) -> None:
         self.config = SciWorldConfig(**config)

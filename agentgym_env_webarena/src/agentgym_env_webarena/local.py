@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from agentgym_core import TaskCatalog
 from agentgym_env_webarena.env import WebArenaEnv
@@ -30,6 +32,12 @@ class LocalWebArenaEnv(WebArenaEnv):
     @classmethod
     def tasks(cls) -> TaskCatalog:
         return TaskSet.load(cls.tasks_file).catalog(test_ids=LOCAL_TEST_IDS)
+
+    @classmethod
+    @contextlib.contextmanager
+    def conformance_context(cls) -> Iterator[tuple[dict[str, Any], list[int]]]:
+        """The bundled sites start on first use; check the first two local test tasks."""
+        yield {}, LOCAL_TEST_IDS[:2]
 
     def site_urls(self) -> dict[str, str]:
         return {**local_sites().urls, **{k: v.rstrip("/") for k, v in self.config.sites.items()}}
