@@ -103,6 +103,12 @@ async function loadRows() {
   if (state.step === null) { state.rows = []; renderListPanel(); return; }
   const data = await api("trajectories", { run: state.run, step: state.step });
   state.rows = data.rows;
+  const entry = state.overview.steps.find(s => s.step === state.step);
+  if (entry && data.rows.length) {
+    entry.count = data.rows.length;
+    entry.success = data.rows.filter(r => r.success).length / data.rows.length;
+    renderSteps();
+  }
   fillFilterOptions();
   renderListPanel();
 }

@@ -83,7 +83,7 @@ function tokenClass(mask, adv) {
 }
 
 function renderTokens(tv) {
-  if (!tv.available) return `<p class="muted">${esc(tv.reason)}</p>`;
+  if (!tv.available) return `<p class="muted" id="token-stats">${esc(tv.reason)}</p>`;
   const n = tv.token_ids.length;
   const adv = tv.advantages;
   const rewardAt = new Set(tv.turn_spans.map(s => s.reward_index));
