@@ -3,9 +3,14 @@
 from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
 from agentgym_core.rollout.chat import ChatFormat, ChatTemplateError
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, RolloutStats
+from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter, read_rollout_log, trajectory_log_record
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 
 __all__ = [
+    "LOG_FORMAT",
+    "RolloutLogWriter",
+    "read_rollout_log",
+    "trajectory_log_record",
     "ChatFormat",
     "ChatTemplateError",
     "EpisodeSpec",

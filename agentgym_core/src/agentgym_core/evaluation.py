@@ -1,0 +1,192 @@
+"""Evaluation: roll a model out on a split and report success and score, per category.
+
+Definitions (the same as the README's):
+
+* **success** of a trajectory: the environment's success flag at the end (a failed trajectory,
+  e.g. an environment crash or timeout, counts as unsuccessful and is reported separately).
+* **score** of a trajectory: the environment's raw reward summed over the episode.
+* With K samples per task: **Avg@K** is the mean over all K samples of all tasks; **Pass@K** is the
+  mean over tasks of the best of its K samples (for success: 1 if any sample succeeded).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentgym_core.env import Env
+from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from agentgym_core.rollout.logs import RolloutLogWriter
+from agentgym_core.rollout.trajectory import Trajectory
+
+__all__ = ["EvalConfig", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
+
+
+class EvalConfig(BaseModel):
+    """What `agentgym eval` runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: str = Field(description="Environment name (see `agentgym envs`).")
+    model: str = Field(default="smollm2-135m-instruct", description="Named model, .gguf file or HF directory.")
+    backend: str = Field(default="transformers", description="Rollout backend name (see `agentgym plugins`).")
+    split: str = Field(default="test", description="Task split to evaluate on.")
+    limit: int | None = Field(default=None, ge=1, description="Evaluate only the first N tasks of the split.")
+    n_samples: int = Field(default=1, ge=1, description="K: samples per task (Avg@K, Pass@K).")
+    temperature: float = Field(default=0.0, ge=0.0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(default=256, ge=1, description="Per-turn cap on generated tokens.")
+    max_rounds: int = Field(default=20, ge=1, description="Turn budget per trajectory.")
+    max_total_tokens: int = Field(default=8192, ge=64, description="Token budget per trajectory.")
+    num_envs: int = Field(default=16, ge=1, description="Environment instances (trajectories in flight).")
+    env_url: str | None = Field(default=None, description="Evaluate against a running env server instead.")
+    step_timeout_s: float = Field(default=120.0, gt=0, description="Limit on one env call.")
+    seed: int = Field(default=0, description="Sampling seed.")
+    device: str = Field(default="auto", description="'auto', 'cpu' or 'cuda'.")
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads.")
+    out_dir: str | None = Field(default=None, description="Run directory (default runs/eval-<env>-<time>).")
+
+
+class GroupMetrics(BaseModel):
+    """Success and score of one category (or of all tasks)."""
+
+    tasks: int
+    samples: int
+    success_avg: float = Field(description="Avg@K success rate.")
+    success_pass: float = Field(description="Pass@K success rate.")
+    score_avg: float = Field(description="Avg@K mean score.")
+    score_pass: float = Field(description="Pass@K mean score (best of K per task).")
+    failed: int = Field(description="Trajectories ended by an env failure or timeout.")
+
+
+class EvalResults(BaseModel):
+    """The results JSON of one evaluation."""
+
+    config: dict[str, Any]
+    overall: GroupMetrics
+    categories: dict[str, GroupMetrics]
+    per_task: list[dict[str, Any]]
+    failure_reasons: dict[str, int]
+    timing: dict[str, float]
+    run_dir: str | None = None
+
+
+def _group(trajs: Sequence[Trajectory]) -> GroupMetrics:
+    by_task: dict[int, list[Trajectory]] = defaultdict(list)
+    for traj in trajs:
+        by_task[traj.task_id].append(traj)
+    n = max(len(trajs), 1)
+    k = max(len(by_task), 1)
+    return GroupMetrics(
+        tasks=len(by_task), samples=len(trajs),
+        success_avg=sum(t.success for t in trajs) / n,
+        success_pass=sum(any(t.success for t in ts) for ts in by_task.values()) / k,
+        score_avg=sum(t.outcome_reward for t in trajs) / n,
+        score_pass=sum(max(t.outcome_reward for t in ts) for ts in by_task.values()) / k,
+        failed=sum(t.failed for t in trajs),
+    )
+
+
+def summarize(trajs: Sequence[Trajectory]) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
+    """Overall and per-category metrics of finished trajectories."""
+    cats: dict[str, list[Trajectory]] = defaultdict(list)
+    for traj in trajs:
+        cats[traj.category or "-"].append(traj)
+    return _group(trajs), {name: _group(ts) for name, ts in sorted(cats.items())}
+
+
+def _make_env_factory(config: EvalConfig) -> tuple[Callable[[], Env], Any]:
+    if config.env_url:
+        from agentgym_core.client import EnvClient, HTTPEnv
+
+        client = EnvClient(config.env_url, timeout=config.step_timeout_s)
+        return (lambda: HTTPEnv(client=client, env=config.env)), client.tasks()
+    from agentgym_core.plugins import get_plugin_manager
+
+    env_cls = get_plugin_manager().env_class(config.env)
+    return env_cls, env_cls.tasks()
+
+
+def _make_backend(config: EvalConfig) -> RolloutBackend:
+    from agentgym_core.plugins import get_plugin_manager
+
+    factory = get_plugin_manager().get("rollout_backend", config.backend)
+    return factory({"model": config.model, "device": config.device, "threads": config.threads})
+
+
+def evaluate(
+    config: EvalConfig,
+    *,
+    backend: RolloutBackend | None = None,
+    make_env: Callable[[], Env] | None = None,
+    progress: bool = True,
+) -> EvalResults:
+    """Run the evaluation, write ``results.json`` + ``trajectories.jsonl`` to the run dir, return results."""
+    factory, catalog = _make_env_factory(config) if make_env is None else (make_env, None)
+    if catalog is None:
+        probe = make_env()  # type: ignore[misc]
+        try:
+            catalog = probe.tasks()
+        finally:
+            probe.close()
+    task_ids = catalog.split(config.split)[: config.limit]
+    categories = catalog.category_index()
+    episodes = [
+        EpisodeSpec(task_id=t, sample_index=s, category=categories.get(t), seed=None)
+        for t in task_ids for s in range(config.n_samples)
+    ]
+    backend = backend or _make_backend(config)
+    run_dir = Path(config.out_dir or f"runs/eval-{config.env}-{datetime.now():%Y%m%d-%H%M%S}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rollout = RolloutConfig(
+        sampling=SamplingParams(temperature=config.temperature, top_p=config.top_p,
+                                max_new_tokens=config.max_new_tokens, seed=config.seed),
+        max_turns=config.max_rounds, max_total_tokens=config.max_total_tokens,
+        step_timeout_s=config.step_timeout_s, env_workers=min(config.num_envs, 32),
+    )
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(episodes), desc=f"eval {config.env}", unit="traj", dynamic_ncols=True)
+    done: list[Trajectory] = []
+    start = time.perf_counter()
+    with RolloutLogWriter(run_dir / "trajectories.jsonl") as log, RolloutEngine(
+        backend, factory, num_envs=config.num_envs, config=rollout, env_name=config.env
+    ) as engine:
+        def on_done(traj: Trajectory) -> None:
+            done.append(traj)
+            log.write(traj)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(success=f"{sum(t.success for t in done) / len(done):.1%}", failed=engine.stats.failed)
+
+        trajs = engine.run(episodes, on_done=on_done)
+    if bar is not None:
+        bar.close()
+    overall, per_category = summarize(trajs)
+    per_task = [
+        {"task_id": t.task_id, "sample_index": t.sample_index, "category": t.category, "success": t.success,
+         "score": t.outcome_reward, "turns": t.num_turns, "failed": t.failed, "failure_reason": t.failure_reason,
+         "truncation_reason": t.truncation_reason}
+        for t in trajs
+    ]
+    wall = time.perf_counter() - start
+    results = EvalResults(
+        config=config.model_dump(), overall=overall, categories=per_category, per_task=per_task,
+        failure_reasons=dict(engine.stats.failure_reasons),
+        timing={"wall_seconds": wall, "gen_seconds": engine.stats.gen_seconds,
+                "sampled_tokens": float(engine.stats.sampled_tokens),
+                "trajectories_per_min": 60 * len(trajs) / wall if wall else 0.0},
+        run_dir=str(run_dir),
+    )
+    (run_dir / "results.json").write_text(json.dumps(results.model_dump(), indent=2) + "\n", encoding="utf-8")
+    return results
