@@ -153,7 +153,7 @@ def detail_record(raw: dict[str, Any]) -> dict[str, Any]:
         "messages": len(messages),
         "turns_detail": view_turns,
         "tokens_available": tokens is not None,
-        "tokens_count": len(tokens["token_ids"]) if tokens else 0,
+        "tokens_count": len(tokens["token_ids"]) if tokens else (raw.get("mask") or {}).get("total"),
     }
 
 

@@ -148,7 +148,10 @@ async function openTrajectory(i) {
   state.tokens = null;
   state.detail = await api("trajectory", { run: state.run, step: state.step, i });
   state.compare = { a: null, b: null, sampleA: 0, sampleB: 0, steps: [] };
-  renderListPanel();
+  // Move the highlight only: re-rendering a 1,000-row table would cost most of a second.
+  for (const tr of document.querySelectorAll("#list tr.sel")) tr.classList.remove("sel");
+  const row = document.querySelector(`#list tr[data-i="${i}"]`);
+  if (row) row.classList.add("sel");
   await renderDetail();
   saveHash();
 }

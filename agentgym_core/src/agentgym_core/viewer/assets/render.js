@@ -72,7 +72,7 @@ function renderDetailHeader(d) {
       ${d.category ? `<span class="muted">· ${esc(d.category)}</span>` : ""}</h2>
     <div>${outcomeBadges(d)}<span class="badge">reward ${formatNumber(d.reward)}</span>
       <span class="badge">${d.turns}${d.max_turns ? "/" + d.max_turns : ""} turns</span>
-      <span class="badge">${d.tokens_count} tokens</span>
+      <span class="badge">${d.tokens_count ?? "–"} tokens${d.tokens_available ? "" : " (not logged)"}</span>
       <span class="muted">gen ${seconds(d.timing && d.timing.gen_seconds)} · env ${seconds(d.timing && d.timing.env_seconds)} · wall ${seconds(d.timing && d.timing.wall_seconds)}</span></div>`;
 }
 
