@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 from agentgym_backend_transformers import TransformersBackend, make_backend
-
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
 

@@ -14,7 +14,6 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def tiny_backend():
     from agentgym_backend_transformers import TransformersBackend
-
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     model, tokenizer = tiny_chat_model(seed=0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from agentgym_core.rollout import ChatFormat, SamplingParams
 from agentgym_core.testing.backend import check_backend
 
@@ -53,7 +52,6 @@ def test_load_weights_changes_and_restores_the_policy(tiny_backend):
 
 def test_registered_through_the_entry_point():
     from agentgym_backend_transformers import make_backend
-
     from agentgym_core.plugins import PluginManager
 
     manager = PluginManager(autoload=True, allow=["transformers"])

@@ -6,11 +6,10 @@ import functools
 import time
 
 import pytest
-from guess_env import GuessEnv
-
 from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
 from agentgym_core.schedulers import FixedRounds
 from agentgym_core.testing.trajectory import check_trajectory
+from guess_env import GuessEnv
 
 
 def _config(**overrides) -> RolloutConfig:
@@ -116,9 +115,10 @@ def test_rollouts_over_http_pass_the_auditor(tiny_backend):
     from agentgym_core.client import HTTPEnv
     from agentgym_core.testing import serve_env
 
-    with serve_env(GuessEnv) as url:
-        with RolloutEngine(tiny_backend, lambda: HTTPEnv(url, env="guess"), num_envs=3, config=_config()) as engine:
-            trajs = engine.run([EpisodeSpec(task_id=40 + i) for i in range(4)])
+    with serve_env(GuessEnv) as url, RolloutEngine(
+        tiny_backend, lambda: HTTPEnv(url, env="guess"), num_envs=3, config=_config()
+    ) as engine:
+        trajs = engine.run([EpisodeSpec(task_id=40 + i) for i in range(4)])
     for traj in trajs:
         check_trajectory(traj, tiny_backend)
         assert not traj.failed and traj.env == "guess" and traj.num_turns >= 1

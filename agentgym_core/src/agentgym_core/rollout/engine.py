@@ -23,6 +23,7 @@ thread returns) and a fresh one is created for the next episode.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -392,7 +393,5 @@ class RolloutEngine:
     @staticmethod
     def _close_slot(slot: _Slot) -> None:
         if slot.env is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing a broken env may fail too; it is discarded anyway
                 slot.env.close()
-            except Exception:  # closing a broken env may fail too; it is discarded either way
-                pass

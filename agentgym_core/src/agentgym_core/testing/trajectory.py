@@ -110,7 +110,7 @@ def _check_template(traj: Trajectory, chat: ChatFormat, report: TrajectoryReport
         canonical = backend.encode(rendered)
         report.tokens_match_template = canonical == traj.token_ids + backend.encode(closing)
         if not report.tokens_match_template:
-            first = next((i for i, (a, b) in enumerate(zip(canonical, traj.token_ids)) if a != b), len(traj.token_ids))
+            first = next((i for i, (a, b) in enumerate(zip(canonical, traj.token_ids, strict=False)) if a != b), len(traj.token_ids))
             where = next((f"reply of turn {t.index}" for t in traj.turns
                           if t.action_span.start <= first < t.action_span.end), f"context token {first}")
             report.explanations.append(
@@ -129,7 +129,7 @@ def _check_template(traj: Trajectory, chat: ChatFormat, report: TrajectoryReport
             "the model actually saw while sampling"
         )
         return
-    first = next((i for i, (a, b) in enumerate(zip(ours, rendered)) if a != b), min(len(ours), len(rendered)))
+    first = next((i for i, (a, b) in enumerate(zip(ours, rendered, strict=False)) if a != b), min(len(ours), len(rendered)))
     problems.append(
         f"tokens do not match the chat template render from character {first}: "
         f"ours ...{ours[max(0, first - 40):first + 40]!r} vs template ...{rendered[max(0, first - 40):first + 40]!r}"
