@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import base64
+import re
+import subprocess
+import sys
+import time
 
 import httpx
 import pytest
@@ -139,3 +143,22 @@ def test_bad_paths_are_clear_404s(serve_viewer, train_run, path, params, says):
 def test_view_command_explains_a_missing_directory(tmp_path, capsys):
     assert main(["view", str(tmp_path / "nope")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_view_command_serves_on_loopback(train_run):
+    proc = subprocess.Popen([sys.executable, "-m", "agentgym_core.cli", "view", str(train_run), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+", line)
+        assert url, line
+        for _ in range(200):
+            try:
+                runs = httpx.get(f"{url.group(0)}/api/runs", timeout=1).json()
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        assert runs["runs"] == [{"name": ".", "kind": "train"}]
+    finally:
+        proc.terminate()
+        proc.wait(10)

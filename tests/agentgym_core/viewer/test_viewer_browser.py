@@ -154,7 +154,9 @@ def test_a_running_training_updates_without_reload(page, run_root, serve_viewer,
              if json.loads(x) == {**json.loads(x), "step": 3, "kind": "train"}]
     with (live / "metrics.jsonl").open("a") as f:
         f.write(step3[0] + "\n")
-    page.wait_for_selector("#steps button[data-step='3']", timeout=10_000)
+    # Watching the newest step (no trajectory open), the page follows the run to step 3.
+    page.wait_for_selector("#steps button.sel[data-step='3']", timeout=10_000)
+    page.wait_for_function("document.querySelectorAll('#list tbody tr').length === 6")
     page.wait_for_function("document.querySelectorAll(\".chart[data-metric='entropy'] circle.pt\").length === 3")
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
     assert "updated" in page.inner_text("#live")

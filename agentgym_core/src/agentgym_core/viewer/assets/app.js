@@ -49,12 +49,16 @@ async function loadRuns() {
 }
 
 async function loadOverview(keepStep) {
+  const before = state.overview ? state.overview.steps.map(s => s.step) : [];
+  // Someone watching the newest step of a running training keeps watching the newest one.
+  const following = keepStep && before.length && state.step === before[before.length - 1] && state.i === null;
   const ov = await api("run", { run: state.run });
   state.overview = ov;
   state.stamp = ov.stamp;
   $("#run-kind").textContent = ov.kind === "eval" ? "evaluation" : "training";
   renderOverview();
   const steps = ov.steps.map(s => s.step);
+  if (following && steps.length) state.step = steps[steps.length - 1];
   if (!keepStep || !steps.includes(state.step)) {
     const wanted = Number(new URLSearchParams(location.hash.slice(1)).get("step"));
     state.step = steps.includes(wanted) && location.hash.includes("step=") ? wanted : (steps.length ? steps[steps.length - 1] : null);
