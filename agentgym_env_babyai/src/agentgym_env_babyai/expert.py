@@ -10,13 +10,18 @@ text, exactly as an agent drives it, and works the same in-process or over
 :class:`agentgym_core.client.HTTPEnv`; any divergence between the two is reported as
 :class:`ExpertDesyncError` (a determinism bug), never papered over.
 
-Known limits (minigrid's docstring and our measurements): the bot cannot solve KeyInBox (it raises
-when it meets a box that hides the key) nor PutNext*Carrying; those episodes end as failures with
-the bot's error recorded.
+The bot alone cannot solve KeyInBox (it raises when the key is hidden in a box) nor
+PutNext*Carrying (it cannot plan while starting with the object in hand), per its docstring and
+our probes. When the bot raises, the expert applies one rescue built only from what the agent
+sees (drop the carried object; or open a visible box, turning to look for one) and restarts a
+fresh bot. Measured on seeds 0-29: PutNextS7N4Carrying 30/30, KeyInBox 27/30 (the misses are
+boxes not in sight from the start). Whatever still fails ends as a failure with the bot's error
+recorded in :attr:`ExpertResult.error`.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from agentgym_core.env import Env
@@ -27,6 +32,10 @@ from agentgym_env_babyai.view import DROP, FORWARD, LEFT, PICKUP, RIGHT, TOGGLE
 
 __all__ = ["ExpertDesyncError", "ExpertPolicy", "ExpertResult", "solve"]
 
+_MAX_RESCUES = 3
+# Conditional rescue steps, resolved against the replica's view when their turn comes.
+_DROP_IF_FREE = "<drop if the cell ahead is free>"
+_OPEN_BOX = "<open a visible box, else turn left>"
 _SIMPLE = {LEFT: "turn left", RIGHT: "turn right", FORWARD: "move forward", DROP: "drop", TOGGLE: "toggle"}
 
 
@@ -43,13 +52,33 @@ class ExpertPolicy:
         self.first_observation = self.replica.reset(task_id).observation
         assert self.replica.game is not None
         self.bot = BabyAIBot(self.replica.game)
+        self._pending: deque[str] = deque()
+        self._restart = False
+        self._rescues = 0
 
     def act(self) -> str | None:
         """The next action text, or None when the bot has nothing left to do.
 
-        Raises whatever the bot raises on levels it cannot handle (AssertionError on KeyInBox).
+        When the bot gives up (it raises on KeyInBox and PutNext*Carrying), the expert tries one
+        of two rescues and then restarts a fresh bot on the current state: drop what it carries
+        (PutNext*Carrying starts with the object in hand, which the bot cannot plan from), or
+        open a visible box (KeyInBox hides the key in one). Without a rescue the bot's error is
+        raised.
         """
-        primitive = int(self.bot.replan())
+        while self._pending:
+            action = self._resolve(self._pending.popleft())
+            if action is not None:
+                return action
+        if self._restart:
+            self._restart = False
+            assert self.replica.game is not None
+            self.bot = BabyAIBot(self.replica.game)
+        try:
+            primitive = int(self.bot.replan())
+        except Exception:
+            if not self._rescue():
+                raise
+            return self.act()
         if primitive in _SIMPLE:
             return _SIMPLE[primitive]
         if primitive == PICKUP:
@@ -59,6 +88,38 @@ class ExpertPolicy:
                 raise RuntimeError("the bot wants to pick up, but nothing is in front of the agent")
             return f"pickup {front.label}"
         return None  # the bot's "done": it believes the mission is complete
+
+    def _rescue(self) -> bool:
+        """Queue actions that put the bot back on its feet; False if none applies."""
+        view = self.replica.view
+        if view is None or self._rescues >= _MAX_RESCUES:
+            return False
+        self._rescues += 1
+        self._restart = True
+        if view.carrying is not None:
+            # Drop it, turning left (at most three times) until the cell ahead is free.
+            self._pending.extend([_DROP_IF_FREE, "turn left"] * 3 + [_DROP_IF_FREE])
+            return True
+        self._pending.extend([_OPEN_BOX] * 4)  # look around for a box, turning left up to 3 times
+        return True
+
+    def _resolve(self, action: str) -> str | None:
+        """Turn a conditional rescue step into a concrete action (None: skip it)."""
+        view = self.replica.view
+        assert view is not None
+        if action == _DROP_IF_FREE:
+            if view.carrying is None or "drop" not in view.actions:
+                return None
+            self._pending.clear()
+            return "drop"
+        if action == _OPEN_BOX:
+            for obj in view.objects:
+                if obj.name.endswith(" box") and f"go to {obj.label}" in view.actions:
+                    self._pending.clear()
+                    self._pending.append("toggle")
+                    return f"go to {obj.label}"
+            return "turn left" if self._pending else None
+        return action
 
     def observe(self, action: str, observation: str) -> bool:
         """Apply `action` to the replica and check the env under test saw the same; returns done."""
