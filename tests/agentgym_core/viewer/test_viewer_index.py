@@ -79,3 +79,21 @@ def test_steps_are_listed_without_reading_files(tmp_path):
     assert all("count" not in s for s in steps)  # nothing indexed yet
     index.summaries(2)
     assert [s.get("count") for s in index.steps()] == [None, 4, None]
+
+
+def test_an_unreadable_line_is_listed_not_fatal(tmp_path):
+    path = write_log_run(tmp_path, trajectories(2))
+    with path.open("a") as f:
+        f.write("{not json\n")
+    write_log_run(tmp_path, trajectories(1))  # appends one more good line
+    rows = RunIndex(tmp_path).summaries(EVAL_STEP)
+    assert len(rows) == 4 and "unreadable JSON line" in rows[2]["error"]
+    assert rows[2]["turns"] == 0 and rows[3]["turns"] > 0
+
+
+def test_thought_and_action_are_split_only_when_marked():
+    from agentgym_core.viewer.records import split_thought
+
+    assert split_thought("Thought: need wood.\nAction: get 1 log") == ("need wood.", "get 1 log")
+    assert split_thought("get 1 log") == ("", "")
+    assert split_thought("Thought: still thinking") == ("still thinking", "")

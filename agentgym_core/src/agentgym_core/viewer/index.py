@@ -104,7 +104,8 @@ class StepFile:
                 try:
                     raw = json.loads(line)
                 except json.JSONDecodeError:
-                    summary = {"env": "?", "task_id": None, "error": f"unreadable line at byte {start}"}
+                    summary = {**summarize_record({}), "error": f"unreadable JSON line at byte {start}",
+                               "last_action": f"(unreadable JSON line at byte {start})"}
                 else:
                     summary = summarize_record(raw)
                 summary["i"] = len(self.summaries)

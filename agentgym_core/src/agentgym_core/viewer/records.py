@@ -73,10 +73,14 @@ def summarize_record(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def split_thought(text: str) -> tuple[str, str]:
-    """``"Thought: ... Action: ..."`` -> (thought, action part); (text, "") when there is no ``Action:``."""
+    """``"Thought: ... Action: ..."`` -> (thought, action part).
+
+    Without an ``Action:`` marker there is no way to tell thought from action, so the thought is
+    empty unless the reply opens with ``Thought:`` (the page then shows the whole reply).
+    """
     match = _ACTION.search(text or "")
     if match is None:
-        return _THOUGHT.sub("", text or "").strip(), ""
+        return (_THOUGHT.sub("", text).strip() if _THOUGHT.match(text or "") else ""), ""
     return _THOUGHT.sub("", text[: match.start()]).strip(), text[match.end():].strip()
 
 
