@@ -71,7 +71,7 @@ def expert_rate(task_ids: list[int]) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tasks", type=int, default=400, help="train tasks (ids 0..N-1) for the expert rate")
+    parser.add_argument("--tasks", type=int, default=200, help="train tasks (ids 0..N-1) for the expert rate")
     args = parser.parse_args()
     figures = {
         "step": time_steps(list(range(80)), 50),

@@ -60,6 +60,7 @@ def test_agentgym_legacy_routes(server):
         reset = http.post(f"{server}/reset", json={"id": instance, "data_idx": 1}).json()
         assert reset["observation"].startswith("Your goal: go to the red ball\n")
         assert reset["done"] is False and reset["reward"] == 0
+        assert http.get(f"{server}/observation", params={"id": instance}).json() == reset["observation"]
         stepped = http.post(f"{server}/step", json={"id": instance, "action": "go to red ball 1"}).json()
         assert set(stepped) >= {"observation", "reward", "score", "done"}
         assert stepped["done"] is True and 0 < stepped["reward"] <= 1
