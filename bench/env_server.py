@@ -32,6 +32,7 @@ DEFAULT_ACTIONS = {
     "sciworld": ["look around"],
     "search": ["<search>capital of france</search>"],
     "webarena": ["scroll [down]", "scroll [up]"],
+    "webarena_local": ["scroll [down]", "scroll [up]"],
     "guess": ["guess 50", "guess 25"],
 }
 
