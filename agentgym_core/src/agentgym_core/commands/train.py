@@ -1,0 +1,74 @@
+"""`agentgym train RECIPE.yaml [key=value ...]`: online multi-turn RL, evaluated before and after."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train", help="train an agent with multi-turn RL from a YAML recipe",
+        description="Train the policy in CONFIG (see examples/*.yaml). Overrides are dotted keys, e.g. "
+                    "trainer.steps=20 algorithm.kl.coef=0.01 'algorithm.rounds_ctrl.rounds=[6,13,20]'. "
+                    "The resolved config, metrics.jsonl, trajectories and checkpoints go to trainer.run_dir.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("config", nargs="?", default=None,
+                        help="YAML recipe (with --resume: optional, the run dir's config.yaml is used)")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides key=value (values parsed as YAML)")
+    parser.add_argument("--resume", metavar="RUN_DIR", default=None,
+                        help="continue the run in RUN_DIR from its latest complete checkpoint")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.set_defaults(func=run)
+
+
+def _success_table(results: dict) -> str:
+    before, after = results.get("eval_before") or {}, results.get("eval_after") or {}
+    keys = sorted({k for k in (*before, *after) if k.endswith("success")})
+    if not keys:
+        return ""
+    rows = [f"{'metric':<32} {'before':>8} {'after':>8} {'change':>8}"]
+    for k in keys:
+        b, a = before.get(k), after.get(k)
+        fmt = lambda v: f"{100 * v:7.1f}%" if isinstance(v, float) else f"{'-':>8}"  # noqa: E731
+        delta = f"{100 * (a - b):+7.1f}" if isinstance(a, float) and isinstance(b, float) else f"{'-':>8}"
+        rows.append(f"{k:<32} {fmt(b)} {fmt(a)} {delta}")
+    return "\n".join(rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from agentgym_core.rl.config import ConfigError, load_config
+
+    config_path = args.config
+    overrides = list(args.overrides)
+    if config_path is not None and "=" in config_path and not Path(config_path).exists():
+        overrides.insert(0, config_path)  # `agentgym train --resume DIR key=value`
+        config_path = None
+    if args.resume:
+        saved = Path(args.resume) / "config.yaml"
+        if config_path is None:
+            if not saved.exists():
+                print(f"error: --resume {args.resume}: no config.yaml there; is it a run directory?", file=sys.stderr)
+                return 2
+            config_path = str(saved)
+        overrides.append(f"trainer.run_dir={args.resume}")
+    try:
+        config = load_config(config_path, overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        return 0
+
+    from agentgym_core.rl.trainer import train
+
+    results = train(config, resume=args.resume is not None)
+    table = _success_table(results)
+    print(f"\nrun directory: {config.trainer.run_dir}")
+    if table:
+        print("held-out success (greedy):\n" + table)
+    return 0
