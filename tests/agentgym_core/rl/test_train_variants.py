@@ -1,0 +1,39 @@
+"""The other update paths, one step each: GAE with a critic, LoRA, KL in the reward, epochs x mini-batches."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from agentgym_core.rl.trainer import train
+
+
+def test_gae_critic_lora_kl_in_reward_epochs_minibatches(tmp_path, pm, tiny_config):
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=1)
+    config = tiny_config(tmp_path / "run", **{
+        "trainer.steps": 1, "trainer.eval_tasks": 0, "algorithm.estimator": "gae",
+        "algorithm.critic.enabled": "true", "algorithm.kl.in_reward": "true", "algorithm.kl.coef": 0.1,
+        "algorithm.ppo_epochs": 2, "algorithm.mini_batches": 2, "algorithm.advantage.gamma": 0.99,
+        "algorithm.advantage.lam": 0.95, "model.lora.enabled": "true", "model.lora.r": 4,
+        "model.lora.target_modules": "[q_proj, v_proj]", "algorithm.packing": "false",
+    })
+    from agentgym_core.rl.setup import wrap_lora
+
+    model = wrap_lora(model, config.model)
+    base_before = model.base_model.model.model.embed_tokens.weight.clone()
+    train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
+    line = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-1]
+    assert line["optimizer_steps"] == 4  # 2 epochs x 2 mini-batches
+    assert line["value_loss"] > 0 and line["kl"] >= 0
+    # LoRA: base weights frozen, adapters trained, merged HF model and adapter saved.
+    assert torch.equal(model.base_model.model.model.embed_tokens.weight, base_before)
+    assert any(n for n, p in model.named_parameters() if "lora_B" in n and p.abs().sum() > 0)
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000001"
+    assert (ckpt / "adapter" / "adapter_config.json").exists()
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(ckpt / "model")
+    assert not any("lora" in k for k in merged.state_dict())
