@@ -1,0 +1,48 @@
+"""Config: YAML + dotted overrides, anchor keys, teaching errors, the saved resolved config."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgym_core.rl.config import ConfigError, load_config, save_config
+
+
+def test_yaml_plus_overrides(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("envs: [{name: babyai}]\nalgorithm: {estimator: rloo}\ntrainer: {steps: 5}\n")
+    config = load_config(recipe, ["trainer.steps=7", "algorithm.rounds_ctrl.type=scaling_inter_stepwise",
+                                  "algorithm.rounds_ctrl.rounds=[10,20,30]", "envs.0.url=http://127.0.0.1:9"])
+    assert config.trainer.steps == 7 and config.algorithm.estimator == "rloo"
+    assert config.algorithm.rounds_ctrl.stages == [10, 20, 30]
+    assert config.envs[0].url == "http://127.0.0.1:9"
+
+
+def test_unknown_key_suggests_the_right_one():
+    with pytest.raises(ConfigError, match=r"'algorithm\.ppo_epoch'.*Did you mean 'algorithm\.ppo_epochs'"):
+        load_config(None, ["envs=[{name: x}]", "algorithm.ppo_epoch=2"])
+    with pytest.raises(ConfigError, match=r"envs\[0\]\.ulr.*envs\[0\]\.url"):
+        load_config(None, ["envs=[{name: x, ulr: y}]"])
+
+
+def test_invalid_values_name_the_key():
+    with pytest.raises(ConfigError, match="rollout.group_size"):
+        load_config(None, ["envs=[{name: x}]", "rollout.group_size=0"])
+    with pytest.raises(ConfigError, match="critic"):
+        load_config(None, ["envs=[{name: x}]", "algorithm.estimator=gae"])
+    with pytest.raises(ConfigError, match="no '='"):
+        load_config(None, ["trainer.steps"])
+
+
+def test_resolved_config_round_trips(tmp_path):
+    config = load_config(None, ["envs=[{name: x}]", "algorithm.clip_high=0.28"])
+    save_config(config, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == config
+
+
+def test_recipes_in_examples_validate():
+    from pathlib import Path
+
+    recipes = sorted((Path(__file__).parents[3] / "examples").glob("*.yaml"))
+    assert recipes
+    for recipe in recipes:
+        load_config(recipe)
