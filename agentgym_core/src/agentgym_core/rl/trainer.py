@@ -211,7 +211,8 @@ def train(
                 "rollout_logprob_gap": float(masked_mean((old.logprobs - batch.rollout_logprobs).abs(), batch.mask)),
                 "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), batch.mask)),
                 "time_rollout": rollout_seconds,
-                "time_generation": sum(t.gen_seconds for t in trajectories),
+                # Wall time in generation calls, and env time summed over (concurrent) trajectories.
+                "time_generation": sum(e.stats.gen_seconds for e in engines.values()),
                 "time_env": sum(t.env_seconds for t in trajectories),
                 "generation_calls": float(sum(e.stats.generation_calls for e in engines.values())),
                 "time_step": time.perf_counter() - t_step,
