@@ -2,13 +2,15 @@
 
 Both layouts give the same numbers; they differ in cost:
 
-* **packed** (padding-free): sequences are put into bins of at most ``max_tokens`` tokens (first
-  fit, longest first) and each bin is ONE row with ``position_ids`` restarting at 0 per sequence
-  and no attention mask, from which transformers builds a block-diagonal causal mask. No
-  padding token is ever computed.
-* **padded**: sequences are stacked in rows of up to ``max_tokens`` total tokens, right-padded
-  to the longest, with an attention mask. This is the plain baseline ``bench/train_step.py``
-  measures against.
+* **packed** (padding-free): sequences are put end to end into rows as long as the longest
+  sequence (first fit, longest first), with ``position_ids`` restarting at 0 per sequence and no
+  attention mask, from which transformers builds a block-diagonal causal mask. Short sequences
+  fill the room long ones leave, so few padding tokens are computed, while a row's attention
+  still costs no more than one long sequence's.
+* **padded**: one sequence per row, right-padded to the longest of its forward, with an
+  attention mask. This is the plain baseline ``bench/train_step.py`` measures against.
+
+Rows go through the model in forwards of at most ``max_tokens`` (rows x width) tokens.
 
 In both, the LM head only runs on positions whose *next* token the policy sampled
 (``logits_to_keep``), because the (tokens x vocabulary) logits dominate memory otherwise.
@@ -71,18 +73,6 @@ def pack_bins(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     return bins
 
 
-def _rows_padded(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Consecutive groups of sequences whose padded size (rows x longest) fits ``max_tokens``."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= max_tokens:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
 def forward_tokens(
     model: torch.nn.Module,
     sequences: Sequence[Sequence[int]],
@@ -106,26 +96,38 @@ def forward_tokens(
     logprobs = torch.zeros(B, T, device=device)
     entropy = torch.zeros(B, T, device=device) if with_entropy else None
     values = torch.zeros(B, T, device=device) if value_head is not None else None
-    groups = pack_bins(lengths, max_tokens) if packing else _rows_padded(lengths, max_tokens)
-
-    for group in groups:
-        if packing:
-            ids = torch.tensor([[t for i in group for t in sequences[i]]], device=device)  # (1, N)
-            pos = torch.cat([torch.arange(lengths[i], device=device) for i in group])[None]  # (1, N)
-            offsets = torch.tensor([0] + [lengths[i] for i in group], device=device).cumsum(0)
-            # (row, column-in-row) of every trained token t, for each sequence in the bin
-            where = [(0, offsets[k] + torch.nonzero(mask[i, : lengths[i]] > 0).flatten()) for k, i in enumerate(group)]
-            kwargs = {"position_ids": pos}
+    # Rows: several sequences end to end (packed, rows as long as the longest sequence, so the
+    # attention cost stays that of one sequence per row) or one sequence each (padded).
+    width_cap = max(lengths, default=1)
+    rows = pack_bins(lengths, width_cap) if packing else [[i] for i in sorted(range(B), key=lambda i: -lengths[i])]
+    row_len = [sum(lengths[i] for i in r) for r in rows]
+    forwards: list[list[int]] = []  # consecutive rows whose (rows x widest) fits max_tokens
+    for r in sorted(range(len(rows)), key=lambda r: -row_len[r]):
+        if forwards and (len(forwards[-1]) + 1) * row_len[forwards[-1][0]] <= max_tokens:
+            forwards[-1].append(r)
         else:
-            width = max(lengths[i] for i in group)
-            ids = torch.full((len(group), width), pad_token_id, device=device)
-            attn = torch.zeros(len(group), width, dtype=torch.long, device=device)
-            for r, i in enumerate(group):
-                ids[r, : lengths[i]] = torch.tensor(sequences[i], device=device)
-                attn[r, : lengths[i]] = 1
-            where = [(r, torch.nonzero(mask[i, : lengths[i]] > 0).flatten()) for r, i in enumerate(group)]
-            kwargs = {"attention_mask": attn}
-        targets_cols = [cols.to(device) for _, cols in where]
+            forwards.append([r])
+
+    for fwd in forwards:
+        width = max(row_len[r] for r in fwd)
+        ids = torch.full((len(fwd), width), pad_token_id, device=device)
+        pos = torch.zeros(len(fwd), width, dtype=torch.long, device=device)
+        attn = torch.zeros(len(fwd), width, dtype=torch.long, device=device)
+        where: list[tuple[int, torch.Tensor, int, int]] = []  # (row, columns of trained tokens, seq, offset)
+        for k, r in enumerate(fwd):
+            offset = 0
+            for i in rows[r]:
+                n = lengths[i]
+                ids[k, offset: offset + n] = torch.tensor(sequences[i], device=device)
+                pos[k, offset: offset + n] = torch.arange(n, device=device)
+                attn[k, offset: offset + n] = 1
+                cols = torch.nonzero(mask[i, :n] > 0).flatten().to(device) + offset
+                where.append((k, cols, i, offset))
+                offset += n
+            # Packed rows: the padding tail restarts its positions, so it is a block of its own.
+            pos[k, offset:] = torch.arange(width - offset, device=device)
+        kwargs = {"position_ids": pos} if packing else {"attention_mask": attn, "position_ids": pos}
+        targets_cols = [cols for _, cols, _, _ in where]
         # Logits at column c-1 predict the token at column c; keep only those columns.
         keep = torch.unique(torch.cat(targets_cols) - 1) if targets_cols else torch.zeros(0, dtype=torch.long)
         if keep.numel() == 0:
@@ -137,12 +139,12 @@ def forward_tokens(
         logp_all = torch.log_softmax(logits, dim=-1)  # (rows, K, V)
         slot = torch.full((int(keep.max()) + 1,), -1, dtype=torch.long, device=device)
         slot[keep] = torch.arange(keep.numel(), device=device)  # column -> index into K
-        for (row, cols), i in zip(where, group, strict=True):
+        for row, cols, i, offset in where:
             if cols.numel() == 0:
                 continue
             k = slot[cols - 1]  # (n,)
             tok = ids[row, cols]  # (n,)
-            local = cols - (cols.new_tensor(0) if not packing else offsets[group.index(i)])  # positions in seq i
+            local = cols - offset  # positions within sequence i
             logprobs[i, local] = logp_all[row, k].gather(-1, tok[:, None]).squeeze(-1)
             if entropy is not None:
                 entropy[i, local] = entropy_from_logits(logits[row, k])
