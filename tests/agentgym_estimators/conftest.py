@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from agentgym_core.rl import AdvantageBatch, place_rewards
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
-from agentgym_core.rl import AdvantageConfig, check_estimator
 
+from agentgym_core.rl import AdvantageConfig, check_estimator
 from agentgym_estimators import gae
 
 

@@ -1,8 +1,8 @@
 import math
 
 import torch
-from agentgym_core.rl import AdvantageConfig, check_estimator
 
+from agentgym_core.rl import AdvantageConfig, check_estimator
 from agentgym_estimators import grpo
 
 

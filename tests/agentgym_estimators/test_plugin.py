@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl import AdvantageBatch, AdvantageOutput, EstimatorCheckError, check_estimator
 

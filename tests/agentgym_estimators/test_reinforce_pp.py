@@ -1,8 +1,8 @@
 import statistics
 
 import torch
-from agentgym_core.rl import AdvantageConfig, check_estimator
 
+from agentgym_core.rl import AdvantageConfig, check_estimator
 from agentgym_estimators import reinforce_pp
 
 

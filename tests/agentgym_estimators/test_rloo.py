@@ -1,6 +1,6 @@
 import torch
-from agentgym_core.rl import check_estimator
 
+from agentgym_core.rl import check_estimator
 from agentgym_estimators import rloo
 
 

@@ -12,9 +12,9 @@ torch.set_num_threads(1)
 
 @pytest.fixture
 def pm():
-    from agentgym_core.plugins import PluginManager
-
     from word_env import WordPlugin
+
+    from agentgym_core.plugins import PluginManager
 
     pytest.importorskip("agentgym_estimators")
     pytest.importorskip("agentgym_backend_transformers")

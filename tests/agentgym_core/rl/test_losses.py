@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+
 from agentgym_core.rl.losses import (
     aggregate,
     entropy_from_logits,

@@ -1,6 +1,7 @@
 """Round schedulers: stage boundaries, resume exactness, the anchor's keys, the adaptive rule."""
 
 import pytest
+
 from agentgym_core.plugins import PluginManager
 from agentgym_core.schedulers import RoundScheduler, RoundsConfig
 

@@ -232,10 +232,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         node: Any = data
         parts = dotted.strip().split(".")
         for part in parts[:-1]:
-            if isinstance(node, list):
-                node = node[int(part)]
-            else:
-                node = node.setdefault(part, {})
+            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
         last = parts[-1]
         if isinstance(node, list):
             node[int(last)] = value

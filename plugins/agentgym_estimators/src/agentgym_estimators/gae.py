@@ -23,8 +23,8 @@ Departures from the paper and from common LLM implementations:
 from __future__ import annotations
 
 import torch
-from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput
 
+from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput
 from agentgym_estimators._scan import masked_whiten
 
 __all__ = ["gae"]

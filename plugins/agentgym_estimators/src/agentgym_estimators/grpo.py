@@ -15,8 +15,8 @@ changes the loss aggregation; pick ``loss_agg: seq_mean_token_sum_norm`` in the 
 from __future__ import annotations
 
 import torch
-from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput
 
+from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput
 from agentgym_estimators._scan import group_sum_count, sequence_scores
 
 __all__ = ["grpo"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from agentgym_core import hookimpl
-
 from agentgym_estimators.gae import gae
 from agentgym_estimators.grpo import grpo
 from agentgym_estimators.reinforce_pp import reinforce_pp

@@ -15,7 +15,6 @@ reward is never masked away (the anchor places it on an environment token and lo
 from __future__ import annotations
 
 from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput
-
 from agentgym_estimators._scan import discounted_returns_over_policy_tokens, masked_whiten
 
 __all__ = ["reinforce_pp"]

@@ -13,8 +13,8 @@ advantage 0 (no other sample to form a baseline); per-turn rewards enter through
 from __future__ import annotations
 
 import torch
-from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput
 
+from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput
 from agentgym_estimators._scan import group_sum_count, sequence_scores
 
 __all__ = ["rloo"]
