@@ -37,3 +37,26 @@ def test_gae_critic_lora_kl_in_reward_epochs_minibatches(tmp_path, pm, tiny_conf
 
     merged = AutoModelForCausalLM.from_pretrained(ckpt / "model")
     assert not any("lora" in k for k in merged.state_dict())
+
+
+def test_batch_mixing_two_envs_reports_per_env_metrics(tmp_path, tiny_config):
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+    from word_env import TwoWordPlugin
+
+    pm = PluginManager(autoload=True, allow=["estimators", "transformers"])
+    pm.register(TwoWordPlugin(), "words")
+    model, tokenizer = tiny_chat_model(seed=0)
+    config = tiny_config(tmp_path / "run", **{
+        "envs": "[{name: word, max_concurrency: 2}, {name: word2, max_concurrency: 2, weight: 2}]",
+        "rollout.tasks_per_step": 3, "rollout.group_size": 2, "trainer.steps": 1, "trainer.eval_tasks": 1,
+        "algorithm.estimator": "rloo",
+    })
+    result = train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
+    line = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+            if '"train"' in x][-1]
+    assert line["trajectories"] == 6  # 1 task of word + 2 of word2 (weights 1:2), 2 samples each
+    for key in ("word/success", "word2/success", "word/turns", "word2/reward"):
+        assert key in line and key in result["eval_after"]
+    trajs = [json.loads(x) for x in (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
+    assert sorted(t["env"] for t in trajs) == ["word", "word", "word2", "word2", "word2", "word2"]

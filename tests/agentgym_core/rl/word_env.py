@@ -56,3 +56,18 @@ class WordPlugin:
     @hookimpl
     def agentgym_register_envs(self, register) -> None:
         register("word", WordEnv, summary="test env")
+
+
+class OtherWordEnv(WordEnv):
+    """The same game under a second name, to test batches that mix environments."""
+
+    name = "word2"
+
+
+class TwoWordPlugin:
+    """Registers WordEnv as ``word`` and OtherWordEnv as ``word2``."""
+
+    @hookimpl
+    def agentgym_register_envs(self, register) -> None:
+        register("word", WordEnv, summary="test env")
+        register("word2", OtherWordEnv, summary="test env, second name")
