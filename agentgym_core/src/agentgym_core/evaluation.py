@@ -7,6 +7,10 @@ Definitions (the same as the README's):
 * **score** of a trajectory: the environment's raw reward summed over the episode.
 * With K samples per task: **Avg@K** is the mean over all K samples of all tasks; **Pass@K** is the
   mean over tasks of the best of its K samples (for success: 1 if any sample succeeded).
+
+Backends that only speak text (``--backend openai``: API models) are rolled out by
+:class:`agentgym_core.rollout.text_engine.TextRolloutEngine`; their trajectories carry no tokens
+and are logged with ``trainable: false``. Token backends use the token engine.
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ from agentgym_core.env import Env
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
+from agentgym_core.rollout.text_engine import (
+    ChatBackend,
+    TextRolloutEngine,
+    TextRolloutLogWriter,
+    is_chat_backend,
+)
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = ["EvalConfig", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
@@ -37,7 +47,21 @@ class EvalConfig(BaseModel):
 
     env: str = Field(description="Environment name (see `agentgym envs`).")
     model: str = Field(default="smollm2-135m-instruct", description="Named model, .gguf file or HF directory.")
-    backend: str = Field(default="transformers", description="Rollout backend name (see `agentgym plugins`).")
+    backend: str = Field(
+        default="transformers",
+        description="Rollout backend name (see `agentgym plugins`); 'openai' evaluates a model behind an "
+        "OpenAI-compatible API.",
+    )
+    base_url: str | None = Field(
+        default=None, description="API root of an OpenAI-compatible server (backend 'openai'), e.g. "
+        "http://127.0.0.1:8001/v1.",
+    )
+    api_key: str | None = Field(
+        default=None, description="API key for backend 'openai' (default: $OPENAI_API_KEY); never saved.",
+    )
+    request_timeout_s: float | None = Field(
+        default=None, gt=0, description="Limit on one API request (backend 'openai'; default: the backend's).",
+    )
     split: str = Field(default="test", description="Task split to evaluate on.")
     limit: int | None = Field(default=None, ge=1, description="Evaluate only the first N tasks of the split.")
     n_samples: int = Field(default=1, ge=1, description="K: samples per task (Avg@K, Pass@K).")
@@ -76,6 +100,9 @@ class EvalResults(BaseModel):
     per_task: list[dict[str, Any]]
     failure_reasons: dict[str, int]
     timing: dict[str, float]
+    trainable: bool = Field(
+        default=True, description="False when the backend gave text only (API models): no tokens were recorded."
+    )
     run_dir: str | None = None
 
 
@@ -115,17 +142,37 @@ def _make_env_factory(config: EvalConfig) -> tuple[Callable[[], Env], Any]:
     return env_cls, env_cls.tasks()
 
 
-def _make_backend(config: EvalConfig) -> RolloutBackend:
+def backend_options(config: EvalConfig) -> dict[str, Any]:
+    """The options given to the backend factory: the model, plus only the settings the user set.
+
+    Each backend validates its own options, so a setting it does not take (``--device`` for an
+    API model, ``--base-url`` for a local one) is reported instead of ignored.
+    """
+    options: dict[str, Any] = {"model": config.model}
+    if config.device != "auto":
+        options["device"] = config.device
+    if config.threads is not None:
+        options["threads"] = config.threads
+    if config.base_url is not None:
+        options["base_url"] = config.base_url
+    if config.api_key is not None:
+        options["api_key"] = config.api_key
+    if config.request_timeout_s is not None:
+        options["timeout_s"] = config.request_timeout_s
+    return options
+
+
+def _make_backend(config: EvalConfig) -> RolloutBackend | ChatBackend:
     from agentgym_core.plugins import get_plugin_manager
 
     factory = get_plugin_manager().get("rollout_backend", config.backend)
-    return factory({"model": config.model, "device": config.device, "threads": config.threads})
+    return factory(backend_options(config))
 
 
 def evaluate(
     config: EvalConfig,
     *,
-    backend: RolloutBackend | None = None,
+    backend: RolloutBackend | ChatBackend | None = None,
     make_env: Callable[[], Env] | None = None,
     progress: bool = True,
 ) -> EvalResults:
@@ -144,6 +191,9 @@ def evaluate(
         for t in task_ids for s in range(config.n_samples)
     ]
     backend = backend or _make_backend(config)
+    text_only = is_chat_backend(backend)
+    if text_only and hasattr(backend, "preflight"):
+        backend.preflight()  # a wrong model name or key fails here, before any episode
     run_dir = Path(config.out_dir or f"runs/eval-{config.env}-{datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)
     rollout = RolloutConfig(
@@ -159,8 +209,10 @@ def evaluate(
         bar = tqdm(total=len(episodes), desc=f"eval {config.env}", unit="traj", dynamic_ncols=True)
     done: list[Trajectory] = []
     start = time.perf_counter()
-    with RolloutLogWriter(run_dir / "trajectories.jsonl") as log, RolloutEngine(
-        backend, factory, num_envs=config.num_envs, config=rollout, env_name=config.env
+    log_path = run_dir / "trajectories.jsonl"
+    engine_cls = TextRolloutEngine if text_only else RolloutEngine
+    with (TextRolloutLogWriter(log_path) if text_only else RolloutLogWriter(log_path)) as log, engine_cls(
+        backend, factory, num_envs=config.num_envs, config=rollout, env_name=config.env  # type: ignore[arg-type]
     ) as engine:
         def on_done(traj: Trajectory) -> None:
             done.append(traj)
@@ -181,7 +233,7 @@ def evaluate(
     ]
     wall = time.perf_counter() - start
     results = EvalResults(
-        config=config.model_dump(), overall=overall, categories=per_category, per_task=per_task,
+        config=config.model_dump(exclude={"api_key"}), overall=overall, trainable=not text_only, categories=per_category, per_task=per_task,
         failure_reasons=dict(engine.stats.failure_reasons),
         timing={"wall_seconds": wall, "gen_seconds": engine.stats.gen_seconds,
                 "sampled_tokens": float(engine.stats.sampled_tokens),

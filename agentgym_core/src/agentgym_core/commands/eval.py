@@ -17,7 +17,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--env", required=True, help="environment name (see `agentgym envs`)")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="named model, .gguf file or HF directory")
-    parser.add_argument("--backend", default="transformers", help="rollout backend")
+    parser.add_argument("--backend", default="transformers",
+                        help="rollout backend: transformers (local model) or openai (an OpenAI-compatible API)")
+    parser.add_argument("--base-url", default=None,
+                        help="API root for --backend openai, e.g. http://127.0.0.1:8001/v1 (see `agentgym serve-model`)")
+    parser.add_argument("--api-key", default=None, help="API key for --backend openai (default: $OPENAI_API_KEY)")
+    parser.add_argument("--request-timeout", dest="request_timeout_s", type=float, default=None,
+                        help="limit in seconds on one API request (--backend openai)")
     parser.add_argument("--split", default="test", help="task split")
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     parser.add_argument("--n-samples", type=int, default=1, help="K samples per task (Avg@K / Pass@K)")
@@ -27,8 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256, help="per-turn generation cap")
     parser.add_argument("--num-envs", type=int, default=16, help="environment instances in flight")
     parser.add_argument("--env-url", default=None, help="evaluate against a running env server")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda (local backends)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (local backends)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--out", dest="out_dir", default=None, help="run directory (default runs/eval-ENV-TIME)")
     parser.set_defaults(func=run)
@@ -51,16 +57,32 @@ def render_table(results) -> str:
 
 def run(args: argparse.Namespace, stdout=None) -> int:
     from agentgym_core.evaluation import EvalConfig, evaluate
+    from agentgym_core.rollout.text_engine import ChatBackendError
 
     stdout = stdout or sys.stdout
     fields = {name: getattr(args, name) for name in EvalConfig.model_fields if hasattr(args, name)}
     config = EvalConfig(**{k: v for k, v in fields.items() if v is not None or k in ("limit", "env_url")})
-    results = evaluate(config)
+    try:
+        results = evaluate(config)
+    except ChatBackendError as exc:  # the API refused the setup (unknown model, bad key) before any episode
+        print(f"agentgym: error: {exc}", file=sys.stderr)
+        return 2
     print(render_table(results), file=stdout)
     if results.failure_reasons:
         print("failures: " + ", ".join(f"{k}: {v}" for k, v in results.failure_reasons.items()), file=stdout)
+        examples: dict[str, str] = {}
+        for row in results.per_task:  # one full reason per kind, so the cause is on screen
+            reason = row.get("failure_reason") or ""
+            examples.setdefault(reason.split(":")[0], reason)
+        for reason in examples.values():
+            if reason:
+                print(f"  e.g. {reason}", file=stdout)
+    if not results.trainable:
+        print("(text-only backend: trajectories carry no token ids and are for evaluation only)", file=stdout)
     timing = results.timing
     print(f"{timing['trajectories_per_min']:.1f} trajectories/min, {timing['sampled_tokens'] / max(timing['gen_seconds'], 1e-9):.1f} "
           f"sampled tokens/s; results: {results.run_dir}/results.json, trajectories: {results.run_dir}/trajectories.jsonl",
           file=stdout)
+    if results.per_task and results.overall.failed == results.overall.samples:
+        return 1  # nothing was measured: every trajectory failed
     return 0

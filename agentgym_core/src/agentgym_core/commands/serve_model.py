@@ -1,0 +1,72 @@
+"""`agentgym serve-model MODEL`: serve a local model over the OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve-model", help="serve a local model over the OpenAI-compatible API (/v1/chat/completions)",
+        description="Load MODEL (a named model such as smollm2-135m-instruct, a .gguf file, or a Hugging Face "
+                    "directory) with a rollout backend and serve it at /v1/chat/completions, /v1/completions "
+                    "and /v1/models, so `agentgym eval --backend openai` and any OpenAI client can use it. "
+                    "Concurrent requests are sampled together in batches.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("model", help="named model, .gguf file or Hugging Face model directory")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind; use 0.0.0.0 only on a trusted network")
+    parser.add_argument("--port", type=int, default=8001, help="TCP port")
+    parser.add_argument("--served-model-name", default=None,
+                        help="the model id clients send (default: MODEL as given)")
+    parser.add_argument("--backend", default="transformers", help="rollout backend that loads and samples the model")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--max-batch-size", type=int, default=32, help="most sequences sampled in one call")
+    parser.add_argument("--default-max-tokens", type=int, default=512,
+                        help="reply cap for requests that do not set max_tokens")
+    parser.add_argument("--max-context-tokens", type=int, default=None,
+                        help="prompt + reply limit (default: the model's max_position_embeddings)")
+    parser.add_argument("--api-key", default=os.environ.get("AGENTGYM_SERVE_API_KEY"),
+                        help="require 'Authorization: Bearer KEY' (default: $AGENTGYM_SERVE_API_KEY; none)")
+    parser.set_defaults(func=run)
+
+
+def context_length(backend: Any) -> int | None:
+    """The model's context length when the backend exposes a transformers model, else None."""
+    config = getattr(getattr(backend, "model", None), "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from agentgym_core.model_server import ModelServerConfig, create_model_app
+    from agentgym_core.plugins import get_plugin_manager
+
+    factory = get_plugin_manager().get("rollout_backend", args.backend)
+    options: dict[str, Any] = {"model": args.model, "device": args.device}
+    if args.threads:
+        options["threads"] = args.threads
+    print(f"loading {args.model!r} with the {args.backend} backend ...", file=sys.stderr, flush=True)
+    backend = factory(options)
+    if not hasattr(backend, "generate"):
+        raise ValueError(f"the {args.backend!r} backend does not sample tokens itself (it has no generate()); "
+                         "serve-model needs a local backend such as 'transformers'")
+    config = ModelServerConfig(
+        model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
+        default_max_tokens=args.default_max_tokens,
+        max_context_tokens=args.max_context_tokens or context_length(backend), api_key=args.api_key,
+    )
+    app = create_model_app(backend, config)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: binding {args.host}: anyone who can reach this address can use the model"
+              + ("" if args.api_key else " (no --api-key set)"), file=sys.stderr)
+    print(f"serving {config.model_name!r} at http://{args.host}:{args.port}/v1 "
+          f"(try: agentgym eval --backend openai --base-url http://{args.host}:{args.port}/v1 "
+          f"--model {config.model_name} --env ENV)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

@@ -1,0 +1,45 @@
+"""Shared fixtures: a tiny random chat model served over the OpenAI API on loopback (in-process)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("agentgym_backend_transformers")
+
+# One thread: the machine is shared and tiny matmuls only lose to thread hand-offs.
+torch.set_num_threads(1)
+
+SERVED_NAME = "tiny-chat"
+
+
+@pytest.fixture(scope="session")
+def tiny_backend():
+    from agentgym_backend_transformers import TransformersBackend
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    return TransformersBackend(model, tokenizer)
+
+
+@pytest.fixture(scope="session")
+def api_url(tiny_backend):
+    """Base URL (ending in /v1) of `serve-model`'s app serving the tiny model as 'tiny-chat'."""
+    from agentgym_core.model_server import create_model_app
+    from agentgym_core.testing import serve_app
+
+    app = create_model_app(tiny_backend, {"model_name": SERVED_NAME, "max_context_tokens": 4096})
+    with serve_app(app) as url:
+        yield f"{url}/v1"
+
+
+@pytest.fixture()
+def dead_url():
+    """A loopback URL nothing listens on (the port was free a moment ago)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}/v1"
