@@ -40,9 +40,10 @@ def test_gae_critic_lora_kl_in_reward_epochs_minibatches(tmp_path, pm, tiny_conf
 
 
 def test_batch_mixing_two_envs_reports_per_env_metrics(tmp_path, tiny_config):
+    from word_env import TwoWordPlugin
+
     from agentgym_core.plugins import PluginManager
     from agentgym_core.testing.tiny_model import tiny_chat_model
-    from word_env import TwoWordPlugin
 
     pm = PluginManager(autoload=True, allow=["estimators", "transformers"])
     pm.register(TwoWordPlugin(), "words")
