@@ -2,6 +2,7 @@ import json
 
 import numpy as np
 import pytest
+
 from agentgym_env_search.corpus import Corpus, CorpusFormatError
 
 

@@ -1,12 +1,12 @@
 import pytest
 import requests
+
 from agentgym_core.env import EnvError, EpisodeEndedError, InvalidTaskError
 from agentgym_core.plugins import PluginManager
 from agentgym_core.testing import check_env, check_env_http, serve_env
+from agentgym_env_search import SearchEnv
 from agentgym_env_search.indexes import open_retriever
 from agentgym_env_search.service import serve_retriever
-
-from agentgym_env_search import SearchEnv
 
 
 def oracle_episode(env, task_id):

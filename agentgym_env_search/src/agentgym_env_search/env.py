@@ -17,6 +17,8 @@ import difflib
 from functools import lru_cache
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from agentgym_core.compat import AgentGymCompat
 from agentgym_core.env import (
     Env,
@@ -27,8 +29,6 @@ from agentgym_core.env import (
     StepResult,
     TaskCatalog,
 )
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from agentgym_env_search.indexes import shared_retriever
 from agentgym_env_search.protocol import format_information, parse_search_action
 from agentgym_env_search.qa import (

@@ -50,7 +50,7 @@ def open_retriever(corpus: str | Path, retriever: str = "bm25", options: dict[st
                     / "offsets.npy", show_progress=show_progress) if corpus_path.is_file() else Corpus(corpus_path)
     factory = get_retriever_factory(retriever)
     # Options that change only how a built index is searched do not make a new index folder.
-    index_options = {k: v for k, v in options.items() if k not in ("n_threads", "mmap", "device", "batch_size")}
+    index_options = {k: v for k, v in options.items() if k not in ("n_threads", "mmap", "device", "batch_size", "use_faiss")}
     return factory(opened, index_dir=index_dir_for(corpus_path, retriever, index_options),
                    show_progress=show_progress, **options)
 

