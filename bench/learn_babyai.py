@@ -63,7 +63,7 @@ def sft_warm_start(model, tokenizer, episodes: int, max_turns: int, lr: float, s
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(float(out.loss))
+        losses.append(float(out.loss.detach()))
     model.eval()
     env.close()
     return {"sft_episodes": float(len(losses)), "sft_loss_first": losses[0] if losses else 0.0,
@@ -86,7 +86,7 @@ def run_arm(name: str, args: argparse.Namespace, rounds: list[int], scheduler: s
     model, tokenizer = load_policy(config.model)
     extra = {}
     if sft:
-        extra = sft_warm_start(model, tokenizer, args.sft_episodes, max(rounds), args.sft_lr, args.seed)
+        extra = sft_warm_start(model, tokenizer, args.sft_episodes, args.sft_max_turns, args.sft_lr, args.seed)
     t0 = time.perf_counter()
     results = train(config, plugin_manager=get_plugin_manager(), model=model, tokenizer=tokenizer)
     curve = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -104,6 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", default="4,8,12", help="ScalingInter stages; fixed uses the last")
     parser.add_argument("--sft-episodes", type=int, default=0)
     parser.add_argument("--sft-lr", type=float, default=1e-5)
+    parser.add_argument("--sft-max-turns", type=int, default=64, help="longest expert episode kept for SFT")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rounds = [int(x) for x in args.rounds.split(",")]
