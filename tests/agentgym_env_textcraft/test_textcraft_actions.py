@@ -29,6 +29,7 @@ def test_form_is_normalised():
         ("get 0 oak logs", "at least 1"),
         ("craft 4 stick", "needs a target and ingredients"),
         ("craft 4 stick using oak planks", "needs a count first"),
+        ("craft 4 stick using 2 oak planks,", "an ingredient is empty"),
         ("mine 3 diamonds", "unknown command"),
         ("look", "unknown command"),
     ],

@@ -98,6 +98,8 @@ def parse_action(text: str) -> TextCraftAction:
         )
         inputs: list[tuple[str, int]] = []
         for part in match.group(2).split(","):
+            if not part.strip():
+                return _invalid(text, "an ingredient is empty; separate ingredients with single commas")
             counted = _COUNTED.fullmatch(part.strip())
             if not counted:
                 return _invalid(text, f"ingredient {part.strip()!r} needs a count first, e.g. '2 stick'")
