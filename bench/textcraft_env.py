@@ -28,9 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentgym_core.client import EnvClient, HTTPEnv
-
 from agentgym_core import Env
+from agentgym_core.client import EnvClient, HTTPEnv
 from agentgym_env_textcraft import TextCraftEnv, plan_actions
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from agentgym_env_textcraft.actions import Craft, Get, InvalidAction, Inventory, parse_action
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from agentgym_core.testing import check_env
-from agentgym_env_textcraft.tasks import goals
 from pydantic import ValidationError
 
 from agentgym_core import EnvError, EpisodeEndedError, InvalidTaskError
+from agentgym_core.testing import check_env
 from agentgym_env_textcraft import TextCraftEnv, goal_of
+from agentgym_env_textcraft.tasks import goals
 
 
 def _task(item: str) -> int:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from agentgym_env_textcraft.expert import parse_observation
-from agentgym_env_textcraft.tasks import goals
 
 from agentgym_env_textcraft import TextCraftEnv, plan_actions, solve
+from agentgym_env_textcraft.expert import parse_observation
+from agentgym_env_textcraft.tasks import goals
 
 
 def test_parse_observation_reads_commands_and_goal():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from agentgym_core.plugins import PluginManager
-
 from agentgym_env_textcraft import TextCraftEnv
 
 

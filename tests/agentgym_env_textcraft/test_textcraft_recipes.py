@@ -8,6 +8,7 @@ import io
 from collections import Counter
 
 import pytest
+
 from agentgym_env_textcraft.recipes import Ingredient, Recipe, build_recipe_book, load_recipe_book
 
 

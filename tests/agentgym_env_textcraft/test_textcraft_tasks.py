@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from agentgym_env_textcraft.tasks import MIN_TEST_PER_DEPTH, goals
-
 from agentgym_env_textcraft import TextCraftEnv, goal_of
+from agentgym_env_textcraft.tasks import MIN_TEST_PER_DEPTH, goals
 
 
 def test_tasks_are_ordered_by_depth_then_name():

@@ -20,10 +20,10 @@ from __future__ import annotations
 import random
 from typing import Any, ClassVar
 
-from agentgym_core.compat import AgentGymCompat
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core import Env, EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
+from agentgym_core.compat import AgentGymCompat
 from agentgym_env_textcraft.actions import Get, InvalidAction, Inventory, parse_action
 from agentgym_env_textcraft.game import CraftingGame
 from agentgym_env_textcraft.recipes import load_recipe_book
