@@ -5,14 +5,13 @@ from __future__ import annotations
 import socket
 
 import pytest
+from openai_test_support import SERVED_NAME
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("agentgym_backend_transformers")
 
 # One thread: the machine is shared and tiny matmuls only lose to thread hand-offs.
 torch.set_num_threads(1)
-
-SERVED_NAME = "tiny-chat"
 
 
 @pytest.fixture(scope="session")

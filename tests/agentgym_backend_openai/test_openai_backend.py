@@ -6,7 +6,7 @@ import time
 
 import pytest
 import requests
-from conftest import SERVED_NAME
+from openai_test_support import SERVED_NAME
 
 from agentgym_backend_openai import OpenAIBackendConfig, OpenAIChatBackend, make_backend
 from agentgym_backend_openai.backend import normalize_base_url

@@ -161,7 +161,9 @@ class TextRolloutEngine:
 
     Same arguments and ``run`` contract as :class:`agentgym_core.rollout.RolloutEngine`
     (``config.synchronous`` is not supported: API calls have no batch to synchronise).
-    ``config.max_total_tokens`` applies to the server's token counts when it reports them.
+    ``config.max_total_tokens`` applies to the token counts the server reports: each reply is
+    capped by the budget left after the previous answer (the observation added since is only
+    counted in the next answer, so the last call may overshoot by one observation).
     """
 
     def __init__(
