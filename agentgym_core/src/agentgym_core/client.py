@@ -60,12 +60,17 @@ class EnvClient:
         timeout: seconds for connect + read of one request.
         retries: attempts after a connection error (only for calls that are safe to repeat).
         pool_size: connections kept open (set it to the number of concurrent users).
+        trust_env: honour HTTP(S)_PROXY / NO_PROXY and ~/.netrc. Off by default: environment
+            servers are local or cluster-internal, and requests re-reads those settings on every
+            call, which doubled the per-step latency on loopback (bench/env_server.py).
     """
 
-    def __init__(self, base_url: str, *, timeout: float = 60.0, retries: int = 3, pool_size: int = 64) -> None:
+    def __init__(self, base_url: str, *, timeout: float = 60.0, retries: int = 3, pool_size: int = 64,
+                 trust_env: bool = False) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout, self.retries = timeout, retries
         self._session = requests.Session()
+        self._session.trust_env = trust_env
         adapter = HTTPAdapter(pool_connections=1, pool_maxsize=pool_size)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
