@@ -49,6 +49,8 @@ def test_agentgym_legacy_routes(server_url):
     session = requests.Session()
     created = session.post(f"{server_url}/create", json={}).json()
     instance = created["id"]
+    # As AgentGym's server: /create already reset the instance onto task index = its id.
+    assert set(created) == {"id", "observation", "reward", "done"} and created["observation"].startswith("Crafting")
     task = next(g.task_id for g in goals() if g.item == "stick")
     reset = session.post(f"{server_url}/reset", json={"id": instance, "data_idx": task}).json()
     assert reset["observation"].endswith("Goal: craft stick.") and reset["done"] is False
@@ -58,8 +60,10 @@ def test_agentgym_legacy_routes(server_url):
         answer = session.post(f"{server_url}/step", json={"id": instance, "action": action}).json()
     assert set(answer) == {"observation", "reward", "done"}
     assert answer["reward"] == 1.0 and answer["done"] is True
-    bad = session.post(f"{server_url}/reset", json={"id": instance, "data_idx": 10**6})
-    assert bad.status_code == 200 and "0..543" in bad.json()["error"]
+    wrapped = session.post(f"{server_url}/reset", json={"id": instance, "data_idx": task + 544}).json()
+    assert wrapped["observation"] == reset["observation"]  # indices wrap modulo the 544 goals
+    bad = session.post(f"{server_url}/reset", json={"id": instance, "data_idx": "stick"})
+    assert bad.status_code == 200 and "must be int" in bad.json()["error"]
     assert session.post(f"{server_url}/close", json={"id": instance}).json()["closed"] is True
 
 

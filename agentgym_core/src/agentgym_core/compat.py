@@ -38,7 +38,12 @@ class AgentGymCompat(BaseModel):
     include_score: bool = Field(default=True, description="Answers carry 'score', the cumulative reward.")
     errors_as_200: bool = Field(default=True, description="Errors answer HTTP 200 {'error': msg} as AgentGym does.")
     create_resets: bool = Field(
-        default=False, description="/create takes the task field and answers with the first observation."
+        default=False,
+        description="/create resets the new instance and answers with the first observation: onto the body's "
+                    "task field, or, when absent, onto task index = the new instance id (AgentGym's TextCraft).",
+    )
+    wrap_task_index: bool = Field(
+        default=False, description="Task indices wrap modulo the number of tasks (AgentGym's TextCraft does)."
     )
     reset_observation_only: bool = Field(
         default=False, description="/reset answers {'observation'} alone (WebArena's server does)."
@@ -75,6 +80,11 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
             raise ServerError(422, "malformed_request",
                               f"field {name!r} must be {kind.__name__}, got {body[name]!r}") from None
 
+    all_tasks = sorted({t for ids in env_cls.tasks().splits.values() for t in ids})
+
+    def task_of(index: int) -> int:
+        return all_tasks[index % len(all_tasks)] if spec.wrap_task_index else index
+
     def episode_payload(instance: Any, observation: str, reward: float, done: bool) -> dict[str, Any]:
         payload = {"observation": observation, "reward": reward, spec.done_field: done}
         if spec.include_score:
@@ -100,8 +110,13 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
         try:
             instance = table.create()
             answer: dict[str, Any] = {spec.id_field: instance.instance_id}
-            if spec.create_resets and body and spec.task_field in body:
-                result = table.run(instance.instance_id, lambda i: i.reset(int(body[spec.task_field]), None))
+            if spec.create_resets:
+                index = field(body, spec.task_field) if body and spec.task_field in body else instance.instance_id
+                try:
+                    result = table.run(instance.instance_id, lambda i: i.reset(task_of(index), None))
+                except Exception:
+                    table.close(instance.instance_id)  # a failed first reset must not leak the slot
+                    raise
                 answer.update(reset_payload(instance, result))
             return answer
         except Exception as exc:
@@ -111,7 +126,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
     def reset(body: dict[str, Any] = Body(...)) -> Any:  # noqa: B008
         try:
             instance_id, task_id = field(body, spec.id_field), field(body, spec.task_field)
-            instance, result = table.run(instance_id, lambda i: (i, i.reset(task_id, None)))
+            instance, result = table.run(instance_id, lambda i: (i, i.reset(task_of(task_id), None)))
             return reset_payload(instance, result)
         except Exception as exc:
             return fail(exc)

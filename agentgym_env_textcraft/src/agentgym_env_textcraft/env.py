@@ -75,7 +75,11 @@ class TextCraftEnv(Env):
     max_episode_steps: ClassVar[int | None] = TextCraftConfig.model_fields["max_steps"].default
     # AgentGym's TextCraft server: {"id", "data_idx"} / {"id", "action"}; answers carry
     # observation, reward and done but no score.
-    agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(include_score=False)
+    # AgentGym's TextCraft /create resets the new instance onto task index = its id and answers
+    # the first observation; its indices wrap modulo the number of goals.
+    agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(
+        include_score=False, create_resets=True, wrap_task_index=True
+    )
 
     def __init__(self, **options: Any) -> None:
         self.config = TextCraftConfig(**options)
