@@ -12,6 +12,7 @@ modules next to this one; this file is the order in which they are used.
 from __future__ import annotations
 
 import copy
+import json
 import random
 import time
 import warnings
@@ -116,7 +117,10 @@ def train(
         }
         counts = allocate_tasks(cfg.rollout.tasks_per_step, [e.config.weight for e in envs])
 
-        # ---- evaluation before training -----------------------------------------------------------
+        # ---- evaluation before training (a resumed run reads it back from its log) ------------------
+        if start_step > 0 and writer.path.exists():
+            logged = [json.loads(x) for x in writer.path.read_text().splitlines() if x.strip()]
+            results.update({"eval_before": x for x in logged if x.get("kind") == "eval" and x.get("step") == 0})
         if cfg.trainer.eval_before and cfg.trainer.eval_tasks and start_step == 0:
             results["eval_before"] = evaluate(backend, envs, cfg, final_horizon, step=0)
             writer.write(0, results["eval_before"], kind="eval")
