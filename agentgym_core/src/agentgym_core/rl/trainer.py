@@ -120,7 +120,9 @@ def train(
         # ---- evaluation before training (a resumed run reads it back from its log) ------------------
         if start_step > 0 and writer.path.exists():
             logged = [json.loads(x) for x in writer.path.read_text().splitlines() if x.strip()]
-            results.update({"eval_before": x for x in logged if x.get("kind") == "eval" and x.get("step") == 0})
+            before = [x for x in logged if x.get("kind") == "eval" and x.get("step") == 0]
+            if before:
+                results["eval_before"] = before[-1]
         if cfg.trainer.eval_before and cfg.trainer.eval_tasks and start_step == 0:
             results["eval_before"] = evaluate(backend, envs, cfg, final_horizon, step=0)
             writer.write(0, results["eval_before"], kind="eval")
