@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from agentgym_core.rollout import ChatFormat, SamplingParams
 from agentgym_core.testing.backend import check_backend
 

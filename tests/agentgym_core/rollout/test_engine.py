@@ -6,10 +6,11 @@ import functools
 import time
 
 import pytest
+from guess_env import GuessEnv
+
 from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
 from agentgym_core.schedulers import FixedRounds
 from agentgym_core.testing.trajectory import check_trajectory
-from guess_env import GuessEnv
 
 
 def _config(**overrides) -> RolloutConfig:
@@ -133,3 +134,22 @@ def test_http_server_gone_is_a_recorded_failure(tiny_backend):
                        config=config) as engine:
         (traj,) = engine.run([EpisodeSpec(task_id=0)])
     assert traj.failed and traj.failure_reason.startswith("env_error: reset raised")
+
+
+def test_kept_kv_caches_change_nothing_but_the_prefill(tiny_backend):
+    """Reusing each trajectory's KV cache between turns gives the same trajectories, freed at the end."""
+    greedy = SamplingParams(temperature=0, max_new_tokens=10)
+    runs = {}
+    for reuse in (False, True):
+        prefilled = tiny_backend.sessions.stats.prefilled_tokens
+        with RolloutEngine(tiny_backend, GuessEnv, num_envs=3,
+                           config=_config(sampling=greedy, reuse_kv_cache=reuse)) as engine:
+            runs[reuse] = engine.run([EpisodeSpec(task_id=i) for i in range(3)])
+        runs[reuse, "prefilled"] = tiny_backend.sessions.stats.prefilled_tokens - prefilled
+        assert len(tiny_backend.sessions) == 0  # every trajectory's cache was released
+    for plain, reused in zip(runs[False], runs[True], strict=True):
+        assert reused.token_ids == plain.token_ids and reused.loss_mask == plain.loss_mask
+        assert reused.logprobs == pytest.approx(plain.logprobs, abs=1e-4)
+        check_trajectory(reused, tiny_backend)
+    assert sum(t.num_turns for t in runs[True]) > 3  # multi-turn, so there was history to reuse
+    assert runs[True, "prefilled"] < runs[False, "prefilled"] / 2

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from guess_env import GuessEnv
+
 from agentgym_core.commands.eval import render_table
 from agentgym_core.evaluation import EvalConfig, evaluate, summarize
 from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
 from agentgym_core.rollout.logs import RolloutLogWriter, read_rollout_log
-from guess_env import GuessEnv
 
 
 def test_log_lines_round_trip(tiny_backend, tmp_path):

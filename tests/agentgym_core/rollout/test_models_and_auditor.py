@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from agentgym_core.models import ModelNotFoundError, load_pretrained, resolve_model
-from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
-from agentgym_core.testing.trajectory import TrajectoryCheckError, check_trajectory
 from guess_env import GuessEnv
 
 from agentgym_core import models
+from agentgym_core.models import ModelNotFoundError, load_pretrained, resolve_model
+from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
+from agentgym_core.testing.trajectory import TrajectoryCheckError, check_trajectory
 
 
 def test_named_default_resolves_to_the_installed_gguf():

@@ -1,6 +1,6 @@
 """Multi-turn rollouts: the trajectory record, the backend protocol, the engine, the logs."""
 
-from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
+from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams, SessionBackend
 from agentgym_core.rollout.chat import ChatFormat, ChatTemplateError
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, RolloutStats
 from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter, read_rollout_log, trajectory_log_record
@@ -20,6 +20,7 @@ __all__ = [
     "RolloutStats",
     "Sample",
     "SamplingParams",
+    "SessionBackend",
     "Span",
     "Trajectory",
     "Turn",

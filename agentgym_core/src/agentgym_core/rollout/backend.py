@@ -11,18 +11,24 @@ Weight sync with the trainer: ``load_weights(state_dict)`` copies new policy wei
 log-probs with a forward pass; the auditor and PPO-style trainers use it. Backends that cannot
 score (remote API models) raise :class:`NotImplementedError` there.
 
+Sessions (optional): a backend that keeps each trajectory's KV cache between turns implements
+:class:`SessionBackend`: ``generate`` then also takes ``sessions`` (one hashable key or None per
+prompt) and ``release_session(key)`` frees one. The engine names one session per trajectory and
+releases it when the trajectory ends. A session is only a hint: the backend reuses a cache only for
+the leading tokens that equal the ones it cached, so the samples never depend on it.
+
 Plugins register a factory ``make_backend(config) -> RolloutBackend`` through
 ``agentgym_register_rollout_backends``; :func:`agentgym_core.testing.check_backend` checks one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["RolloutBackend", "Sample", "SamplingParams"]
+__all__ = ["RolloutBackend", "Sample", "SamplingParams", "SessionBackend"]
 
 
 class SamplingParams(BaseModel):
@@ -93,4 +99,24 @@ class RolloutBackend(Protocol):
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Replace the policy weights (the trainer's state dict, same parameter names)."""
+        ...
+
+
+@runtime_checkable
+class SessionBackend(RolloutBackend, Protocol):
+    """A backend that keeps per-trajectory KV caches between turns (see the module docstring)."""
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        max_new_tokens: Sequence[int] | None = None,
+        sessions: Sequence[Hashable | None] | None = None,
+    ) -> list[Sample]:
+        """As :meth:`RolloutBackend.generate`; row i reuses and then keeps the cache of ``sessions[i]``."""
+        ...
+
+    def release_session(self, session: Hashable) -> None:
+        """Free what is kept for ``session`` (no-op when nothing is)."""
         ...

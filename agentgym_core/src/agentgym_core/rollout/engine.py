@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.env import Env, ResetResult, StepResult
-from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
+from agentgym_core.rollout.backend import RolloutBackend, SamplingParams, SessionBackend
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 from agentgym_core.schedulers import RoundScheduler
@@ -67,6 +67,11 @@ class RolloutConfig(BaseModel):
     )
     synchronous: bool = Field(
         default=False, description="Round-synchronous baseline: every turn waits for the slowest trajectory."
+    )
+    reuse_kv_cache: bool = Field(
+        default=True,
+        description="Keep each trajectory's KV cache between its turns, so a turn prefills only its new tokens "
+        "(backends implementing SessionBackend); False re-reads the whole history every turn.",
     )
 
 
@@ -114,6 +119,7 @@ class _Live:
     with_system: bool = True
     pending_ids: list[int] = field(default_factory=list)  # context tokens to append before the next reply
     context_span: Span | None = None
+    session: tuple[int, int, int] | None = None  # the backend's KV-cache key while the trajectory lives
 
 
 class RolloutEngine:
@@ -150,6 +156,7 @@ class RolloutEngine:
         self.stats = RolloutStats()
         self._idle: list[_Slot] = []
         self._alive = 0
+        self._runs = 0
         self._pool = ThreadPoolExecutor(max_workers=self.config.env_workers, thread_name_prefix="agentgym-env")
 
     # -- public ------------------------------------------------------------------------------
@@ -164,6 +171,8 @@ class RolloutEngine:
         cfg = self.config
         max_turns = self.scheduler.horizon(step) if self.scheduler is not None else cfg.max_turns
         t0 = time.perf_counter()
+        self._runs += 1
+        sessions = self.config.reuse_kv_cache and isinstance(self.backend, SessionBackend)
         lives = [
             _Live(spec, Trajectory(
                 env=self.env_name or "", task_id=spec.task_id, seed=spec.seed, sample_index=spec.sample_index,
@@ -171,15 +180,16 @@ class RolloutEngine:
             ))
             for spec in episodes
         ]
-        waiting = list(reversed(lives))  # episodes without an environment yet (pop from the end)
-        in_env: dict[Future, _Live] = {}
-        ready: list[_Live] = []  # trajectories waiting for the model
+        if sessions:
+            for index, live in enumerate(lives):
+                live.session = (id(self), self._runs, index)
         finished = 0
 
         def finish(live: _Live) -> None:
             nonlocal finished
             live.traj.wall_seconds = time.perf_counter() - live.start
             self._release(live)
+            self._end_session(live)
             finished += 1
             self.stats.trajectories += 1
             if live.traj.failed:
@@ -189,35 +199,42 @@ class RolloutEngine:
             if on_done is not None:
                 on_done(live.traj)
 
-        while finished < len(lives):
-            # 1. Free environment instances go to waiting episodes; create + reset run in the pool.
-            while waiting and (self._idle or self._alive < self.num_envs):
-                live = waiting.pop()
-                live.slot = self._idle.pop() if self._idle else self._new_slot()
-                live.start = time.perf_counter()
-                self._submit(live, self._reset_call(live), in_env)
+        waiting = list(reversed(lives))  # episodes without an environment yet (pop from the end)
+        in_env: dict[Future, _Live] = {}
+        ready: list[_Live] = []  # trajectories waiting for the model
+        try:
+            while finished < len(lives):
+                # 1. Free environment instances go to waiting episodes; create + reset run in the pool.
+                while waiting and (self._idle or self._alive < self.num_envs):
+                    live = waiting.pop()
+                    live.slot = self._idle.pop() if self._idle else self._new_slot()
+                    live.start = time.perf_counter()
+                    self._submit(live, self._reset_call(live), in_env)
 
-            # 2. Sample for everyone waiting on the model (round-synchronous: only once no env call is out).
-            if ready and not (cfg.synchronous and in_env):
-                batch, ready = ready, []
-                for live in self._generate(batch, max_turns):
+                # 2. Sample for everyone waiting on the model (round-synchronous: only once no env call is out).
+                if ready and not (cfg.synchronous and in_env):
+                    batch, ready = ready, []
+                    for live in self._generate(batch, max_turns):
+                        if live.traj.done:
+                            finish(live)
+                        else:
+                            self._submit(live, self._step_call(live), in_env)
+                elif in_env:
+                    timeout = max(0.0, min(live.deadline for live in in_env.values()) - time.perf_counter())
+                    wait(list(in_env), timeout=timeout, return_when=FIRST_COMPLETED)
+
+                # 3. Collect every environment answer that is in, and every deadline that passed.
+                now = time.perf_counter()
+                for future in [f for f, live in in_env.items() if f.done() or live.deadline <= now]:
+                    live = in_env.pop(future)
+                    self._collect(live, future, max_turns)
                     if live.traj.done:
                         finish(live)
                     else:
-                        self._submit(live, self._step_call(live), in_env)
-            elif in_env:
-                timeout = max(0.0, min(live.deadline for live in in_env.values()) - time.perf_counter())
-                wait(list(in_env), timeout=timeout, return_when=FIRST_COMPLETED)
-
-            # 3. Collect every environment answer that is in, and every deadline that passed.
-            now = time.perf_counter()
-            for future in [f for f, live in in_env.items() if f.done() or live.deadline <= now]:
-                live = in_env.pop(future)
-                self._collect(live, future, max_turns)
-                if live.traj.done:
-                    finish(live)
-                else:
-                    ready.append(live)
+                        ready.append(live)
+        finally:  # an error must not leave KV caches behind in the backend
+            for live in lives:
+                self._end_session(live)
         self.stats.wall_seconds += time.perf_counter() - t0
         return [live.traj for live in lives]
 
@@ -342,7 +359,12 @@ class RolloutEngine:
         t = time.perf_counter()
         if sampling.seed is not None:  # a new stream per call; the same config seed replays the run
             sampling = sampling.model_copy(update={"seed": sampling.seed + self.stats.generation_calls})
-        samples = self.backend.generate(prompts, sampling, max_new_tokens=caps)
+        if batch[0].session is not None:
+            samples = self.backend.generate(  # type: ignore[call-arg]
+                prompts, sampling, max_new_tokens=caps, sessions=[live.session for live in batch]
+            )
+        else:
+            samples = self.backend.generate(prompts, sampling, max_new_tokens=caps)
         seconds = time.perf_counter() - t
         self.stats.generation_calls += 1
         self.stats.gen_seconds += seconds
@@ -367,6 +389,12 @@ class RolloutEngine:
         return batch
 
     # -- endings ---------------------------------------------------------------------------------
+    def _end_session(self, live: _Live) -> None:
+        """Free the trajectory's KV cache in the backend (once)."""
+        if live.session is not None:
+            self.backend.release_session(live.session)  # type: ignore[attr-defined]
+            live.session = None
+
     def _truncate(self, live: _Live, reason: str) -> None:
         live.traj.truncated = True
         live.traj.truncation_reason = reason  # type: ignore[assignment]

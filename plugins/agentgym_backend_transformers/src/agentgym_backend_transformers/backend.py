@@ -6,18 +6,27 @@ token, stop string, or their token cap) are dropped from the batch and the cache
 long replies do not make short ones pay for padding. Log-probs are taken from the raw logits at
 the sampling temperature, before top-k/top-p truncation, so ``score`` (a plain forward pass)
 reproduces them.
+
+Sessions (multi-turn reuse): when the caller names a session per prompt (the rollout engine passes
+one per trajectory), the keys and values a row's model has read are kept after the call
+(:mod:`agentgym_backend_transformers.sessions`). The next turn's prompt starts with exactly those
+tokens, so only the new suffix (the last sampled token, the observation, the generation prompt) is
+prefilled. In the batch, a row's cached prefix and its new suffix sit side by side with padding
+columns masked out between them; positions are passed explicitly, and cached keys already carry
+their rotary positions, so the row computes what a forward pass over its whole history computes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
-from agentgym_core.models import load_pretrained
-from agentgym_core.rollout.backend import Sample, SamplingParams
 
 from agentgym_backend_transformers.config import TransformersBackendConfig
+from agentgym_backend_transformers.sessions import SessionKV, SessionStore
+from agentgym_core.models import load_pretrained
+from agentgym_core.rollout.backend import Sample, SamplingParams
 
 __all__ = ["TransformersBackend", "make_backend", "pick_device"]
 
@@ -54,7 +63,9 @@ class TransformersBackend:
 
     name = "transformers"
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 64) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, max_batch_size: int = 64, session_cache_mb: float = 1024.0
+    ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat_template; the backend renders turns with the model's own template")
         self.model = model
@@ -69,13 +80,16 @@ class TransformersBackend:
         self.eos_token_ids = frozenset(int(t) for t in eos)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else min(self.eos_token_ids))
+        self.sessions = SessionStore(int(session_cache_mb * 2**20))
 
     @classmethod
     def from_config(cls, config: TransformersBackendConfig) -> TransformersBackend:
         if config.threads:
             torch.set_num_threads(config.threads)
         model, tokenizer = load_pretrained(config.model, device=pick_device(config.device), dtype=config.dtype)
-        return cls(model, tokenizer, max_batch_size=config.max_batch_size)
+        return cls(
+            model, tokenizer, max_batch_size=config.max_batch_size, session_cache_mb=config.session_cache_mb
+        )
 
     @property
     def device(self) -> torch.device:
@@ -104,6 +118,11 @@ class TransformersBackend:
         for name, value in state_dict.items():
             if own[name].data_ptr() != value.data_ptr():
                 own[name].copy_(value)
+        self.sessions.clear()  # cached keys/values were computed by the old weights
+
+    def release_session(self, session: Hashable) -> None:
+        """Free the KV cache kept for ``session`` (the engine calls it when a trajectory ends)."""
+        self.sessions.release(session)
 
     # -- sampling -------------------------------------------------------------------------------
     def generate(
@@ -112,15 +131,24 @@ class TransformersBackend:
         params: SamplingParams,
         *,
         max_new_tokens: Sequence[int] | None = None,
+        sessions: Sequence[Hashable | None] | None = None,
     ) -> list[Sample]:
+        """Sample one reply per prompt; ``sessions`` (one key or None per prompt) reuses and keeps
+        each row's KV cache across calls (see the module docstring)."""
         caps = [params.max_new_tokens] * len(prompts)
         if max_new_tokens is not None:
             caps = [max(1, min(params.max_new_tokens, int(c))) for c in max_new_tokens]
+        keys: list[Hashable | None] = [None] * len(prompts) if sessions is None else list(sessions)
+        if len(keys) != len(prompts):
+            raise ValueError(f"generate: {len(keys)} sessions for {len(prompts)} prompts; pass one key (or None) each")
+        named = [k for k in keys if k is not None]
+        if len(set(named)) != len(named):
+            raise ValueError("generate: a session key appears twice in one call; use one key per trajectory")
         generator = self._generator_for(params.seed)
         out: list[Sample] = []
         for start in range(0, len(prompts), self.max_batch_size):
             end = start + self.max_batch_size
-            out.extend(self._generate_batch(prompts[start:end], caps[start:end], params, generator))
+            out.extend(self._generate_batch(prompts[start:end], caps[start:end], params, generator, keys[start:end]))
         return out
 
     def _generator_for(self, seed: int | None) -> torch.Generator | None:
@@ -129,26 +157,81 @@ class TransformersBackend:
             return None
         return torch.Generator(device=self.device).manual_seed(seed)
 
-    @torch.inference_mode()
-    def _generate_batch(
-        self, prompts: Sequence[Sequence[int]], caps: list[int], params: SamplingParams, generator: Any
-    ) -> list[Sample]:
-        from transformers import DynamicCache
+    def _reusable(self, cache: Any) -> bool:
+        """Session reuse needs plain full-attention layers (sliding windows drop old columns)."""
+        from transformers.cache_utils import DynamicLayer
 
+        return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
+
+    def _prefill(
+        self, prompts: Sequence[Sequence[int]], cached: list[SessionKV | None], cache: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Read every prompt into ``cache``; returns (last logits (B, V), attention (B, C+S), next position (B,)).
+
+        Row i's layout: [pad | cached prefix (c_i) | pad | new suffix (s_i)], padding masked out, so
+        its next token is always at column -1 and the rows can decode together.
+        """
         device = self.device
-        batch, longest = len(prompts), max(len(p) for p in prompts)
-        input_ids = torch.full((batch, longest), self.pad_token_id, dtype=torch.long, device=device)
-        attention = torch.zeros((batch, longest), dtype=torch.long, device=device)
-        for row, prompt in enumerate(prompts):  # left padding: the next token is always at column -1
-            input_ids[row, longest - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
-            attention[row, longest - len(prompt):] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-        cache = DynamicCache(config=self.model.config)
+        batch = len(prompts)
+        reuse = [0 if kv is None else kv.usable_length(prompt) for kv, prompt in zip(cached, prompts, strict=True)]
+        width_c = max(reuse)
+        width_s = max(len(p) - c for p, c in zip(prompts, reuse, strict=True))
+        attention = torch.zeros((batch, width_c + width_s), dtype=torch.long, device=device)
+        input_ids = torch.full((batch, width_s), self.pad_token_id, dtype=torch.long, device=device)
+        positions = torch.zeros((batch, width_s), dtype=torch.long, device=device)
+        for row, (prompt, c) in enumerate(zip(prompts, reuse, strict=True)):
+            s = len(prompt) - c
+            attention[row, width_c - c:width_c] = 1
+            attention[row, width_c + width_s - s:] = 1
+            input_ids[row, width_s - s:] = torch.tensor(list(prompt[c:]), dtype=torch.long)
+            positions[row, width_s - s:] = torch.arange(c, c + s)
+        if width_c:  # lay the cached prefixes into the batch cache, right-aligned at column width_c
+            for index in range(len(cache.layers)):
+                sample_k, sample_v = next(kv.layers[index] for kv, c in zip(cached, reuse, strict=True) if c)
+                keys = sample_k.new_zeros((batch, sample_k.shape[0], width_c, sample_k.shape[-1]))
+                values = sample_v.new_zeros((batch, sample_v.shape[0], width_c, sample_v.shape[-1]))
+                for row, (kv, c) in enumerate(zip(cached, reuse, strict=True)):
+                    if c:
+                        keys[row, :, width_c - c:] = kv.layers[index][0][:, :c]
+                        values[row, :, width_c - c:] = kv.layers[index][1][:, :c]
+                cache.update(keys, values, index)
+        self.sessions.stats.reused_tokens += sum(reuse)
+        self.sessions.stats.prefilled_tokens += sum(len(p) for p in prompts) - sum(reuse)
         logits = self.model(
             input_ids=input_ids, attention_mask=attention, position_ids=positions,
             past_key_values=cache, use_cache=True, logits_to_keep=1,
         ).logits[:, -1, :]  # (B, V)
-        next_position = positions[:, -1] + 1  # (B,)
+        return logits, attention, positions[:, -1] + 1
+
+    def _save_session(self, key: Hashable, cache: Any, row: int, attention: torch.Tensor, token_ids: list[int]) -> None:
+        """Keep the keys/values of batch row ``row`` (its unmasked columns) under ``key``."""
+        columns = attention[row].nonzero().squeeze(-1)  # (n,)
+        if columns.numel() != len(token_ids):  # never store a cache that does not match its tokens
+            raise RuntimeError(f"session cache of {columns.numel()} columns for {len(token_ids)} tokens")
+        layers = [(layer.keys[row][:, columns], layer.values[row][:, columns]) for layer in cache.layers]
+        self.sessions.put(key, SessionKV(token_ids=token_ids, layers=layers))
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        caps: list[int],
+        params: SamplingParams,
+        generator: Any,
+        keys: Sequence[Hashable | None],
+    ) -> list[Sample]:
+        from transformers import DynamicCache
+
+        device = self.device
+        batch = len(prompts)
+        cache = DynamicCache(config=self.model.config)
+        if not self._reusable(cache):
+            keys = [None] * batch
+        cached: list[SessionKV | None] = [None if k is None else self.sessions.take(k) for k in keys]
+        self.sessions.stats.hits += sum(kv is not None for kv in cached)
+        self.sessions.stats.misses += sum(kv is None and k is not None for kv, k in zip(cached, keys, strict=True))
+        logits, attention, next_position = self._prefill(prompts, cached, cache)
+        del cached  # the batch cache holds copies; free the old session tensors early
 
         tokens: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
@@ -176,6 +259,13 @@ class TransformersBackend:
                     reasons[index] = "stop_string"
                 elif len(tokens[index]) < caps[index]:
                     keep.append(b)
+            if len(keep) < len(rows):
+                # Finished rows: keep what their model read (prompt + reply minus its last, unread token).
+                kept = set(keep)
+                for b, index in enumerate(rows):
+                    if b not in kept and keys[index] is not None:
+                        read = [*prompts[index], *tokens[index][:-1]]
+                        self._save_session(keys[index], cache, b, attention, read)
             if not keep:
                 break
             if len(keep) < len(rows):  # drop finished rows from the batch and the KV cache

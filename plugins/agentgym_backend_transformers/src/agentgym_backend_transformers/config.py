@@ -25,4 +25,9 @@ class TransformersBackendConfig(BaseModel):
     max_batch_size: int = Field(
         default=64, ge=1, description="Most prompts sampled together in one forward pass; larger calls are chunked."
     )
+    session_cache_mb: float = Field(
+        default=1024.0, ge=0.0,
+        description="Memory budget for KV caches kept between a trajectory's turns (least recently used are "
+        "dropped beyond it, then re-read in full); 0 turns reuse off.",
+    )
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: torch's default).")

@@ -1,0 +1,101 @@
+"""KV caches kept between turns: same samples and log-probs as re-reading the history, less prefill."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgym_core.rollout import ChatFormat, SamplingParams
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=8)
+
+
+def _first_prompts(backend) -> list[list[int]]:
+    chat = ChatFormat(backend)
+    return [
+        chat.prompt_ids([{"role": "system", "content": "You play a game."}, {"role": "user", "content": "Start."}]),
+        chat.prompt_ids([{"role": "system", "content": "Guess."}, {"role": "user", "content": "A number 1 to 20?"}]),
+        chat.prompt_ids([{"role": "system", "content": "Go."}, {"role": "user", "content": "Hi"}]),
+    ]
+
+
+def _multi_turn(backend, params, *, sessions, turns=3, observations=("too low", "too high, guess again", "no")):
+    """Roll three conversations for ``turns`` turns; each turn appends reply + templated observation."""
+    chat = ChatFormat(backend)
+    histories = _first_prompts(backend)
+    replies = []
+    spans: list[list[tuple[int, int]]] = [[] for _ in histories]  # where each reply sits in its history
+    for turn in range(turns):
+        keys = [("t", i) for i in range(len(histories))] if sessions else None
+        call = params.model_copy(update={"seed": None if params.seed is None else params.seed + turn})
+        samples = backend.generate(histories, call, sessions=keys)
+        replies.append(samples)
+        for i, sample in enumerate(samples):
+            obs = observations[(i + turn) % len(observations)] * (1 + i)  # different lengths per row
+            spans[i].append((len(histories[i]), len(histories[i]) + len(sample.token_ids)))
+            histories[i] = [*histories[i], *sample.token_ids, *chat.turn_ids(sample.token_ids, obs, with_system=True)]
+    return histories, replies, spans
+
+
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=1.0, max_new_tokens=8, seed=3)])
+def test_reused_caches_sample_what_a_full_prefill_samples(tiny_backend, params):
+    tiny_backend.sessions.clear()
+    before = tiny_backend.sessions.stats.reused_tokens
+    fresh_hist, fresh, _ = _multi_turn(tiny_backend, params, sessions=False)
+    reused_hist, reused, spans = _multi_turn(tiny_backend, params, sessions=True)
+    assert tiny_backend.sessions.stats.reused_tokens > before  # the later turns did read from the cache
+    assert reused_hist == fresh_hist
+    for turn_fresh, turn_reused in zip(fresh, reused, strict=True):
+        for a, b in zip(turn_fresh, turn_reused, strict=True):
+            assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    # And a plain forward pass over each whole history reproduces the reused run's log-probs.
+    for row, history in enumerate(reused_hist):
+        scored = tiny_backend.score([history], temperature=params.logprob_temperature)[0]
+        for turn, (start, end) in enumerate(spans[row]):
+            assert history[start:end] == reused[turn][row].token_ids
+            assert scored[start:end] == pytest.approx(reused[turn][row].logprobs, abs=1e-4)
+    for i in range(3):
+        tiny_backend.release_session(("t", i))
+    assert len(tiny_backend.sessions) == 0
+
+
+def test_a_reused_key_with_another_history_only_costs_a_full_prefill(tiny_backend):
+    tiny_backend.sessions.clear()
+    first, other, _ = _first_prompts(tiny_backend)
+    tiny_backend.generate([first], GREEDY, sessions=["k"])
+    assert len(tiny_backend.sessions) == 1
+    with_stale_key = tiny_backend.generate([other], GREEDY, sessions=["k"])[0]
+    without = tiny_backend.generate([other], GREEDY)[0]
+    assert with_stale_key.token_ids == without.token_ids
+    assert with_stale_key.logprobs == pytest.approx(without.logprobs, abs=1e-4)
+    tiny_backend.release_session("k")
+
+
+def test_the_memory_budget_evicts_oldest_sessions(tiny_backend):
+    from agentgym_backend_transformers import TransformersBackend
+
+    small = TransformersBackend(tiny_backend.model, tiny_backend.tokenizer, session_cache_mb=0.05)
+    prompts = _first_prompts(small)
+    small.generate(prompts, GREEDY, sessions=["a", "b", "c"])
+    assert small.sessions.nbytes <= 0.05 * 2**20
+    assert small.sessions.stats.evictions >= 1 and len(small.sessions) < 3
+    # Still correct after eviction: the evicted rows are simply read in full again.
+    _, reused, _ = _multi_turn(small, GREEDY, sessions=True, turns=2)
+    _, fresh, _ = _multi_turn(small, GREEDY, sessions=False, turns=2)
+    assert [[s.token_ids for s in t] for t in reused] == [[s.token_ids for s in t] for t in fresh]
+
+
+def test_duplicate_session_keys_in_one_call_are_refused(tiny_backend):
+    prompt = _first_prompts(tiny_backend)[0]
+    with pytest.raises(ValueError, match="appears twice"):
+        tiny_backend.generate([prompt, prompt], GREEDY, sessions=["x", "x"])
+    with pytest.raises(ValueError, match="one key"):
+        tiny_backend.generate([prompt], GREEDY, sessions=["x", "y"])
+
+
+def test_new_weights_drop_the_caches(tiny_backend):
+    prompt = _first_prompts(tiny_backend)[0]
+    tiny_backend.generate([prompt], GREEDY, sessions=["w"])
+    assert len(tiny_backend.sessions) == 1
+    tiny_backend.load_weights(dict(tiny_backend.model.state_dict()))
+    assert len(tiny_backend.sessions) == 0
