@@ -235,3 +235,18 @@ def test_agentgym_routes_follow_the_env_field_names():
         assert observed == step["observation"]
         assert "needs the field 'env_idx'" in requests.get(f"{url}/observation", params={"id": instance},
                                                            timeout=5).json()["error"]
+
+
+class BareAnswersGuessEnv(GuessEnv):
+    """searchqa-style answers: a bare id from /create, the bare observation from /reset."""
+
+    agentgym_compat = AgentGymCompat(id_field="env_idx", task_field="id", create_answer="bare_id",
+                                     reset_answer="text", close_answer="bool")
+
+
+def test_agentgym_routes_with_bare_answers():
+    with serve_env(BareAnswersGuessEnv) as url:
+        instance = post(url, "/create").json()
+        assert isinstance(instance, int)
+        assert post(url, "/reset", {"env_idx": instance, "id": 5}).json().startswith("Guess the secret")
+        assert post(url, "/close", {"env_idx": instance}).json() is True

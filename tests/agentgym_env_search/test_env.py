@@ -82,12 +82,16 @@ def test_check_env_in_process():
 def test_check_env_over_http_and_agentgym_routes():
     check_env_http(SearchEnv, {"show_progress": False})
     with serve_env(SearchEnv, {"show_progress": False}) as url:
-        env_idx = requests.post(f"{url}/create", json={}, timeout=10).json()["env_idx"]
+        # AgentGym's searchqa answers: a bare id, a bare observation string, a bare bool on close.
+        env_idx = requests.post(f"{url}/create", json={}, timeout=10).json()
+        assert isinstance(env_idx, int)
         reset = requests.post(f"{url}/reset", json={"env_idx": env_idx, "id": 1}, timeout=10).json()
-        assert "Apple" in reset["observation"] and reset["done"] is False
+        assert isinstance(reset, str) and "Apple" in reset
         step = requests.post(f"{url}/step", json={"env_idx": env_idx, "action": "<answer>Cupertino, California</answer>"},
                              timeout=10).json()
-        assert step["reward"] == 1.0 and step["done"] is True
+        assert step["reward"] == 1.0 and step["done"] is True and "info" in step
+        assert requests.get(f"{url}/observation", params={"env_idx": env_idx}, timeout=10).json() == step["observation"]
+        assert requests.post(f"{url}/close", json={"env_idx": env_idx}, timeout=10).json() is True
 
 
 def test_plugin_registers_the_env():
@@ -97,7 +101,7 @@ def test_plugin_registers_the_env():
 
 def test_configured_data_and_a_shared_retriever_service(toy_corpus, toy_qa_dir):
     with serve_retriever(open_retriever(toy_corpus, show_progress=False)) as retriever_url:
-        Toy = SearchEnv.configure(corpus=str(toy_corpus), qa=str(toy_qa_dir), test_datasets=["nq", "hotpotqa"],
+        Toy = SearchEnv.configured(corpus=str(toy_corpus), qa=str(toy_qa_dir), test_datasets=["nq", "hotpotqa"],
                                   train_datasets=["nq"], retriever_url=retriever_url, show_progress=False)
         catalog = Toy.tasks()
         assert catalog.sizes() == {"test": 3, "train": 1}

@@ -16,7 +16,7 @@ routes share the instance table of the ``/v1`` protocol, so both can be used on 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Body, FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -45,8 +45,16 @@ class AgentGymCompat(BaseModel):
     wrap_task_index: bool = Field(
         default=False, description="Task indices wrap modulo the number of tasks (AgentGym's TextCraft does)."
     )
-    reset_observation_only: bool = Field(
-        default=False, description="/reset answers {'observation'} alone (WebArena's server does)."
+    create_answer: Literal["object", "bare_id"] = Field(
+        default="object", description="/create answers {id_field: n} ('object') or the bare number (searchqa)."
+    )
+    reset_answer: Literal["episode", "observation", "text"] = Field(
+        default="episode",
+        description="/reset answers {observation, reward, done, ...} ('episode'), {'observation'} alone "
+                    "('observation', WebArena) or the bare observation string ('text', searchqa).",
+    )
+    close_answer: Literal["object", "bool"] = Field(
+        default="object", description="/close answers {id_field, 'closed'} or a bare true (searchqa)."
     )
     reset_observation_key: str | None = Field(
         default=None, description="Reset-info key whose value is /reset's 'observation' (default: the observation)."
@@ -91,11 +99,13 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
             payload["score"] = instance.score
         return payload
 
-    def reset_payload(instance: Any, result: Any) -> dict[str, Any]:
+    def reset_payload(instance: Any, result: Any) -> Any:
         info = result.info
         observation = info.get(spec.reset_observation_key, result.observation) if spec.reset_observation_key \
             else result.observation
-        if spec.reset_observation_only:
+        if spec.reset_answer == "text":
+            return observation
+        if spec.reset_answer == "observation":
             return {"observation": observation}
         payload = {answer: info.get(key) for answer, key in spec.reset_info_fields.items()}
         payload.update(episode_payload(instance, observation, 0.0, False))
@@ -109,6 +119,8 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
     def create(body: dict[str, Any] | None = Body(default=None)) -> Any:  # noqa: B008 - FastAPI idiom
         try:
             instance = table.create()
+            if spec.create_answer == "bare_id" and not spec.create_resets:
+                return instance.instance_id
             answer: dict[str, Any] = {spec.id_field: instance.instance_id}
             if spec.create_resets:
                 index = field(body, spec.task_field) if body and spec.task_field in body else instance.instance_id
@@ -156,6 +168,6 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
         try:
             instance_id = field(body, spec.id_field)
             table.close(instance_id)
-            return {spec.id_field: instance_id, "closed": True}
+            return True if spec.close_answer == "bool" else {spec.id_field: instance_id, "closed": True}
         except Exception as exc:
             return fail(exc)

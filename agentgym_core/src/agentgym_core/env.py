@@ -142,6 +142,16 @@ class Env(ABC):
     def tasks(cls) -> TaskCatalog:
         """The task ids this environment offers, by split and category (no instance needed)."""
 
+    @classmethod
+    def configured(cls, **options: Any) -> type[Env]:
+        """The class to use with these constructor options (default: this class).
+
+        Override when ``tasks()`` depends on constructor options (which dataset files to load, say):
+        return a subclass whose ``tasks()`` reflects them. The server, ``agentgym eval`` and
+        ``agentgym train`` call ``EnvClass.configured(**options)`` before anything else.
+        """
+        return cls
+
     # -- the episode ---------------------------------------------------------------------------
     @abstractmethod
     def reset(self, task_id: int, seed: int | None = None) -> ResetResult:

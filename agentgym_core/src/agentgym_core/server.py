@@ -145,8 +145,9 @@ def create_app(
         idle_ttl_s: close instances untouched for this long (None: never).
         max_body_bytes: larger request bodies answer 413.
     """
-    env_name = name or env_cls.name or env_cls.__name__.lower()
     kwargs = dict(env_kwargs or {})
+    env_cls = env_cls.configured(**kwargs)
+    env_name = name or env_cls.name or env_cls.__name__.lower()
     table = InstanceTable(lambda: env_cls(**kwargs), max_instances=max_instances, idle_ttl_s=idle_ttl_s)
     catalog = env_cls.tasks()
     stop = threading.Event()

@@ -118,8 +118,9 @@ class SearchEnv(Env):
     default_config: ClassVar[SearchEnvConfig] = SearchEnvConfig()
     # AgentGym's searchqa server names the instance "env_idx" and the task "id"; with a merged
     # Search-R1 test/train parquet our task ids equal its indices (test 0..51712, then train).
-    agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(id_field="env_idx", task_field="id",
-                                                                      include_score=False)
+    agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(
+        id_field="env_idx", task_field="id", include_score=False, create_answer="bare_id", reset_answer="text",
+        close_answer="bool", step_extra_fields=("info",))
 
     def __init__(self, **options: Any) -> None:
         self.config = SearchEnvConfig(**{**self.default_config.model_dump(exclude_unset=True), **options})
@@ -132,8 +133,8 @@ class SearchEnv(Env):
         self._ended = False
 
     @classmethod
-    def configure(cls, **options: Any) -> type[SearchEnv]:
-        """A subclass whose defaults (and so ``tasks()``) come from ``options``."""
+    def configured(cls, **options: Any) -> type[SearchEnv]:
+        """A subclass whose defaults (and so ``tasks()``) come from ``options`` (see ``Env.configured``)."""
         config = SearchEnvConfig(**{**cls.default_config.model_dump(exclude_unset=True), **options})
         return type(cls.__name__, (cls,), {"default_config": config, "max_episode_steps": config.max_turns,
                                            "__module__": cls.__module__})

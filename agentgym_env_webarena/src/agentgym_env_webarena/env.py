@@ -39,7 +39,7 @@ class WebArenaEnv(Env):
     # /step answers {"observation", "reward", "terminated", "truncated", "info"}.
     agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(
         id_field="env_idx", task_field="idx", done_field="terminated", include_score=False,
-        reset_observation_only=True, step_extra_fields=("truncated", "info"),
+        reset_answer="observation", step_extra_fields=("truncated", "info"),
     )
 
     def __init__(self, **kwargs: Any) -> None:
