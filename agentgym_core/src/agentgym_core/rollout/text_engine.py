@@ -25,6 +25,7 @@ keys: ``trainable: false`` and ``usage: {prompt_tokens, completion_tokens}`` (pe
 from __future__ import annotations
 
 import contextlib
+import json
 import queue
 import threading
 import time
@@ -134,8 +135,6 @@ class TextRolloutLogWriter(RolloutLogWriter):
         super().__init__(path, step=step, include_tokens=False)
 
     def write(self, traj: Trajectory) -> None:
-        import json
-
         self._file.write(json.dumps(text_trajectory_log_record(traj, step=self.step), ensure_ascii=False) + "\n")
         self._file.flush()
 
