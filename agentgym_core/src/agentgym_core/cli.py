@@ -22,6 +22,10 @@ examples:
   agentgym envs                         environments with their split sizes
   agentgym serve babyai --port 8000     serve BabyAI over HTTP on 127.0.0.1
   agentgym play babyai --task 3         play a task yourself in the terminal
+  agentgym eval --env babyai --model smollm2-135m-instruct --split test --limit 20
+  agentgym train examples/babyai_grpo_cpu.yaml
+  agentgym serve-model smollm2-135m-instruct --port 8001   OpenAI-compatible API
+  agentgym view runs/my_run                                 replay a run in the browser
 """
 
 

@@ -66,8 +66,10 @@ def agentgym_register_rollout_backends(register: Register) -> None:
     """Register rollout (generation) backends.
 
     ``obj`` is a factory ``make_backend(config) -> RolloutBackend`` producing an object that
-    samples token ids and their log-probs for many live trajectories at once.
-    ``agentgym_core.testing.check_backend`` checks the contract.
+    samples token ids and their log-probs for many live trajectories at once
+    (``agentgym_core.rollout.backend``; ``agentgym_core.testing.check_backend`` checks it). A
+    factory may instead return a text-only ``ChatBackend`` (``agentgym_core.rollout.text_engine``,
+    e.g. an API model): such trajectories carry no token ids and serve evaluation only.
     """
 
 

@@ -49,7 +49,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
     ("env", "search"): "search",
     ("env", "webarena"): "webarena",
     ("rollout_backend", "transformers"): "transformers",
-    ("rollout_backend", "openai"): "transformers",
+    ("rollout_backend", "openai"): "openai",
     ("advantage_estimator", "gae"): "estimators",
     ("advantage_estimator", "grpo"): "estimators",
     ("advantage_estimator", "rloo"): "estimators",
