@@ -79,6 +79,27 @@ class TaskCatalog(BaseModel):
                 f"unknown split {name!r}; this environment offers {sorted(self.splits)}"
             ) from None
 
+    def spread(self, split: str, n: int | None) -> list[int]:
+        """``n`` task ids of ``split`` taken round-robin across categories (all when ``n`` is None).
+
+        A small evaluation then covers every category instead of the first one only (TextCraft's
+        test ids, for instance, are ordered by crafting depth). Deterministic; keeps split order
+        within each category.
+        """
+        ids = self.split(split)
+        if n is None or n >= len(ids):
+            return list(ids)
+        index = self.category_index()
+        queues: dict[str | None, list[int]] = {}
+        for task in ids:
+            queues.setdefault(index.get(task), []).append(task)
+        chosen: list[int] = []
+        while len(chosen) < n:
+            for queue in queues.values():
+                if queue and len(chosen) < n:
+                    chosen.append(queue.pop(0))
+        return chosen
+
     def category_index(self) -> dict[int, str]:
         """Task id -> category name (tasks without a category are absent)."""
         return {task: name for name, tasks in self.categories.items() for task in tasks}

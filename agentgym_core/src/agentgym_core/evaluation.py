@@ -63,7 +63,12 @@ class EvalConfig(BaseModel):
         default=None, gt=0, description="Limit on one API request (backend 'openai'; default: the backend's).",
     )
     split: str = Field(default="test", description="Task split to evaluate on.")
-    limit: int | None = Field(default=None, ge=1, description="Evaluate only the first N tasks of the split.")
+    limit: int | None = Field(
+        default=None, ge=1, description="Evaluate N tasks of the split, taken round-robin across its categories."
+    )
+    env_options: dict[str, Any] = Field(
+        default_factory=dict, description="Constructor options of the environment (in-process only)."
+    )
     n_samples: int = Field(default=1, ge=1, description="K: samples per task (Avg@K, Pass@K).")
     temperature: float = Field(default=0.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
@@ -138,8 +143,8 @@ def _make_env_factory(config: EvalConfig) -> tuple[Callable[[], Env], Any]:
         return (lambda: HTTPEnv(client=client, env=config.env)), client.tasks()
     from agentgym_core.plugins import get_plugin_manager
 
-    env_cls = get_plugin_manager().env_class(config.env)
-    return env_cls, env_cls.tasks()
+    env_cls = get_plugin_manager().env_class(config.env).configured(**config.env_options)
+    return (lambda: env_cls(**config.env_options)), env_cls.tasks()
 
 
 def backend_options(config: EvalConfig) -> dict[str, Any]:
@@ -184,7 +189,7 @@ def evaluate(
             catalog = probe.tasks()
         finally:
             probe.close()
-    task_ids = catalog.split(config.split)[: config.limit]
+    task_ids = catalog.spread(config.split, config.limit)
     categories = catalog.category_index()
     episodes = [
         EpisodeSpec(task_id=t, sample_index=s, category=categories.get(t), seed=None)

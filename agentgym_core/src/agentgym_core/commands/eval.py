@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from agentgym_core.commands._table import format_table
@@ -25,7 +26,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--request-timeout", dest="request_timeout_s", type=float, default=None,
                         help="limit in seconds on one API request (--backend openai)")
     parser.add_argument("--split", default="test", help="task split")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="only N tasks, taken round-robin across the split's categories")
+    parser.add_argument("--env-kwargs", dest="env_options", type=json.loads, default=None,
+                        help='JSON object of environment constructor options, e.g. \'{"max_turns": 20}\'')
     parser.add_argument("--n-samples", type=int, default=1, help="K samples per task (Avg@K / Pass@K)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")

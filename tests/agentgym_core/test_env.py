@@ -1,0 +1,23 @@
+"""The environment interface's shared pieces: the task catalog and the ReAct action parser."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgym_core.env import InvalidTaskError, TaskCatalog, parse_react_action
+
+
+def test_spread_takes_tasks_round_robin_across_categories():
+    catalog = TaskCatalog(splits={"test": [0, 1, 2, 3, 4, 5, 6]},
+                          categories={"depth1": [0, 1, 2, 3], "depth2": [4, 5], "depth3": [6]})
+    assert catalog.spread("test", 4) == [0, 4, 6, 1]
+    assert catalog.spread("test", None) == [0, 1, 2, 3, 4, 5, 6]
+    assert catalog.spread("test", 100) == [0, 1, 2, 3, 4, 5, 6]
+    with pytest.raises(InvalidTaskError, match="offers"):
+        catalog.spread("dev", 2)
+
+
+def test_react_parser_takes_the_last_action_line():
+    assert parse_react_action("Thought: e.g. Action: x\nAction: go to red ball 1") == "go to red ball 1"
+    assert parse_react_action("Thought: hm\naction:  `turn left` ") == "turn left"
+    assert parse_react_action("  no action here ") == "no action here"
