@@ -1,0 +1,154 @@
+"""Collect trajectories from an environment's expert or from a model, as a rollout log with tokens.
+
+The output is the rollout-log format (:mod:`agentgym_core.rollout.logs`) with ``include_tokens``,
+so SFT, DPO and the viewer read it as they read any training or evaluation log.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agentgym_core.env import Env
+from agentgym_core.finetune.config import CollectConfig
+from agentgym_core.finetune.data import TokenizerChat, load_tokenizer
+from agentgym_core.finetune.experts import expert_trajectory, get_expert, play_expert
+from agentgym_core.plugins import PluginManager, get_plugin_manager
+from agentgym_core.rollout.backend import SamplingParams
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from agentgym_core.rollout.logs import RolloutLogWriter
+from agentgym_core.rollout.trajectory import Trajectory
+
+__all__ = ["CollectResult", "collect", "select_tasks"]
+
+
+@dataclass
+class CollectResult:
+    """What a collection wrote."""
+
+    path: Path
+    trajectories: int = 0
+    successes: int = 0
+    failed: int = 0
+    wall_seconds: float = 0.0
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.trajectories if self.trajectories else 0.0
+
+
+def select_tasks(task_ids: list[int], n: int, *, offset: int = 0, shuffle: bool = False, seed: int = 0) -> list[int]:
+    """``n`` task ids from a split: in split order, or a seeded shuffle; after skipping ``offset``."""
+    ids = list(task_ids)
+    if shuffle:
+        random.Random(seed).shuffle(ids)
+    return ids[offset: offset + n]
+
+
+def _env_factory(config: CollectConfig, pm: PluginManager, env_kwargs: dict[str, Any]) -> tuple[Callable[[], Env], Any, type[Env] | None]:
+    if config.env_url:
+        from agentgym_core.client import EnvClient, HTTPEnv
+
+        client = EnvClient(config.env_url)
+        return (lambda: HTTPEnv(client=client, env=config.env)), client.tasks(), None
+    env_cls = pm.env_class(config.env).configured(**env_kwargs)
+    return (lambda: env_cls(**env_kwargs)), env_cls.tasks(), env_cls
+
+
+def collect(
+    config: CollectConfig,
+    *,
+    plugin_manager: PluginManager | None = None,
+    make_env: Callable[[], Env] | None = None,
+    backend: Any = None,
+    tokenizer: Any = None,
+    progress: bool = True,
+) -> CollectResult:
+    """Play ``config.n`` tasks (x ``samples`` for a model) and append the trajectories to ``config.out``.
+
+    ``make_env``/``backend``/``tokenizer`` replace building them from the config (tests, notebooks).
+    """
+    pm = plugin_manager or get_plugin_manager()
+    expert = None
+    env_kwargs = dict(config.env_kwargs)
+    env_cls = None
+    if config.policy == "expert":
+        env_cls = pm.env_class(config.env) if make_env is None and not config.env_url else None
+        expert = get_expert(config.env, env_cls)
+        env_kwargs = {**expert.env_kwargs, **env_kwargs}
+    if make_env is None:
+        make_env, catalog, env_cls = _env_factory(config, pm, env_kwargs)
+    else:
+        probe = make_env()
+        try:
+            catalog = probe.tasks()
+        finally:
+            probe.close()
+    tasks = select_tasks(catalog.split(config.split), config.n, offset=config.offset, shuffle=config.shuffle,
+                         seed=config.seed)
+    categories = catalog.category_index()
+    out = Path(config.out or f"runs/collect-{config.env}-{datetime.now():%Y%m%d-%H%M%S}/trajectories.jsonl")
+    result = CollectResult(path=out)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        total = len(tasks) * (1 if expert is not None else config.samples)
+        bar = tqdm(total=total, desc=f"collect {config.env} ({config.policy})", unit="traj", dynamic_ncols=True)
+    start = time.perf_counter()
+
+    def record(traj: Trajectory, log: RolloutLogWriter) -> None:
+        log.write(traj)
+        result.trajectories += 1
+        result.successes += int(traj.success)
+        if traj.failed:
+            result.failed += 1
+            key = (traj.failure_reason or "").split(":")[0]
+            result.failure_reasons[key] = result.failure_reasons.get(key, 0) + 1
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(success=f"{result.successes}/{result.trajectories}", failed=result.failed)
+
+    with RolloutLogWriter(out, include_tokens=True) as log:
+        if expert is not None:
+            if tokenizer is None:
+                tokenizer = load_tokenizer(config.tokenizer)
+            chat = ChatFormat(TokenizerChat(tokenizer))
+            env = make_env()
+            try:
+                for task in tasks:
+                    recording, error = play_expert(expert, env, task, max_turns=config.max_turns)
+                    traj = expert_trajectory(recording, chat, env_name=config.env, category=categories.get(task),
+                                             error=error)
+                    record(traj, log)
+            finally:
+                env.close()
+        else:
+            if backend is None:
+                options: dict[str, Any] = {"model": config.policy}
+                if config.device != "auto":
+                    options["device"] = config.device
+                if config.threads:
+                    options["threads"] = config.threads
+                backend = pm.get("rollout_backend", config.backend)(options)
+            rollout = RolloutConfig(
+                sampling=SamplingParams(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                                        seed=config.seed),
+                max_turns=config.max_turns, max_total_tokens=config.max_total_tokens,
+                env_workers=min(config.num_envs, 32))
+            episodes = [EpisodeSpec(task_id=t, sample_index=k, category=categories.get(t))
+                        for t in tasks for k in range(config.samples)]
+            with RolloutEngine(backend, make_env, num_envs=config.num_envs, config=rollout,
+                               env_name=config.env) as engine:
+                engine.run(episodes, on_done=lambda traj: record(traj, log))
+    if bar is not None:
+        bar.close()
+    result.wall_seconds = time.perf_counter() - start
+    return result

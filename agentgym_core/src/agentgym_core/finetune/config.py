@@ -1,0 +1,217 @@
+"""Typed configuration of the fine-tuning paradigms: SFT, DPO, rejection sampling, and collection.
+
+A fine-tuning recipe shares its sections with the RL recipe (``model``, ``envs``, ``rollout``,
+``optim`` come from :mod:`agentgym_core.rl.config`, unchanged), so the same model loading, LoRA
+option, environment servers and evaluation apply; ``kind`` picks the paradigm and its section
+(``sft``, ``dpo`` or ``rejection_sampling``) holds its knobs::
+
+    kind: sft
+    model: {path: smollm2-135m-instruct, threads: 2}
+    data: {paths: [runs/collect-babyai/trajectories.jsonl]}
+    envs: [{name: babyai}]          # held-out evaluation before and after
+    sft: {epochs: 2, batch_size: 8}
+    optim: {lr: 1.0e-5}
+    trainer: {run_dir: runs/babyai_sft, eval_tasks: 40}
+
+Unknown keys are errors naming the closest valid key, as in the RL recipe.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentgym_core.rl.config import (
+    ConfigError,
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RolloutConfig,
+    _check_keys,
+    apply_overrides,
+)
+
+__all__ = [
+    "CollectConfig",
+    "DPOOptions",
+    "DataConfig",
+    "FinetuneConfig",
+    "FinetuneTrainerConfig",
+    "RejectionOptions",
+    "SFTOptions",
+    "load_finetune_config",
+    "save_finetune_config",
+]
+
+FinetuneKind = Literal["sft", "dpo", "rejection_sampling"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Section):
+    """``data``: the trajectories to learn from (rollout logs, trajectory dumps, AgentTraj files)."""
+
+    paths: list[str] = Field(default_factory=list, description="JSONL files (or AgentTraj JSON lists) to read.")
+    only_successful: bool = Field(
+        True, description="SFT: keep only successful trajectories (AgentTraj records count as successful)."
+    )
+    max_tokens: int | None = Field(
+        4096, ge=16, description="Drop examples longer than this many tokens (None keeps all)."
+    )
+    max_examples: int | None = Field(None, ge=1, description="Use at most this many examples (after filtering).")
+    env: str | None = Field(None, description="Keep only trajectories of this environment.")
+
+
+class SFTOptions(_Section):
+    """``sft``: supervised fine-tuning, cross-entropy on the policy's own tokens only."""
+
+    epochs: int = Field(2, ge=1, description="Passes over the data.")
+    batch_size: int = Field(8, ge=1, description="Sequences per optimizer step.")
+    micro_batch_tokens: int = Field(4096, ge=64, description="Tokens per forward/backward (gradients accumulate).")
+    packing: bool = Field(True, description="Padding-free packing of sequences (the RL update's forward).")
+    max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient clipping; None disables it.")
+    loss_agg: Literal["token_mean", "seq_mean"] = Field(
+        "token_mean", description="token_mean: every trained token weighs the same; seq_mean: every sequence does."
+    )
+
+
+class DPOOptions(_Section):
+    """``dpo``: direct preference optimisation on (successful, failed) trajectories of one task."""
+
+    beta: float = Field(0.1, gt=0.0, description="Inverse temperature of the implicit reward (DPO's beta).")
+    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5, description="Conservative DPO: assumed label noise.")
+    sft_coef: float = Field(0.0, ge=0.0, description="Add this times the chosen trajectory's NLL (RPO-style).")
+    epochs: int = Field(1, ge=1, description="Passes over the pairs.")
+    batch_pairs: int = Field(4, ge=1, description="Pairs per optimizer step.")
+    pairs_per_task: int = Field(4, ge=1, description="Most pairs built from one task's trajectories.")
+    micro_batch_tokens: int = Field(4096, ge=64, description="Tokens per forward/backward.")
+    packing: bool = Field(True, description="Padding-free packing in the forward.")
+    max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient clipping; None disables it.")
+
+
+class RejectionOptions(_Section):
+    """``rejection_sampling``: sample K per task, keep the successes, fine-tune, for R rounds."""
+
+    rounds: int = Field(2, ge=1, description="R: sample -> filter -> fine-tune rounds.")
+    tasks_per_round: int = Field(32, ge=1, description="Training tasks sampled each round (per environment).")
+    samples_per_task: int = Field(4, ge=1, description="K: trajectories sampled per task.")
+    keep_per_task: int = Field(1, ge=1, description="Successful trajectories kept per task (fewest turns first).")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature of the collection rollouts.")
+    max_turns: int = Field(12, ge=1, description="Turn budget of collection rollouts.")
+    accumulate: bool = Field(
+        True, description="Train each round on every trajectory kept so far (AgentEvol-style), not only the newest."
+    )
+    include_data: bool = Field(True, description="Also train on `data.paths` (e.g. expert trajectories) each round.")
+    sft: SFTOptions = Field(default_factory=lambda: SFTOptions(epochs=1), description="The fine-tuning of each round.")
+
+
+class FinetuneTrainerConfig(_Section):
+    """``trainer``: the run itself (the field names match the RL trainer's where they mean the same)."""
+
+    run_dir: str = Field("runs/finetune", description="Where config, metrics, checkpoints and evaluations go.")
+    seed: int = Field(0, description="Seed of data order, sampling and initialisation.")
+    eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
+    eval_max_turns: int = Field(12, ge=1, description="Turn budget of evaluation episodes.")
+    eval_before: bool = Field(True, description="Evaluate the initial model before training.")
+    save_every: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (the last is always saved).")
+    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk.")
+    progress: bool = Field(True, description="Show a console progress bar.")
+    tensorboard: bool = Field(False, description="Also log to TensorBoard when it is installed.")
+
+
+class FinetuneConfig(_Section):
+    """A fine-tuning run. ``kind`` picks SFT, DPO or rejection sampling; shared sections as in RL."""
+
+    kind: FinetuneKind = Field("sft", description="sft | dpo | rejection_sampling.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy (and the frozen DPO reference).")
+    envs: list[EnvConfig] = Field(
+        default_factory=list, description="Environments for held-out evaluation (and sampling, rejection_sampling)."
+    )
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Sampling and evaluation settings.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Trajectories to learn from.")
+    sft: SFTOptions = Field(default_factory=SFTOptions, description="SFT settings (kind: sft).")
+    dpo: DPOOptions = Field(default_factory=DPOOptions, description="DPO settings (kind: dpo).")
+    rejection_sampling: RejectionOptions = Field(
+        default_factory=RejectionOptions, description="Rejection-sampling settings (kind: rejection_sampling)."
+    )
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5), description="Optimizer.")
+    trainer: FinetuneTrainerConfig = Field(default_factory=FinetuneTrainerConfig, description="Run control.")
+
+    @model_validator(mode="after")
+    def _needs(self) -> FinetuneConfig:
+        if self.kind in ("sft", "dpo") and not self.data.paths:
+            raise ValueError(f"kind={self.kind} needs data.paths (trajectory files; write them with `agentgym collect`)")
+        if self.kind == "rejection_sampling" and not self.envs:
+            raise ValueError("kind=rejection_sampling samples from environments: set envs: [{name: ...}]")
+        return self
+
+    @classmethod
+    def from_train_config(cls, config: Any, kind: str | None = None) -> FinetuneConfig:
+        """The fine-tuning view of an RL ``TrainConfig`` that carries ``data``/``sft``/``dpo``/``rejection_sampling``.
+
+        Shared sections are passed through; ``trainer`` keeps the fields both trainers have.
+        """
+        trainer = {k: v for k, v in config.trainer.model_dump().items() if k in FinetuneTrainerConfig.model_fields}
+        data: dict[str, Any] = {
+            "kind": kind or config.trainer.kind, "model": config.model, "envs": config.envs,
+            "rollout": config.rollout, "optim": config.optim, "trainer": trainer,
+        }
+        for section in ("data", "sft", "dpo", "rejection_sampling"):
+            if getattr(config, section, None) is not None:
+                data[section] = getattr(config, section)
+        return cls.model_validate(data)
+
+
+class CollectConfig(_Section):
+    """What `agentgym collect` does: play tasks with an expert or a model, write a rollout log."""
+
+    env: str = Field(description="Environment name (see `agentgym envs`).")
+    policy: str = Field("expert", description="'expert' (the env's expert policy) or a model: name, .gguf or HF dir.")
+    split: str = Field("train", description="Task split to draw tasks from.")
+    n: int = Field(100, ge=1, description="Number of tasks.")
+    offset: int = Field(0, ge=0, description="Skip the first tasks of the split (after shuffling).")
+    shuffle: bool = Field(False, description="Draw tasks in a seeded random order instead of the split's order.")
+    samples: int = Field(1, ge=1, description="Trajectories per task (model policy).")
+    out: str | None = Field(None, description="Output JSONL (default runs/collect-<env>-<time>/trajectories.jsonl).")
+    env_url: str | None = Field(None, description="Play against a running `agentgym serve` instead of in-process.")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Constructor options of the env class.")
+    tokenizer: str = Field(
+        "smollm2-135m-instruct",
+        description="Expert policy: the model whose chat template tokenises the expert's turns.",
+    )
+    max_turns: int = Field(30, ge=1, description="Turn budget per trajectory.")
+    temperature: float = Field(1.0, ge=0.0, description="Model policy: sampling temperature (0 = greedy).")
+    max_new_tokens: int = Field(128, ge=1, description="Model policy: per-turn cap on sampled tokens.")
+    max_total_tokens: int = Field(4096, ge=64, description="Model policy: token budget per trajectory.")
+    num_envs: int = Field(8, ge=1, description="Environment instances in flight (model policy).")
+    backend: str = Field("transformers", description="Model policy: rollout backend.")
+    device: str = Field("auto", description="Model policy: 'auto', 'cpu' or 'cuda'.")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads.")
+    seed: int = Field(0, description="Seed of task order and sampling.")
+
+
+def load_finetune_config(path: str | Path | None, overrides: list[str] | None = None) -> FinetuneConfig:
+    """Read a fine-tuning YAML recipe, apply ``a.b=value`` overrides, validate (errors say the fix)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist; see examples/*_sft_*.yaml") from None
+    data = apply_overrides(data, list(overrides or []))
+    _check_keys(FinetuneConfig, data, "")
+    try:
+        return FinetuneConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+
+
+def save_finetune_config(config: FinetuneConfig, path: str | Path) -> None:
+    """Write the resolved config (defaults filled in) as YAML."""
+    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -1,0 +1,256 @@
+"""Expert policies per environment, and expert episodes as trainable trajectories.
+
+Convention. An expert is a function ``play(env, task_id) -> Any`` that plays one episode of
+``env`` only through ``env.reset`` / ``env.step`` (so it works in-process and over
+:class:`agentgym_core.client.HTTPEnv`); what it returns is ignored, because every step is recorded
+on the way. An environment offers one by a class attribute::
+
+    class MyEnv(Env):
+        agentgym_expert: ClassVar[ExpertSpec] = ExpertSpec(play=my_solver, env_kwargs={...})
+
+:func:`get_expert` looks there first, then in :data:`BUILTIN_EXPERTS`, the adapters for the
+environments that ship a solver of their own (babyai, textcraft, sciworld, guess), kept here so
+those packages need no change.
+
+Expert trajectories. The expert's actions become replies ``"Thought: <thought>\\nAction: <action>"``
+(the ReAct format every environment's instruction asks for and ``parse_react_action`` reads), and
+the chat is tokenised with the model's own template exactly as the rollout engine would have
+(:func:`agentgym_core.finetune.data.tokenize_messages`), so the SFT mask is the RL mask.
+The expert's tokens were not sampled: their ``logprobs`` are 0.0 (no importance ratio uses them).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentgym_core.env import Env, ResetResult, StepResult
+from agentgym_core.finetune.data import tokenize_messages
+from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
+
+__all__ = [
+    "BUILTIN_EXPERTS",
+    "ExpertSpec",
+    "NoExpertError",
+    "RecordingEnv",
+    "expert_reply",
+    "expert_trajectory",
+    "get_expert",
+    "play_expert",
+]
+
+
+class NoExpertError(LookupError):
+    """The environment has no expert policy; the message says how to give it one."""
+
+
+@dataclass(frozen=True)
+class ExpertSpec:
+    """How to play an environment expertly: the player, and constructor options it needs."""
+
+    play: Callable[[Env, int], Any]
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
+
+
+def _lazy(module: str, attribute: str) -> Callable[[Env, int], Any]:
+    """A player imported on first use (the env package is only needed when its expert runs)."""
+    def play(env: Env, task_id: int) -> Any:
+        return getattr(importlib.import_module(module), attribute)(env, task_id)
+
+    return play
+
+
+def _babyai(env: Env, task_id: int) -> None:
+    """minigrid's BabyAIBot (through :class:`agentgym_env_babyai.expert.ExpertPolicy`) with a one-step lookahead.
+
+    The bot only emits primitive moves (``turn left``, ``move forward``), so "go to the red ball"
+    takes it eight turns where the agent's macro ``go to red ball 1`` takes one. Before each of
+    the bot's moves, every listed action is tried on a copy of the expert's replica; one that
+    completes the mission at once (the highest reward, the list's order on ties) is taken instead.
+    Demonstrations then show the macro an agent should use, and stay short enough to train on.
+    """
+    import copy
+
+    from agentgym_env_babyai.expert import ExpertPolicy
+
+    expert = ExpertPolicy(task_id)
+    try:
+        env.reset(task_id)
+        while True:
+            best, best_reward = None, 0.0
+            for action in expert.replica.available_actions() or []:
+                trial = copy.deepcopy(expert.replica).step(action)
+                if trial.success and trial.reward > best_reward:
+                    best, best_reward = action, trial.reward
+            action = best if best is not None else expert.act()
+            if action is None:
+                return
+            result = env.step(action)
+            expert.observe(action, result.observation)
+            if result.done:
+                return
+    finally:
+        expert.close()
+
+
+def _sciworld(env: Env, task_id: int) -> Any:
+    from agentgym_env_sciworld.expert import GoldPathExpert
+
+    return GoldPathExpert().play(env, task_id)
+
+
+BUILTIN_EXPERTS: dict[str, ExpertSpec] = {
+    "babyai": ExpertSpec(_babyai, summary="minigrid's BabyAIBot through text actions, taking any one action "
+                         "that completes the mission at once"),
+    "textcraft": ExpertSpec(_lazy("agentgym_env_textcraft.expert", "solve"),
+                            summary="recipe planner reading only the observation (agentgym_env_textcraft.expert)"),
+    "sciworld": ExpertSpec(_sciworld, env_kwargs={"include_gold_path": True},
+                           summary="ScienceWorld's gold action path (needs include_gold_path=True on a server)"),
+    "guess": ExpertSpec(_lazy("agentgym_env_guess.env", "solve"), summary="binary search"),
+}
+"""Adapters for the environments that ship a solver; an Env's own ``agentgym_expert`` wins."""
+
+
+def get_expert(env_name: str, env_cls: type[Env] | None = None) -> ExpertSpec:
+    """The expert of an environment: ``env_cls.agentgym_expert``, else the builtin adapter."""
+    own = getattr(env_cls, "agentgym_expert", None) if env_cls is not None else None
+    if own is not None:
+        return own if isinstance(own, ExpertSpec) else ExpertSpec(own)
+    if env_name in BUILTIN_EXPERTS:
+        return BUILTIN_EXPERTS[env_name]
+    raise NoExpertError(
+        f"environment {env_name!r} has no expert policy. Known experts: {', '.join(sorted(BUILTIN_EXPERTS))}. "
+        "Give the Env class one: `agentgym_expert = ExpertSpec(play=fn)` where fn(env, task_id) plays one "
+        "episode through env.reset/env.step (from agentgym_core.finetune.experts import ExpertSpec); "
+        "or collect with a model: --policy MODEL."
+    )
+
+
+class _TurnBudget(Exception):
+    """Raised inside the expert when it used up its turn budget (stops any solver loop)."""
+
+
+class RecordingEnv(Env):
+    """Passes reset/step through to ``inner`` and records them; stops the expert after ``max_turns``."""
+
+    def __init__(self, inner: Env, max_turns: int | None = None) -> None:
+        self.inner, self.max_turns = inner, max_turns
+        self.name = inner.name
+        self.reset_result: ResetResult | None = None
+        self.task_id: int | None = None
+        self.steps: list[tuple[str, StepResult, float]] = []
+
+    @property
+    def instruction(self) -> str:
+        return self.inner.instruction
+
+    def parse_action(self, text: str) -> str:
+        return self.inner.parse_action(text)
+
+    def tasks(self):  # type: ignore[override]  # the inner env's catalog (an HTTPEnv's is per instance)
+        return self.inner.tasks()
+
+    def reset(self, task_id: int, seed: int | None = None) -> ResetResult:
+        self.reset_result = self.inner.reset(task_id, seed=seed)
+        self.task_id = task_id
+        self.steps = []
+        return self.reset_result
+
+    def step(self, action: str) -> StepResult:
+        if self.max_turns is not None and len(self.steps) >= self.max_turns:
+            raise _TurnBudget
+        t = time.perf_counter()
+        result = self.inner.step(action)
+        self.steps.append((action, result, time.perf_counter() - t))
+        return result
+
+    def available_actions(self) -> list[str] | None:
+        return self.inner.available_actions()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def expert_reply(action: str, thought: str | None = None) -> str:
+    """The reply an agent would write to take ``action`` (ReAct: a thought, then the action line)."""
+    return f"Thought: {thought or f'I will {action}.'}\nAction: {action}"
+
+
+def play_expert(
+    expert: ExpertSpec, env: Env, task_id: int, *, max_turns: int | None = None
+) -> tuple[RecordingEnv, str | None]:
+    """Play one expert episode; returns the recording and the error that ended it early, if any."""
+    recorder = RecordingEnv(env, max_turns=max_turns)
+    error = None
+    try:
+        expert.play(recorder, task_id)
+    except _TurnBudget:
+        error = "max_turns"
+    except Exception as exc:  # a solver's own failure ends its episode, recorded, as in the rollout engine
+        error = f"expert_error: {type(exc).__name__}: {exc}"
+    return recorder, error
+
+
+def expert_trajectory(
+    recording: RecordingEnv,
+    chat: ChatFormat,
+    *,
+    env_name: str,
+    instruction_role: str = "system",
+    category: str | None = None,
+    error: str | None = None,
+) -> Trajectory:
+    """The recorded expert episode as a :class:`Trajectory` with tokens, mask and turn spans."""
+    if recording.reset_result is None or recording.task_id is None:
+        raise ValueError("the expert never reset the environment")
+    instruction, first = recording.instruction, recording.reset_result.observation
+    if instruction_role == "system":
+        messages = [{"role": "system", "content": instruction}, {"role": "user", "content": first}]
+    else:
+        messages = [{"role": "user", "content": f"{instruction}\n\n{first}"}]
+    traj = Trajectory(env=env_name, task_id=recording.task_id, category=category, temperature=1.0)
+    for action, result, _ in recording.steps:
+        messages += [{"role": "assistant", "content": expert_reply(action)}, {"role": "user", "content": result.observation}]
+    traj.messages = messages
+    if not recording.steps:
+        traj.failed, traj.failure_reason = True, error or "the expert took no action"
+        return traj
+    ids, mask = tokenize_messages(chat, messages)
+    traj.token_ids, traj.loss_mask, traj.logprobs = ids, mask, [0.0] * len(ids)
+    traj.prompt_length = mask.index(1)
+    # Action spans are the runs of 1s in the mask (every reply is trained and non-empty).
+    spans: list[Span] = []
+    for i, m in enumerate(mask):
+        if m and (i == 0 or not mask[i - 1]):
+            spans.append(Span(start=i, end=i))
+        if m:
+            spans[-1].end = i + 1
+    if len(spans) != len(recording.steps):
+        raise AssertionError(f"{len(spans)} trained spans for {len(recording.steps)} expert turns")
+    previous_end = 0
+    for k, ((action, result, seconds), span) in enumerate(zip(recording.steps, spans, strict=True)):
+        traj.turns.append(Turn(
+            index=k, context_span=Span(start=previous_end, end=span.start), action_span=span,
+            text=expert_reply(action), action=action, finish_reason="eos", observation=result.observation,
+            reward=float(result.reward), reward_index=span.end - 1, success=result.success,
+            env_seconds=seconds, info=dict(result.info),
+        ))
+        previous_end = span.end
+        traj.outcome_reward += float(result.reward)
+        traj.env_seconds += seconds
+        if result.success is not None:
+            traj.success = bool(result.success)
+    last = recording.steps[-1][1]
+    traj.terminated = last.terminated
+    if not last.terminated:
+        traj.truncated = True
+        traj.truncation_reason = "env_step_limit" if last.truncated else "max_turns"
+    if error is not None and error != "max_turns":
+        traj.failed, traj.failure_reason = True, error
+    traj.max_turns = recording.max_turns
+    return traj
