@@ -1,19 +1,29 @@
-"""Rollout throughput: the engine (no round barrier) vs a round-synchronous baseline.
+"""Rollout throughput: the engine vs the round-synchronous baseline, on the same backend and workload.
 
 For each parallelism P in --parallel (default 1, 8, 32) the same workload -- P BabyAI test tasks,
-greedy-free sampling with a fixed seed, the same turn budget -- is rolled out twice in this run:
-once by the engine as designed, and once with ``synchronous=True`` (every turn waits for the
-slowest trajectory before anyone samples, as the anchor does). Prints trajectories/min and
-sampled tokens/s and writes bench/results/rollout.json.
+sampling at temperature 1 with a fixed seed, the same turn budget and token caps, the same loaded
+backend -- is rolled out once per mode, in this run:
 
-    python bench/rollout.py                       # SmolLM2-135M on BabyAI, P = 1, 8, 32
-    python bench/rollout.py --model tiny --parallel 1 8   # a quick smoke run with a tiny random model
+* ``engine``: the engine as designed: a trajectory is sampled again as soon as its own environment
+  answers (no round barrier), and it keeps its KV cache between turns (only new tokens prefilled).
+* ``round-sync``: the same, but every turn waits for the slowest trajectory before anyone samples
+  (the anchor's round barrier). Only the scheduling differs from ``engine``.
+* ``round-sync-reread``: the round barrier AND the whole history re-read (prefilled) every turn, as
+  a round-synchronous loop that re-renders the conversation each round does (the anchor; also
+  this engine before sessions existed).
+
+Prints trajectories/min and sampled tokens/s per mode and the speedups of ``engine`` over each
+baseline, with the 1-minute load average, and writes bench/results/rollout.json.
+
+    python bench/rollout.py --threads 1                       # SmolLM2-135M on BabyAI, P = 1, 8, 32
+    python bench/rollout.py --model tiny --parallel 1 8       # a quick smoke run with a tiny random model
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -22,12 +32,23 @@ from agentgym_backend_transformers import TransformersBackend, make_backend
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
 
+MODES = {  # name -> (synchronous, reuse_kv_cache)
+    "engine": (False, True),
+    "round-sync": (True, True),
+    "round-sync-reread": (True, False),
+}
 
-def run_once(backend, env_cls, tasks, *, synchronous: bool, args) -> dict[str, float]:
+
+def run_once(backend, env_cls, tasks, *, mode: str, args) -> dict[str, float]:
+    synchronous, reuse = MODES[mode]
     config = RolloutConfig(
         sampling=SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed),
-        max_turns=args.max_rounds, synchronous=synchronous, env_workers=32, step_timeout_s=300,
+        max_turns=args.max_rounds, synchronous=synchronous, reuse_kv_cache=reuse, env_workers=32,
+        step_timeout_s=600,
     )
+    stats = backend.sessions.stats
+    prefilled, reused = stats.prefilled_tokens, stats.reused_tokens
+    load = os.getloadavg()[0]
     with RolloutEngine(backend, env_cls, num_envs=len(tasks), config=config, env_name="babyai") as engine:
         start = time.perf_counter()
         trajs = engine.run([EpisodeSpec(task_id=t) for t in tasks])
@@ -36,7 +57,10 @@ def run_once(backend, env_cls, tasks, *, synchronous: bool, args) -> dict[str, f
     return {
         "trajectories": len(trajs), "wall_s": wall, "trajectories_per_min": 60 * len(trajs) / wall,
         "sampled_tokens": tokens, "tokens_per_s": tokens / wall, "generation_calls": engine.stats.generation_calls,
-        "turns": sum(t.num_turns for t in trajs), "failed": engine.stats.failed,
+        "gen_s": engine.stats.gen_seconds, "turns": sum(t.num_turns for t in trajs), "failed": engine.stats.failed,
+        "successes": sum(t.success for t in trajs),
+        "prefilled_tokens": stats.prefilled_tokens - prefilled, "reused_tokens": stats.reused_tokens - reused,
+        "load_avg_1m_start": load, "load_avg_1m_end": os.getloadavg()[0],
     }
 
 
@@ -44,9 +68,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model spec, or 'tiny' (random tiny Llama)")
     parser.add_argument("--parallel", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--max-rounds", type=int, default=6)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--max-rounds", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (use 1 on a shared machine)")
+    parser.add_argument("--device", default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/rollout.json")
     args = parser.parse_args()
@@ -57,26 +83,34 @@ def main() -> None:
 
         backend = TransformersBackend(*tiny_chat_model())
     else:
-        backend = make_backend({"model": args.model, "threads": args.threads})
+        backend = make_backend({"model": args.model, "threads": args.threads, "device": args.device})
     env_cls = PluginManager(autoload=True, allow=["babyai"]).env_class("babyai")
     test = env_cls.tasks().split("test")
     results = {"model": args.model, "device": str(backend.device), "torch_threads": torch.get_num_threads(),
-               "max_rounds": args.max_rounds, "max_new_tokens": args.max_new_tokens, "runs": []}
-    print(f"{'P':>3} {'mode':>12} {'traj/min':>9} {'tok/s':>8} {'wall s':>7} {'gen calls':>9}")
+               "cpu_count": os.cpu_count(), "max_rounds": args.max_rounds, "max_new_tokens": args.max_new_tokens,
+               "modes": {m: {"synchronous": s, "reuse_kv_cache": r} for m, (s, r) in MODES.items()}, "runs": []}
+    print(f"{'P':>3} {'mode':>18} {'traj/min':>9} {'tok/s':>7} {'wall s':>7} {'turns':>5} {'prefilled':>9} "
+          f"{'reused':>7} {'load':>5}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     for p in args.parallel:
         tasks = [test[i % len(test)] for i in range(p)]
-        row = {"parallel": p}
-        for mode, sync in (("engine", False), ("round-sync", True)):
-            r = run_once(backend, env_cls, tasks, synchronous=sync, args=args)
+        row: dict = {"parallel": p}
+        for mode in args.modes:
+            r = run_once(backend, env_cls, tasks, mode=mode, args=args)
             row[mode] = r
-            print(f"{p:>3} {mode:>12} {r['trajectories_per_min']:>9.2f} {r['tokens_per_s']:>8.1f} {r['wall_s']:>7.1f} "
-                  f"{r['generation_calls']:>9}", flush=True)
-        row["speedup"] = row["engine"]["trajectories_per_min"] / row["round-sync"]["trajectories_per_min"]
-        print(f"{p:>3} speedup (traj/min) x{row['speedup']:.2f}", flush=True)
+            print(f"{p:>3} {mode:>18} {r['trajectories_per_min']:>9.2f} {r['tokens_per_s']:>7.2f} {r['wall_s']:>7.1f} "
+                  f"{r['turns']:>5} {r['prefilled_tokens']:>9} {r['reused_tokens']:>7} {r['load_avg_1m_end']:>5.1f}",
+                  flush=True)
+        if "engine" in row:
+            for base in (m for m in args.modes if m != "engine"):
+                speedup = row["engine"]["trajectories_per_min"] / row[base]["trajectories_per_min"]
+                row[f"speedup_vs_{base}"] = speedup
+                print(f"{p:>3} engine vs {base}: x{speedup:.2f} traj/min, "
+                      f"x{row['engine']['tokens_per_s'] / row[base]['tokens_per_s']:.2f} tok/s", flush=True)
         results["runs"].append(row)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out}")
+        out.write_text(json.dumps(results, indent=2) + "\n")  # partial results survive an interrupted run
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,13 @@
 """Multi-turn rollouts: the trajectory record, the backend protocol, the engine, the logs."""
 
-from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams, SessionBackend
+from agentgym_core.rollout.backend import (
+    ContinuousBackend,
+    RolloutBackend,
+    RunningBatch,
+    Sample,
+    SamplingParams,
+    SessionBackend,
+)
 from agentgym_core.rollout.chat import ChatFormat, ChatTemplateError
 from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, RolloutStats
 from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter, read_rollout_log, trajectory_log_record
@@ -12,12 +19,14 @@ __all__ = [
     "read_rollout_log",
     "trajectory_log_record",
     "ChatFormat",
+    "ContinuousBackend",
     "ChatTemplateError",
     "EpisodeSpec",
     "RolloutBackend",
     "RolloutConfig",
     "RolloutEngine",
     "RolloutStats",
+    "RunningBatch",
     "Sample",
     "SamplingParams",
     "SessionBackend",

@@ -17,6 +17,12 @@ prompt) and ``release_session(key)`` frees one. The engine names one session per
 releases it when the trajectory ends. A session is only a hint: the backend reuses a cache only for
 the leading tokens that equal the ones it cached, so the samples never depend on it.
 
+Continuous batching (optional): a backend implementing :class:`ContinuousBackend` opens a
+:class:`RunningBatch` per rollout run. The engine adds a trajectory's prompt the moment its
+environment answers and calls ``step()`` (one decode step for every row) in between, so nobody waits
+for a whole batch to finish; ``step`` returns the replies that finished. Sampled ids and log-probs
+obey the same contract as ``generate``.
+
 Plugins register a factory ``make_backend(config) -> RolloutBackend`` through
 ``agentgym_register_rollout_backends``; :func:`agentgym_core.testing.check_backend` checks one.
 """
@@ -28,7 +34,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["RolloutBackend", "Sample", "SamplingParams", "SessionBackend"]
+__all__ = ["ContinuousBackend", "RolloutBackend", "RunningBatch", "Sample", "SamplingParams", "SessionBackend"]
 
 
 class SamplingParams(BaseModel):
@@ -119,4 +125,35 @@ class SessionBackend(RolloutBackend, Protocol):
 
     def release_session(self, session: Hashable) -> None:
         """Free what is kept for ``session`` (no-op when nothing is)."""
+        ...
+
+
+@runtime_checkable
+class RunningBatch(Protocol):
+    """Replies being sampled together; prompts join between decode steps (see the module docstring)."""
+
+    @property
+    def active(self) -> int:
+        """Replies queued or decoding."""
+        ...
+
+    def add(self, key: Hashable, prompt: Sequence[int], *, max_new_tokens: int, session: Hashable | None = None) -> None:
+        """Queue a prompt; its reply comes out of a later ``step`` under ``key``."""
+        ...
+
+    def step(self) -> list[tuple[Hashable, Sample]]:
+        """Admit queued prompts, sample one token for every row; returns ``(key, reply)`` of finished rows."""
+        ...
+
+    def close(self) -> None:
+        """Abandon whatever is still decoding."""
+        ...
+
+
+@runtime_checkable
+class ContinuousBackend(SessionBackend, Protocol):
+    """A session backend that can also run one decode batch that prompts join while it decodes."""
+
+    def open_batch(self, params: SamplingParams) -> RunningBatch:
+        """A new, empty running batch sampling with ``params``."""
         ...

@@ -33,7 +33,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.env import Env, ResetResult, StepResult
-from agentgym_core.rollout.backend import RolloutBackend, SamplingParams, SessionBackend
+from agentgym_core.rollout.backend import (
+    ContinuousBackend,
+    RolloutBackend,
+    RunningBatch,
+    Sample,
+    SamplingParams,
+    SessionBackend,
+)
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 from agentgym_core.schedulers import RoundScheduler
@@ -120,6 +127,9 @@ class _Live:
     pending_ids: list[int] = field(default_factory=list)  # context tokens to append before the next reply
     context_span: Span | None = None
     session: tuple[int, int, int] | None = None  # the backend's KV-cache key while the trajectory lives
+    index: int = 0  # position in the run's episode list
+    turn_start: float = 0.0  # when the current reply started (joined the decode batch)
+    cap: int = 0  # token cap of the current reply
 
 
 class RolloutEngine:
@@ -180,9 +190,16 @@ class RolloutEngine:
             ))
             for spec in episodes
         ]
-        if sessions:
-            for index, live in enumerate(lives):
+        for index, live in enumerate(lives):
+            live.index = index
+            if sessions:
                 live.session = (id(self), self._runs, index)
+        decoder: RunningBatch | None = None
+        if isinstance(self.backend, ContinuousBackend):
+            sampling = cfg.sampling
+            if sampling.seed is not None:  # a new stream per run; the same config seed replays the first run
+                sampling = sampling.model_copy(update={"seed": sampling.seed + self._runs - 1})
+            decoder = self.backend.open_batch(sampling)
         finished = 0
 
         def finish(live: _Live) -> None:
@@ -211,17 +228,32 @@ class RolloutEngine:
                     live.start = time.perf_counter()
                     self._submit(live, self._reset_call(live), in_env)
 
-                # 2. Sample for everyone waiting on the model (round-synchronous: only once no env call is out).
-                if ready and not (cfg.synchronous and in_env):
+                # 2. The model. With a running batch: ready trajectories join it (round-synchronous: only
+                #    once no env call is out and the batch is empty), then ONE decode step runs and the
+                #    replies that finished go to their environments. Otherwise: one call samples everyone ready.
+                if decoder is not None:
+                    if ready and not (cfg.synchronous and (in_env or decoder.active)):
+                        for live in ready:
+                            prompt, live.cap = self._open_turn(live)
+                            decoder.add(live.index, prompt, max_new_tokens=live.cap, session=live.session)
+                        ready = []
+                    if decoder.active:
+                        t = time.perf_counter()
+                        replies = decoder.step()
+                        self.stats.generation_calls += 1
+                        self.stats.gen_seconds += time.perf_counter() - t
+                        for index, sample in replies:
+                            live = lives[index]
+                            self._close_turn(live, sample, live.cap, time.perf_counter() - live.turn_start)
+                            self._after_reply(live, in_env, finish)
+                    elif in_env:
+                        self._wait(in_env)
+                elif ready and not (cfg.synchronous and in_env):
                     batch, ready = ready, []
-                    for live in self._generate(batch, max_turns):
-                        if live.traj.done:
-                            finish(live)
-                        else:
-                            self._submit(live, self._step_call(live), in_env)
+                    for live in self._generate(batch):
+                        self._after_reply(live, in_env, finish)
                 elif in_env:
-                    timeout = max(0.0, min(live.deadline for live in in_env.values()) - time.perf_counter())
-                    wait(list(in_env), timeout=timeout, return_when=FIRST_COMPLETED)
+                    self._wait(in_env)
 
                 # 3. Collect every environment answer that is in, and every deadline that passed.
                 now = time.perf_counter()
@@ -233,10 +265,25 @@ class RolloutEngine:
                     else:
                         ready.append(live)
         finally:  # an error must not leave KV caches behind in the backend
+            if decoder is not None:
+                decoder.close()
             for live in lives:
                 self._end_session(live)
         self.stats.wall_seconds += time.perf_counter() - t0
         return [live.traj for live in lives]
+
+    def _after_reply(self, live: _Live, in_env: dict[Future, _Live], finish: Callable[[_Live], None]) -> None:
+        """A reply is in: end the trajectory if it is over, else hand the reply to its environment."""
+        if live.traj.done:
+            finish(live)
+        else:
+            self._submit(live, self._step_call(live), in_env)
+
+    @staticmethod
+    def _wait(in_env: dict[Future, _Live]) -> None:
+        """Block until the first environment answer or the nearest deadline."""
+        timeout = max(0.0, min(live.deadline for live in in_env.values()) - time.perf_counter())
+        wait(list(in_env), timeout=timeout, return_when=FIRST_COMPLETED)
 
     def close(self) -> None:
         """Close every idle environment instance and stop the thread pool."""
@@ -342,20 +389,44 @@ class RolloutEngine:
                 self._truncate(live, "token_budget")
 
     # -- model side (runs in the calling thread) -------------------------------------------------
-    def _generate(self, batch: list[_Live], max_turns: int) -> list[_Live]:
-        cfg, sampling = self.config, self.config.sampling
-        prompts, caps = [], []
-        for live in batch:  # append the pending context tokens (mask 0) before sampling
-            traj, start = live.traj, len(live.traj.token_ids)
-            traj.token_ids.extend(live.pending_ids)
-            traj.loss_mask.extend([0] * len(live.pending_ids))
-            traj.logprobs.extend([0.0] * len(live.pending_ids))
-            live.pending_ids = []
-            live.context_span = Span(start=start, end=len(traj.token_ids))
-            if not traj.turns:
-                traj.prompt_length = len(traj.token_ids)
-            prompts.append(traj.token_ids)
-            caps.append(cfg.max_total_tokens - len(traj.token_ids))
+    def _open_turn(self, live: _Live) -> tuple[list[int], int]:
+        """Append the pending context tokens (mask 0); returns (prompt, token cap) for the next reply."""
+        traj, start = live.traj, len(live.traj.token_ids)
+        traj.token_ids.extend(live.pending_ids)
+        traj.loss_mask.extend([0] * len(live.pending_ids))
+        traj.logprobs.extend([0.0] * len(live.pending_ids))
+        live.pending_ids = []
+        live.context_span = Span(start=start, end=len(traj.token_ids))
+        if not traj.turns:
+            traj.prompt_length = len(traj.token_ids)
+        live.turn_start = time.perf_counter()
+        return traj.token_ids, self.config.max_total_tokens - len(traj.token_ids)
+
+    def _close_turn(self, live: _Live, sample: Sample, cap: int, seconds: float) -> None:
+        """Append a sampled reply (mask 1, its log-probs) as a new turn."""
+        cfg, traj, start = self.config, live.traj, len(live.traj.token_ids)
+        traj.token_ids.extend(sample.token_ids)
+        traj.loss_mask.extend([1] * len(sample.token_ids))
+        traj.logprobs.extend(sample.logprobs)
+        self.stats.sampled_tokens += len(sample.token_ids)
+        budget_hit = (sample.finish_reason == "length" and cap < cfg.sampling.max_new_tokens
+                      and len(sample.token_ids) >= cap)
+        traj.turns.append(Turn(
+            index=len(traj.turns), context_span=live.context_span,
+            action_span=Span(start=start, end=len(traj.token_ids)),
+            text=self.backend.decode(sample.token_ids), action="",
+            finish_reason="token_budget" if budget_hit else sample.finish_reason,
+            reward_index=len(traj.token_ids) - 1, gen_seconds=seconds,
+        ))
+        traj.gen_seconds += seconds
+        traj.messages.append({"role": "assistant", "content": self.chat.reply_content(sample.token_ids)})
+        if cfg.episode_timeout_s is not None and time.perf_counter() > live.start + cfg.episode_timeout_s:
+            self._fail(live, f"timeout: episode timeout after {cfg.episode_timeout_s:g}s")
+
+    def _generate(self, batch: list[_Live]) -> list[_Live]:
+        """One backend call samples a reply for every trajectory in ``batch`` (backends without open_batch)."""
+        sampling = self.config.sampling
+        prompts, caps = zip(*(self._open_turn(live) for live in batch), strict=True)
         t = time.perf_counter()
         if sampling.seed is not None:  # a new stream per call; the same config seed replays the run
             sampling = sampling.model_copy(update={"seed": sampling.seed + self.stats.generation_calls})
@@ -369,23 +440,7 @@ class RolloutEngine:
         self.stats.generation_calls += 1
         self.stats.gen_seconds += seconds
         for live, sample, cap in zip(batch, samples, caps, strict=True):
-            traj, start = live.traj, len(live.traj.token_ids)
-            traj.token_ids.extend(sample.token_ids)
-            traj.loss_mask.extend([1] * len(sample.token_ids))
-            traj.logprobs.extend(sample.logprobs)
-            self.stats.sampled_tokens += len(sample.token_ids)
-            budget_hit = sample.finish_reason == "length" and cap < sampling.max_new_tokens and len(sample.token_ids) >= cap
-            traj.turns.append(Turn(
-                index=len(traj.turns), context_span=live.context_span,
-                action_span=Span(start=start, end=len(traj.token_ids)),
-                text=self.backend.decode(sample.token_ids), action="",
-                finish_reason="token_budget" if budget_hit else sample.finish_reason,
-                reward_index=len(traj.token_ids) - 1, gen_seconds=seconds,
-            ))
-            traj.gen_seconds += seconds
-            traj.messages.append({"role": "assistant", "content": self.chat.reply_content(sample.token_ids)})
-            if cfg.episode_timeout_s is not None and time.perf_counter() > live.start + cfg.episode_timeout_s:
-                self._fail(live, f"timeout: episode timeout after {cfg.episode_timeout_s:g}s")
+            self._close_turn(live, sample, cap, seconds)
         return batch
 
     # -- endings ---------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from agentgym_backend_transformers.config import TransformersBackendConfig
-from agentgym_backend_transformers.sessions import SessionKV, SessionStore
+from agentgym_backend_transformers.decoding import DecodeBatch
+from agentgym_backend_transformers.sessions import SessionStore
 from agentgym_core.models import load_pretrained
 from agentgym_core.rollout.backend import Sample, SamplingParams
 
@@ -36,21 +37,6 @@ def pick_device(device: str = "auto") -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
-
-
-def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask logits outside top-k / the top-p nucleus with -inf. logits: (B, V)."""
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        # Drop a token when the mass before it already reaches top_p; the top token always stays.
-        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
 
 
 class TransformersBackend:
@@ -144,12 +130,13 @@ class TransformersBackend:
         named = [k for k in keys if k is not None]
         if len(set(named)) != len(named):
             raise ValueError("generate: a session key appears twice in one call; use one key per trajectory")
-        generator = self._generator_for(params.seed)
-        out: list[Sample] = []
-        for start in range(0, len(prompts), self.max_batch_size):
-            end = start + self.max_batch_size
-            out.extend(self._generate_batch(prompts[start:end], caps[start:end], params, generator, keys[start:end]))
-        return out
+        batch = self.open_batch(params)
+        for i, (prompt, cap, key) in enumerate(zip(prompts, caps, keys, strict=True)):
+            batch.add(i, prompt, max_new_tokens=cap, session=key)
+        out: dict[Any, Sample] = {}
+        while batch.active:
+            out.update(batch.step())
+        return [out[i] for i in range(len(prompts))]
 
     def _generator_for(self, seed: int | None) -> torch.Generator | None:
         """A fresh generator per seeded call, so the same seed and prompts give the same samples."""
@@ -157,132 +144,15 @@ class TransformersBackend:
             return None
         return torch.Generator(device=self.device).manual_seed(seed)
 
-    def _reusable(self, cache: Any) -> bool:
-        """Session reuse needs plain full-attention layers (sliding windows drop old columns)."""
+    def reuses_sessions(self, cache: Any) -> bool:
+        """Session reuse needs plain full-attention cache layers (sliding windows drop old columns)."""
         from transformers.cache_utils import DynamicLayer
 
         return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
-    def _prefill(
-        self, prompts: Sequence[Sequence[int]], cached: list[SessionKV | None], cache: Any
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Read every prompt into ``cache``; returns (last logits (B, V), attention (B, C+S), next position (B,)).
-
-        Row i's layout: [pad | cached prefix (c_i) | pad | new suffix (s_i)], padding masked out, so
-        its next token is always at column -1 and the rows can decode together.
-        """
-        device = self.device
-        batch = len(prompts)
-        reuse = [0 if kv is None else kv.usable_length(prompt) for kv, prompt in zip(cached, prompts, strict=True)]
-        width_c = max(reuse)
-        width_s = max(len(p) - c for p, c in zip(prompts, reuse, strict=True))
-        attention = torch.zeros((batch, width_c + width_s), dtype=torch.long, device=device)
-        input_ids = torch.full((batch, width_s), self.pad_token_id, dtype=torch.long, device=device)
-        positions = torch.zeros((batch, width_s), dtype=torch.long, device=device)
-        for row, (prompt, c) in enumerate(zip(prompts, reuse, strict=True)):
-            s = len(prompt) - c
-            attention[row, width_c - c:width_c] = 1
-            attention[row, width_c + width_s - s:] = 1
-            input_ids[row, width_s - s:] = torch.tensor(list(prompt[c:]), dtype=torch.long)
-            positions[row, width_s - s:] = torch.arange(c, c + s)
-        if width_c:  # lay the cached prefixes into the batch cache, right-aligned at column width_c
-            for index in range(len(cache.layers)):
-                sample_k, sample_v = next(kv.layers[index] for kv, c in zip(cached, reuse, strict=True) if c)
-                keys = sample_k.new_zeros((batch, sample_k.shape[0], width_c, sample_k.shape[-1]))
-                values = sample_v.new_zeros((batch, sample_v.shape[0], width_c, sample_v.shape[-1]))
-                for row, (kv, c) in enumerate(zip(cached, reuse, strict=True)):
-                    if c:
-                        keys[row, :, width_c - c:] = kv.layers[index][0][:, :c]
-                        values[row, :, width_c - c:] = kv.layers[index][1][:, :c]
-                cache.update(keys, values, index)
-        self.sessions.stats.reused_tokens += sum(reuse)
-        self.sessions.stats.prefilled_tokens += sum(len(p) for p in prompts) - sum(reuse)
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        ).logits[:, -1, :]  # (B, V)
-        return logits, attention, positions[:, -1] + 1
-
-    def _save_session(self, key: Hashable, cache: Any, row: int, attention: torch.Tensor, token_ids: list[int]) -> None:
-        """Keep the keys/values of batch row ``row`` (its unmasked columns) under ``key``."""
-        columns = attention[row].nonzero().squeeze(-1)  # (n,)
-        if columns.numel() != len(token_ids):  # never store a cache that does not match its tokens
-            raise RuntimeError(f"session cache of {columns.numel()} columns for {len(token_ids)} tokens")
-        layers = [(layer.keys[row][:, columns], layer.values[row][:, columns]) for layer in cache.layers]
-        self.sessions.put(key, SessionKV(token_ids=token_ids, layers=layers))
-
-    @torch.inference_mode()
-    def _generate_batch(
-        self,
-        prompts: Sequence[Sequence[int]],
-        caps: list[int],
-        params: SamplingParams,
-        generator: Any,
-        keys: Sequence[Hashable | None],
-    ) -> list[Sample]:
-        from transformers import DynamicCache
-
-        device = self.device
-        batch = len(prompts)
-        cache = DynamicCache(config=self.model.config)
-        if not self._reusable(cache):
-            keys = [None] * batch
-        cached: list[SessionKV | None] = [None if k is None else self.sessions.take(k) for k in keys]
-        self.sessions.stats.hits += sum(kv is not None for kv in cached)
-        self.sessions.stats.misses += sum(kv is None and k is not None for kv, k in zip(cached, keys, strict=True))
-        logits, attention, next_position = self._prefill(prompts, cached, cache)
-        del cached  # the batch cache holds copies; free the old session tensors early
-
-        tokens: list[list[int]] = [[] for _ in prompts]
-        logprobs: list[list[float]] = [[] for _ in prompts]
-        reasons: list[str] = ["length"] * batch
-        rows = list(range(batch))  # batch row -> prompt index
-        temperature = params.logprob_temperature
-        stops = params.stop
-        while True:
-            scaled = logits.float() / temperature
-            log_p = torch.log_softmax(scaled, dim=-1)  # (b, V)
-            if params.temperature == 0:
-                chosen = scaled.argmax(-1)
-            else:
-                probs = _filter_logits(scaled, params.top_k, params.top_p).softmax(-1)
-                chosen = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (b,)
-            chosen_lp = log_p.gather(-1, chosen[:, None]).squeeze(-1)
-            chosen_list, lp_list = chosen.tolist(), chosen_lp.tolist()
-            keep: list[int] = []
-            for b, index in enumerate(rows):
-                tokens[index].append(chosen_list[b])
-                logprobs[index].append(lp_list[b])
-                if chosen_list[b] in self.eos_token_ids:
-                    reasons[index] = "eos"
-                elif stops and any(s in self.decode(tokens[index][-64:]) for s in stops):
-                    reasons[index] = "stop_string"
-                elif len(tokens[index]) < caps[index]:
-                    keep.append(b)
-            if len(keep) < len(rows):
-                # Finished rows: keep what their model read (prompt + reply minus its last, unread token).
-                kept = set(keep)
-                for b, index in enumerate(rows):
-                    if b not in kept and keys[index] is not None:
-                        read = [*prompts[index], *tokens[index][:-1]]
-                        self._save_session(keys[index], cache, b, attention, read)
-            if not keep:
-                break
-            if len(keep) < len(rows):  # drop finished rows from the batch and the KV cache
-                keep_t = torch.tensor(keep, device=device)
-                cache.batch_select_indices(keep_t)
-                attention, chosen, next_position = attention[keep_t], chosen[keep_t], next_position[keep_t]
-                rows = [rows[b] for b in keep]
-            attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=-1)
-            logits = self.model(
-                input_ids=chosen[:, None], attention_mask=attention, position_ids=next_position[:, None],
-                past_key_values=cache, use_cache=True,
-            ).logits[:, -1, :]
-            next_position = next_position + 1
-        return [
-            Sample(token_ids=t, logprobs=lp, finish_reason=r)  # type: ignore[arg-type]
-            for t, lp, r in zip(tokens, logprobs, reasons, strict=True)
-        ]
+    def open_batch(self, params: SamplingParams) -> DecodeBatch:
+        """A running decode batch the caller feeds between steps (continuous batching; see decoding.py)."""
+        return DecodeBatch(self, params, max_rows=self.max_batch_size, generator=self._generator_for(params.seed))
 
     @torch.inference_mode()
     def score(self, sequences: Sequence[Sequence[int]], *, temperature: float = 1.0) -> list[list[float]]:

@@ -1,0 +1,258 @@
+"""The running decode batch: rows join between decode steps and leave as soon as they finish.
+
+:class:`DecodeBatch` holds one batched KV cache. ``add`` queues a prompt; ``step`` first reads
+(prefills) every queued prompt in one forward pass and merges those rows into the batch, then
+samples one token for every row, lets finished rows go (end-of-turn token, stop string, token cap),
+and feeds the remaining rows' tokens through the model. So a trajectory whose environment answers
+while others are still decoding joins at the next step instead of waiting for the whole batch
+(continuous batching at the step level), and the batch stays full.
+
+Row layout inside the batch: ``[pad | cached prefix | pad | new suffix | decoded tokens]``, every
+pad column masked out; positions are explicit per row, and cached keys carry their rotary
+positions, so each row computes what a forward pass over its own history computes. Merging two
+batches left-pads the narrower one; columns that no row needs any more are trimmed when rows leave.
+
+Sessions: a row added with a session key starts from the KV cache kept for that key (only the part
+of the prompt after the cached tokens is prefilled) and, when it finishes, keeps its own keys and
+values under that key for the next turn (:mod:`agentgym_backend_transformers.sessions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from agentgym_backend_transformers.sessions import SessionKV
+from agentgym_core.rollout.backend import Sample, SamplingParams
+
+if TYPE_CHECKING:
+    from agentgym_backend_transformers.backend import TransformersBackend
+
+__all__ = ["DecodeBatch", "filter_logits"]
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask logits outside top-k / the top-p nucleus with -inf. logits: (B, V)."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        # Drop a token when the mass before it already reaches top_p; the top token always stays.
+        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+@dataclass
+class _Row:
+    """One reply being sampled."""
+
+    key: Hashable  # the caller's handle for the result
+    prompt: list[int]
+    cap: int
+    session: Hashable | None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    reason: str = "length"
+
+
+class DecodeBatch:
+    """A batch of replies being sampled with one KV cache (see the module docstring).
+
+    Args:
+        backend: the transformers backend (model, tokenizer side, session store).
+        params: sampling settings shared by every row.
+        max_rows: most rows decoding at once; further prompts wait in the queue.
+        generator: torch generator for seeded sampling (None: torch's global one).
+    """
+
+    def __init__(
+        self, backend: TransformersBackend, params: SamplingParams, *, max_rows: int, generator: Any = None
+    ) -> None:
+        self.backend = backend
+        self.params = params
+        self.max_rows = max_rows
+        self.generator = generator
+        self.queue: list[_Row] = []
+        self.rows: list[_Row] = []  # batch row b -> its reply
+        self._cache: Any = None  # transformers DynamicCache over self.rows
+        self._attention: torch.Tensor | None = None  # (B, C) 1 on real columns
+        self._next_position: torch.Tensor | None = None  # (B,)
+        self._logits: torch.Tensor | None = None  # (B, V) logits of each row's next token
+        self._plain: bool | None = None  # full-attention cache layers only: rows may merge and be trimmed
+
+    @property
+    def active(self) -> int:
+        """Rows decoding or queued."""
+        return len(self.rows) + len(self.queue)
+
+    def add(self, key: Hashable, prompt: Sequence[int], *, max_new_tokens: int, session: Hashable | None = None) -> None:
+        """Queue ``prompt``; its reply comes out of a later ``step`` under ``key``."""
+        if not prompt:
+            raise ValueError("add: empty prompt; a reply needs at least one prompt token")
+        if session is not None and any(r.session == session for r in (*self.rows, *self.queue)):
+            raise ValueError(f"add: session {session!r} is already in this batch; use one key per trajectory")
+        cap = max(1, min(self.params.max_new_tokens, int(max_new_tokens)))
+        self.queue.append(_Row(key=key, prompt=list(prompt), cap=cap, session=session))
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[Hashable, Sample]]:
+        """Admit queued prompts, sample one token per row; returns the replies that finished."""
+        # Models with other cache layers (sliding windows) cannot merge batches: admit into an empty one.
+        if self.queue and len(self.rows) < self.max_rows and (self._plain is not False or not self.rows):
+            joining, self.queue = self.queue[: self.max_rows - len(self.rows)], self.queue[self.max_rows - len(self.rows):]
+            self._admit(joining)
+        if not self.rows:
+            return []
+        assert self._logits is not None and self._attention is not None and self._next_position is not None
+        params, backend = self.params, self.backend
+        scaled = self._logits.float() / params.logprob_temperature
+        log_p = torch.log_softmax(scaled, dim=-1)  # (B, V)
+        if params.temperature == 0:
+            chosen = scaled.argmax(-1)
+        else:
+            probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1)
+            chosen = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)  # (B,)
+        chosen_lp = log_p.gather(-1, chosen[:, None]).squeeze(-1)
+        keep: list[int] = []
+        done: list[tuple[Hashable, Sample]] = []
+        for b, (token, lp) in enumerate(zip(chosen.tolist(), chosen_lp.tolist(), strict=True)):
+            row = self.rows[b]
+            row.tokens.append(token)
+            row.logprobs.append(lp)
+            if token in backend.eos_token_ids:
+                row.reason = "eos"
+            elif params.stop and any(s in backend.decode(row.tokens[-64:]) for s in params.stop):
+                row.reason = "stop_string"
+            elif len(row.tokens) < row.cap:
+                keep.append(b)
+                continue
+            if row.session is not None:  # keep what its model read: prompt + reply minus its unread last token
+                self._save_session(b, row.session, [*row.prompt, *row.tokens[:-1]])
+            done.append((row.key, Sample(token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.reason)))  # type: ignore[arg-type]
+        if len(keep) < len(self.rows):
+            self._select(keep)
+            chosen = chosen[torch.tensor(keep, dtype=torch.long, device=chosen.device)] if keep else chosen[:0]
+        if self.rows:  # feed the sampled tokens of the rows that go on
+            self._attention = torch.cat([self._attention, self._attention.new_ones((len(self.rows), 1))], dim=-1)
+            self._logits = backend.model(
+                input_ids=chosen[:, None], attention_mask=self._attention, position_ids=self._next_position[:, None],
+                past_key_values=self._cache, use_cache=True,
+            ).logits[:, -1, :]
+            self._next_position = self._next_position + 1
+        return done
+
+    def close(self) -> None:
+        """Drop the batch (rows still decoding are abandoned, their sessions not kept)."""
+        self.queue, self.rows = [], []
+        self._cache = self._attention = self._next_position = self._logits = None
+
+    # -- internals -------------------------------------------------------------------------------
+    def _admit(self, joining: list[_Row]) -> None:
+        """Prefill the joining rows in one forward pass and merge them into the running batch."""
+        from transformers import DynamicCache
+
+        backend = self.backend
+        device = backend.device
+        cache = DynamicCache(config=backend.model.config)
+        self._plain = backend.reuses_sessions(cache)
+        store = backend.sessions if self._plain else None
+        cached: list[SessionKV | None] = [
+            None if store is None or row.session is None else store.take(row.session) for row in joining
+        ]
+        if store is not None:
+            store.stats.hits += sum(kv is not None for kv in cached)
+            store.stats.misses += sum(kv is None and r.session is not None for kv, r in zip(cached, joining, strict=True))
+        reuse = [0 if kv is None else kv.usable_length(row.prompt) for kv, row in zip(cached, joining, strict=True)]
+        batch, width_c = len(joining), max(reuse)
+        width_s = max(len(row.prompt) - c for row, c in zip(joining, reuse, strict=True))
+        attention = torch.zeros((batch, width_c + width_s), dtype=torch.long, device=device)
+        input_ids = torch.full((batch, width_s), backend.pad_token_id, dtype=torch.long, device=device)
+        positions = torch.zeros((batch, width_s), dtype=torch.long, device=device)
+        for b, (row, c) in enumerate(zip(joining, reuse, strict=True)):
+            s = len(row.prompt) - c
+            attention[b, width_c - c:width_c] = 1
+            attention[b, width_c + width_s - s:] = 1
+            input_ids[b, width_s - s:] = torch.tensor(row.prompt[c:], dtype=torch.long)
+            positions[b, width_s - s:] = torch.arange(c, c + s)
+        if width_c:  # lay the cached prefixes into the new cache, right-aligned at column width_c
+            for index in range(len(cache.layers)):
+                k0, v0 = next(kv.layers[index] for kv, c in zip(cached, reuse, strict=True) if c)
+                keys = k0.new_zeros((batch, k0.shape[0], width_c, k0.shape[-1]))
+                values = v0.new_zeros((batch, v0.shape[0], width_c, v0.shape[-1]))
+                for b, (kv, c) in enumerate(zip(cached, reuse, strict=True)):
+                    if c:
+                        keys[b, :, width_c - c:] = kv.layers[index][0][:, :c]
+                        values[b, :, width_c - c:] = kv.layers[index][1][:, :c]
+                cache.update(keys, values, index)
+        del cached
+        stats = backend.sessions.stats
+        stats.reused_tokens += sum(reuse)
+        stats.prefilled_tokens += sum(len(row.prompt) for row in joining) - sum(reuse)
+        logits = backend.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions,
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        ).logits[:, -1, :]  # (b, V)
+        self._merge(joining, cache, attention, positions[:, -1] + 1, logits)
+
+    def _merge(self, joining: list[_Row], cache: Any, attention: torch.Tensor, nxt: torch.Tensor,
+               logits: torch.Tensor) -> None:
+        if not self.rows:
+            self.rows, self._cache, self._attention, self._next_position, self._logits = (
+                joining, cache, attention, nxt, logits)
+            return
+        assert self._attention is not None and self._next_position is not None and self._logits is not None
+        old_w, new_w = self._attention.shape[1], attention.shape[1]
+        width = max(old_w, new_w)
+        for mine, theirs in zip(self._cache.layers, cache.layers, strict=True):
+            mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)], dim=0)
+            mine.values = torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)], dim=0)
+        self._attention = torch.cat([_left_pad(self._attention, width), _left_pad(attention, width)], dim=0)
+        self._next_position = torch.cat([self._next_position, nxt])
+        self._logits = torch.cat([self._logits, logits])
+        self.rows = [*self.rows, *joining]
+
+    def _select(self, keep: list[int]) -> None:
+        """Keep only batch rows ``keep``; trim leading columns no remaining row uses."""
+        assert self._attention is not None and self._next_position is not None
+        self.rows = [self.rows[b] for b in keep]
+        if not keep:
+            self._cache = self._attention = self._next_position = self._logits = None
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self._attention.device)
+        if not self._plain:
+            self._cache.batch_select_indices(index)
+            self._attention, self._next_position = self._attention[index], self._next_position[index]
+            return
+        attention = self._attention[index]
+        first = int(attention.any(0).nonzero()[0])  # columns before it are padding in every row
+        for layer in self._cache.layers:
+            layer.keys = layer.keys[index, :, first:]
+            layer.values = layer.values[index, :, first:]
+        self._attention = attention[:, first:]
+        self._next_position = self._next_position[index]
+
+    def _save_session(self, b: int, session: Hashable, token_ids: list[int]) -> None:
+        assert self._attention is not None
+        columns = self._attention[b].nonzero().squeeze(-1)  # (n,)
+        if columns.numel() != len(token_ids):  # never keep a cache that does not match its tokens
+            raise RuntimeError(f"session cache of {columns.numel()} columns for {len(token_ids)} tokens")
+        layers = [(layer.keys[b][:, columns], layer.values[b][:, columns]) for layer in self._cache.layers]
+        self.backend.sessions.put(session, SessionKV(token_ids=token_ids, layers=layers))
+
+
+def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Pad dim -2 (cache: (B, H, C, D)) or dim -1 (mask: (B, C)) on the left with zeros up to ``width``."""
+    dim = -1 if x.dim() == 2 else -2
+    missing = width - x.shape[dim]
+    if missing <= 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = missing
+    return torch.cat([x.new_zeros(shape), x], dim=dim)
