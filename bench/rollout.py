@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from agentgym_backend_transformers import TransformersBackend, make_backend
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams

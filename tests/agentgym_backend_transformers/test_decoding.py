@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from agentgym_core.rollout import ChatFormat, ContinuousBackend, SamplingParams
 
 
