@@ -64,3 +64,27 @@ def test_joined_rows_keep_sessions_that_a_forward_pass_agrees_with(tiny_backend)
         batch.add(3, prompts[2], max_new_tokens=3, session="x")
     batch.close()
     assert batch.active == 0
+
+
+def test_a_seeded_row_samples_the_same_whatever_shares_its_batch(tiny_backend):
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=8, seed=5)
+    short, long_, other = _prompts(tiny_backend)
+
+    def run(company: list[tuple[str, list[int]]]) -> dict:
+        batch = tiny_backend.open_batch(sampling)
+        for key, prompt in company:
+            batch.add(key, prompt, max_new_tokens=8)
+        out = {}
+        while batch.active:
+            out.update(batch.step())
+        return out
+
+    alone = run([("a", short)])["a"]
+    crowded = run([("b", long_), ("c", other), ("a", short)])["a"]
+    assert crowded.token_ids == alone.token_ids
+    other_seed = tiny_backend.open_batch(sampling.model_copy(update={"seed": 6}))
+    other_seed.add("a", short, max_new_tokens=8)
+    draws = {}
+    while other_seed.active:
+        draws.update(other_seed.step())
+    assert draws["a"].token_ids != alone.token_ids  # the seed does matter

@@ -154,3 +154,14 @@ def test_kept_kv_caches_change_nothing_but_the_prefill(tiny_backend):
         check_trajectory(reused, tiny_backend)
     assert sum(t.num_turns for t in runs[True]) > 3  # multi-turn, so there was history to reuse
     assert runs[True, "prefilled"] < runs[False, "prefilled"] / 2
+
+
+def test_same_seed_same_trajectories_with_or_without_the_round_barrier(tiny_backend):
+    """Per-trajectory random streams: scheduling changes when a reply is sampled, never what is sampled."""
+    runs = {}
+    for synchronous in (False, True):
+        with RolloutEngine(tiny_backend, GuessEnv, num_envs=4, config=_config(synchronous=synchronous)) as engine:
+            runs[synchronous] = engine.run([EpisodeSpec(task_id=i) for i in range(4)])
+    for free, barrier in zip(runs[False], runs[True], strict=True):
+        assert free.token_ids == barrier.token_ids
+        assert free.logprobs == pytest.approx(barrier.logprobs, abs=1e-4)

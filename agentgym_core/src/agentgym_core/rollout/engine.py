@@ -4,17 +4,22 @@ One readable loop in the calling thread owns the model; a thread pool owns the e
 
     loop:
         give free environment instances to waiting episodes (create + reset run in the pool)
-        if some trajectories wait for the model:
-            sample one reply for every one of them in ONE backend call
-            hand each reply to its environment (step runs in the pool) -- do not wait
-        else:
-            wait for the first environment answer (or the nearest timeout)
+        with a running decode batch (backends implementing ContinuousBackend):
+            every trajectory waiting for the model joins the batch now
+            run ONE decode step; hand each reply that finished to its environment -- do not wait
+        otherwise, if some trajectories wait for the model:
+            sample one reply for every one of them in ONE backend call, hand them to their envs
+        if the model had nothing to do: wait for the first environment answer (or the nearest timeout)
         collect every environment answer that is in: append its tokens, queue it for the model
 
 A trajectory therefore continues as soon as its own environment answers, while the others are
-still stepping or generating. With ``synchronous=True`` the engine instead waits until every live
-trajectory is ready before sampling (the anchor's round-synchronous scheme), which is the baseline
-``bench/rollout.py`` compares against.
+still stepping or generating; with a running batch it does not even wait for the replies being
+decoded to finish (continuous batching at the step level). Each trajectory names a backend session,
+so the backend keeps its KV cache between turns and prefills only the new tokens (the engine appends
+only those: templated observation + generation prompt); the session is released when the
+trajectory ends. With ``synchronous=True`` the engine instead waits until every live trajectory is
+ready before sampling (the anchor's round-synchronous scheme), which is the baseline
+``bench/rollout.py`` compares against; ``reuse_kv_cache=False`` re-reads the history every turn.
 
 Failures never vanish: an exception or a timeout in create/reset/step ends that trajectory with
 ``failed=True`` and a ``failure_reason``; the environment instance is discarded (closed once its
@@ -99,7 +104,7 @@ class RolloutStats:
     trajectories: int = 0
     failed: int = 0
     failure_reasons: dict[str, int] = field(default_factory=dict)
-    generation_calls: int = 0
+    generation_calls: int = 0  # backend generate calls, or decode steps of the running batch
     sampled_tokens: int = 0
     wall_seconds: float = 0.0
     gen_seconds: float = 0.0
@@ -197,9 +202,9 @@ class RolloutEngine:
         decoder: RunningBatch | None = None
         if isinstance(self.backend, ContinuousBackend):
             sampling = cfg.sampling
-            if sampling.seed is not None:  # a new stream per run; the same config seed replays the first run
+            if sampling.seed is not None:  # new streams per run; the same config seed replays the first run
                 sampling = sampling.model_copy(update={"seed": sampling.seed + self._runs - 1})
-            decoder = self.backend.open_batch(sampling)
+            decoder = self.backend.open_batch(sampling)  # rows keyed by episode index: per-trajectory streams
         finished = 0
 
         def finish(live: _Live) -> None:

@@ -138,12 +138,6 @@ class TransformersBackend:
             out.update(batch.step())
         return [out[i] for i in range(len(prompts))]
 
-    def _generator_for(self, seed: int | None) -> torch.Generator | None:
-        """A fresh generator per seeded call, so the same seed and prompts give the same samples."""
-        if seed is None:
-            return None
-        return torch.Generator(device=self.device).manual_seed(seed)
-
     def reuses_sessions(self, cache: Any) -> bool:
         """Session reuse needs plain full-attention cache layers (sliding windows drop old columns)."""
         from transformers.cache_utils import DynamicLayer
@@ -152,7 +146,7 @@ class TransformersBackend:
 
     def open_batch(self, params: SamplingParams) -> DecodeBatch:
         """A running decode batch the caller feeds between steps (continuous batching; see decoding.py)."""
-        return DecodeBatch(self, params, max_rows=self.max_batch_size, generator=self._generator_for(params.seed))
+        return DecodeBatch(self, params, max_rows=self.max_batch_size)
 
     @torch.inference_mode()
     def score(self, sequences: Sequence[Sequence[int]], *, temperature: float = 1.0) -> list[list[float]]:

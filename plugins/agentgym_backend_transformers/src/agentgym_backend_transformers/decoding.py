@@ -12,6 +12,11 @@ pad column masked out; positions are explicit per row, and cached keys carry the
 positions, so each row computes what a forward pass over its own history computes. Merging two
 batches left-pads the narrower one; columns that no row needs any more are trimmed when rows leave.
 
+Seeded sampling draws each row from its own random stream, seeded by (the batch seed, the row's
+key, how many times that key was added), so a trajectory's samples do not depend on which other
+rows happened to share its decode steps: the same seed replays the same trajectories whatever the
+environments' timing (keys that are ints or tuples of ints hash the same in every process).
+
 Sessions: a row added with a session key starts from the KV cache kept for that key (only the part
 of the prompt after the cached tokens is prefilled) and, when it finishes, keeps its own keys and
 values under that key for the next turn (:mod:`agentgym_backend_transformers.sessions`).
@@ -57,6 +62,7 @@ class _Row:
     prompt: list[int]
     cap: int
     session: Hashable | None
+    generator: Any = None  # this row's random stream (None: torch's global one)
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     reason: str = "length"
@@ -69,16 +75,13 @@ class DecodeBatch:
         backend: the transformers backend (model, tokenizer side, session store).
         params: sampling settings shared by every row.
         max_rows: most rows decoding at once; further prompts wait in the queue.
-        generator: torch generator for seeded sampling (None: torch's global one).
     """
 
-    def __init__(
-        self, backend: TransformersBackend, params: SamplingParams, *, max_rows: int, generator: Any = None
-    ) -> None:
+    def __init__(self, backend: TransformersBackend, params: SamplingParams, *, max_rows: int) -> None:
         self.backend = backend
         self.params = params
         self.max_rows = max_rows
-        self.generator = generator
+        self._added: dict[Hashable, int] = {}  # key -> how many prompts it added (a new stream per turn)
         self.queue: list[_Row] = []
         self.rows: list[_Row] = []  # batch row b -> its reply
         self._cache: Any = None  # transformers DynamicCache over self.rows
@@ -99,7 +102,13 @@ class DecodeBatch:
         if session is not None and any(r.session == session for r in (*self.rows, *self.queue)):
             raise ValueError(f"add: session {session!r} is already in this batch; use one key per trajectory")
         cap = max(1, min(self.params.max_new_tokens, int(max_new_tokens)))
-        self.queue.append(_Row(key=key, prompt=list(prompt), cap=cap, session=session))
+        turn = self._added.get(key, 0)
+        self._added[key] = turn + 1
+        generator = None
+        if self.params.seed is not None and self.params.temperature > 0:
+            generator = torch.Generator(device=self.backend.device)
+            generator.manual_seed(hash((self.params.seed, key, turn)) & (2**63 - 1))
+        self.queue.append(_Row(key=key, prompt=list(prompt), cap=cap, session=session, generator=generator))
 
     @torch.inference_mode()
     def step(self) -> list[tuple[Hashable, Sample]]:
@@ -117,8 +126,12 @@ class DecodeBatch:
         if params.temperature == 0:
             chosen = scaled.argmax(-1)
         else:
-            probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1)
-            chosen = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)  # (B,)
+            probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1)  # (B, V)
+            if self.rows[0].generator is None:
+                chosen = torch.multinomial(probs, 1).squeeze(-1)  # (B,)
+            else:  # one draw per row from its own stream
+                chosen = torch.cat([torch.multinomial(probs[b], 1, generator=row.generator)
+                                    for b, row in enumerate(self.rows)])
         chosen_lp = log_p.gather(-1, chosen[:, None]).squeeze(-1)
         keep: list[int] = []
         done: list[tuple[Hashable, Sample]] = []
