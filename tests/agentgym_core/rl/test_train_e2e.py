@@ -24,7 +24,7 @@ def _train_lines(run_dir):
 def test_three_step_grpo_run_through_http(tmp_path, pm, tiny_config):
     model, tokenizer = _tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    config = tiny_config(tmp_path / "run")
+    config = tiny_config(tmp_path / "run", **{"algorithm.packing": "true"})  # the packed update path
     result = train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
 
     lines = _train_lines(tmp_path / "run")
