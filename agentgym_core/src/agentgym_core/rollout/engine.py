@@ -202,8 +202,8 @@ class RolloutEngine:
         decoder: RunningBatch | None = None
         if isinstance(self.backend, ContinuousBackend):
             sampling = cfg.sampling
-            if sampling.seed is not None:  # new streams per run; the same config seed replays the first run
-                sampling = sampling.model_copy(update={"seed": sampling.seed + self._runs - 1})
+            if sampling.seed is not None:  # new streams per run, offset as in _generate: fresh stats replay a run
+                sampling = sampling.model_copy(update={"seed": sampling.seed + self.stats.generation_calls})
             decoder = self.backend.open_batch(sampling)  # rows keyed by episode index: per-trajectory streams
         finished = 0
 
