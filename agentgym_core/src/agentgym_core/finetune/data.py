@@ -77,7 +77,8 @@ class Example:
     def from_trajectory(cls, traj: Trajectory, source: str = "") -> Example:
         """The trajectory's ids as sampled, its mask, its outcome."""
         return cls(list(traj.token_ids), list(traj.loss_mask), env=traj.env, task_id=traj.task_id,
-                   success=traj.success, num_turns=traj.num_turns, reward=traj.outcome_reward, source=source)
+                   success=traj.success, num_turns=traj.num_turns, reward=traj.outcome_reward, source=source,
+                   meta={"env_failure": traj.failed})
 
 
 class TokenizerChat:
@@ -247,7 +248,8 @@ def _example(record: dict[str, Any], chat: ChatFormat | None, where: str) -> Exa
         else:
             ids, mask = tokenize_messages(need_chat(), record["messages"])
         return Example(ids, mask, env=record["env"], task_id=record["task_id"], success=bool(record["success"]),
-                       num_turns=int(record["num_turns"]), reward=float(record["outcome_reward"]), source=where)
+                       num_turns=int(record["num_turns"]), reward=float(record["outcome_reward"]), source=where,
+                       meta={"env_failure": bool(record.get("failed"))})
     if "token_ids" in record and "loss_mask" in record:
         return Example.from_trajectory(Trajectory.model_validate(record), source=where)
     raise DataFormatError(f"{where}: neither an agentgym trajectory (format {LOG_FORMAT!r}, or a Trajectory "

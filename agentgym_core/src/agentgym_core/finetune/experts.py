@@ -21,9 +21,12 @@ The expert's tokens were not sampled: their ``logprobs`` are 0.0 (no importance 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,7 +134,7 @@ def get_expert(env_name: str, env_cls: type[Env] | None = None) -> ExpertSpec:
     )
 
 
-class _TurnBudget(Exception):
+class _TurnBudget(BaseException):  # not Exception: solvers that catch their own errors must not swallow it
     """Raised inside the expert when it used up its turn budget (stops any solver loop)."""
 
 
@@ -181,16 +184,46 @@ def expert_reply(action: str, thought: str | None = None) -> str:
     return f"Thought: {thought or f'I will {action}.'}\nAction: {action}"
 
 
+class _ExpertTimeout(BaseException):  # not Exception: the BabyAI expert retries on Exception
+    """Raised (by an interval timer) inside an expert that ran past its time limit."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """Interrupt the block after ``seconds`` (main thread only: elsewhere there is no limit).
+
+    Solvers can hang: minigrid's BabyAIBot searches forever on some UnlockToUnlock layouts
+    (train task 748), so an expert episode needs a wall-clock limit like a model's.
+    """
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _ExpertTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def play_expert(
-    expert: ExpertSpec, env: Env, task_id: int, *, max_turns: int | None = None
+    expert: ExpertSpec, env: Env, task_id: int, *, max_turns: int | None = None, timeout_s: float | None = 30.0
 ) -> tuple[RecordingEnv, str | None]:
     """Play one expert episode; returns the recording and the error that ended it early, if any."""
     recorder = RecordingEnv(env, max_turns=max_turns)
     error = None
     try:
-        expert.play(recorder, task_id)
+        with _time_limit(timeout_s):
+            expert.play(recorder, task_id)
     except _TurnBudget:
         error = "max_turns"
+    except _ExpertTimeout:
+        error = f"timeout: expert took longer than {timeout_s:g}s"
     except Exception as exc:  # a solver's own failure ends its episode, recorded, as in the rollout engine
         error = f"expert_error: {type(exc).__name__}: {exc}"
     return recorder, error
