@@ -77,9 +77,11 @@ def agentgym_register_rollout_backends(register: Register) -> None:
 def agentgym_register_round_schedulers(register: Register) -> None:
     """Register round (turn-budget) schedulers.
 
-    ``obj`` is a factory ``make_scheduler(config) -> RoundScheduler`` whose
-    ``horizon(step, history)`` returns the maximum number of turns per trajectory at a training
-    step (ScalingInter-RL grows it in stages).
+    ``obj`` is a factory ``make_scheduler(config: RoundsConfig) -> RoundScheduler``
+    (``agentgym_core.schedulers``). The scheduler's ``horizon(step)`` returns the maximum number of
+    turns per trajectory at a training step (ScalingInter-RL grows it in stages);
+    ``update(step, metrics)`` lets adaptive schedules react to training success; ``state_dict()``
+    and ``load_state_dict(state)`` make a resumed run continue exactly where it stopped.
     """
 
 
