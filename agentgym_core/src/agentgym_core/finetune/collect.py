@@ -124,7 +124,8 @@ def collect(
             env = make_env()
             try:
                 for task in tasks:
-                    recording, error = play_expert(expert, env, task, max_turns=config.max_turns)
+                    recording, error = play_expert(expert, env, task, max_turns=config.max_turns,
+                                                   timeout_s=config.expert_timeout_s)
                     traj = expert_trajectory(recording, chat, env_name=config.env, category=categories.get(task),
                                              error=error)
                     record(traj, log)

@@ -185,6 +185,7 @@ class CollectConfig(_Section):
         description="Expert policy: the model whose chat template tokenises the expert's turns.",
     )
     max_turns: int = Field(30, ge=1, description="Turn budget per trajectory.")
+    expert_timeout_s: float = Field(30.0, gt=0, description="Expert policy: wall-clock limit of one episode.")
     temperature: float = Field(1.0, ge=0.0, description="Model policy: sampling temperature (0 = greedy).")
     max_new_tokens: int = Field(128, ge=1, description="Model policy: per-turn cap on sampled tokens.")
     max_total_tokens: int = Field(4096, ge=64, description="Model policy: token budget per trajectory.")

@@ -99,13 +99,14 @@ def run_sft(
     options: SFTOptions | None = None,
     run_dir: str | Path | None = None,
     evaluate: bool = True,
+    checkpoint: bool = True,
     label: str = "sft",
 ) -> FinetuneResult:
     """Fine-tune on ``config.data`` (or ``examples``); evaluate before/after; return the checkpoint.
 
     ``model``/``tokenizer`` replace loading ``config.model`` (tests, warm starts, later rounds).
     ``options``/``run_dir`` override ``config.sft``/``config.trainer.run_dir`` (rejection sampling
-    runs one SFT per round in a subdirectory). ``stop_after`` ends after that many optimizer steps
+    runs one SFT per round in a subdirectory, ``checkpoint=False``: it saves per round itself). ``stop_after`` ends after that many optimizer steps
     of this call, as a kill would (tests).
     """
     from agentgym_core.rl.setup import build_optimizer, load_policy
@@ -158,7 +159,7 @@ def run_sft(
             writer.write(done, metrics)
             bar.set_postfix(loss=f"{metrics['loss']:.3f}")
             result.final, result.steps = metrics, done
-            if done % config.trainer.save_every == 0 or done == total_steps:
+            if checkpoint and (done % config.trainer.save_every == 0 or done == total_steps):
                 result.checkpoint = save(run_dir, done, model=model, tokenizer=tokenizer, optimizer=optimizer,
                                          lr_schedule=lr_schedule, config=config, keep=config.trainer.keep_checkpoints)
         bar.close()
