@@ -21,52 +21,30 @@ import json
 import time
 from pathlib import Path
 
-import torch
-
 RESULTS = Path(__file__).parent / "results"
 
 
 def sft_warm_start(model, tokenizer, episodes: int, max_turns: int, lr: float, seed: int) -> dict[str, float]:
-    """Cross-entropy on the expert's replies (``Thought: ... Action: <expert action>``), assistant tokens only."""
-    from agentgym_env_babyai.env import BabyAIEnv
-    from agentgym_env_babyai.expert import solve
+    """SFT (agentgym_core.finetune) on N expert episodes: collected as trajectories, loss on assistant tokens only."""
+    from agentgym_core.finetune.collect import collect
+    from agentgym_core.finetune.config import CollectConfig, FinetuneConfig
+    from agentgym_core.finetune.sft import run_sft
 
-    env = BabyAIEnv()
-    train_ids = BabyAIEnv.tasks().split("train")
-    g = torch.Generator().manual_seed(seed)
-    picks = [train_ids[i] for i in torch.randperm(len(train_ids), generator=g)[:episodes].tolist()]
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
-    model.train()
-    losses = []
-    for task in picks:
-        result = solve(env, task, max_turns=max_turns)
-        if not result.success:
-            continue
-        messages = [{"role": "system", "content": env.instruction}, {"role": "user", "content": env.reset(task).observation}]
-        for action in result.actions:
-            reply = f"Thought: I will {action}.\nAction: {action}"
-            messages = messages + [{"role": "assistant", "content": reply},
-                                   {"role": "user", "content": env.step(action).observation}]
-        # One example per episode: the full conversation, loss on every assistant turn.
-        full = tokenizer.apply_chat_template(messages[:-1], tokenize=False)
-        ids = tokenizer.encode(full, add_special_tokens=False)
-        labels = list(ids)
-        prefix = 0
-        for k in range(2, len(messages) - 1, 2):
-            head = tokenizer.encode(tokenizer.apply_chat_template(messages[:k], tokenize=False, add_generation_prompt=True),
-                                    add_special_tokens=False)
-            body = tokenizer.encode(tokenizer.apply_chat_template(messages[: k + 1], tokenize=False), add_special_tokens=False)
-            labels[prefix: len(head)] = [-100] * (len(head) - prefix)
-            prefix = len(body)
-        out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(float(out.loss.detach()))
-    model.eval()
-    env.close()
-    return {"sft_episodes": float(len(losses)), "sft_loss_first": losses[0] if losses else 0.0,
+    data = RESULTS / "learn_babyai" / "sft_expert.jsonl"
+    data.unlink(missing_ok=True)
+    collect(CollectConfig(env="babyai", policy="expert", n=episodes, shuffle=True, seed=seed, max_turns=max_turns,
+                          out=str(data)), tokenizer=tokenizer, progress=False)
+    run_dir = RESULTS / "learn_babyai" / "sft"
+    config = FinetuneConfig.model_validate({
+        "kind": "sft", "data": {"paths": [str(data)], "only_successful": True, "max_tokens": None},
+        "sft": {"epochs": 1, "batch_size": 1}, "optim": {"lr": lr},
+        "trainer": {"run_dir": str(run_dir), "seed": seed, "eval_tasks": 0, "progress": False},
+    })
+    if (run_dir / "metrics.jsonl").exists():
+        (run_dir / "metrics.jsonl").unlink()
+    result = run_sft(config, model=model, tokenizer=tokenizer, checkpoint=False)
+    losses = [json.loads(x)["loss"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {"sft_episodes": float(result.steps), "sft_loss_first": losses[0] if losses else 0.0,
             "sft_loss_last": losses[-1] if losses else 0.0}
 
 
