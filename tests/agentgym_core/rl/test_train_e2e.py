@@ -39,6 +39,12 @@ def test_three_step_grpo_run_through_http(tmp_path, pm, tiny_config):
     # Something trained: with random rewards some group has a non-zero advantage in 3 steps.
     assert any(x["trained_trajectories"] > 0 for x in lines)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # Saved trajectories carry the per-token advantages they were trained with, zero off the mask.
+    saved = [json.loads(x) for x in (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
+    assert len(saved) == 6
+    for record in saved:
+        assert len(record["advantages"]) == len(record["token_ids"])
+        assert all(a == 0 for a, m in zip(record["advantages"], record["loss_mask"], strict=True) if m == 0)
     # The resolved config and a loadable Hugging Face checkpoint are in the run dir.
     assert "algorithm" in (tmp_path / "run" / "config.yaml").read_text()
     ckpt = tmp_path / "run" / "checkpoints" / "step_000003"

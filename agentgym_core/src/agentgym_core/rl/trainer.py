@@ -230,8 +230,15 @@ def train(
             if cfg.trainer.save_trajectories:
                 traj_dir = run_dir / "trajectories"
                 traj_dir.mkdir(exist_ok=True)
+                # Each line is the Trajectory plus the per-token advantages it was trained with
+                # (0 off the loss mask), so the viewer shows what was reinforced and with what sign.
+                trained = {id(t): adv.advantages[i, : len(t.token_ids)] for i, t in enumerate(batch.trajectories)}
                 with (traj_dir / f"step_{step + 1:06d}.jsonl").open("w") as f:
-                    f.writelines(t.model_dump_json() + "\n" for t in trajectories)
+                    for t in trajectories:
+                        record = t.model_dump(mode="json")
+                        if id(t) in trained:
+                            record["advantages"] = [round(float(a), 5) for a in trained[id(t)]]
+                        f.write(json.dumps(record) + "\n")
 
             # ---- 8. periodic evaluation on held-out tasks --------------------------------------------
             done = step + 1
