@@ -99,13 +99,13 @@ def test_training_run_filter_open_tokens_compare(page, run_root, serve_viewer):
     assert "It starts with" in page.inner_text("#detail .turn >> nth=0")
     _shot(page, "2-trajectory")
 
-    # Token view: context grey, trained tokens coloured by the sign of the (derived) advantage.
+    # Token view: context grey, trained tokens coloured by the sign of the advantage the trainer logged.
     page.click("button[data-view=tokens]")
     page.wait_for_selector(".tokens")
     trained = page.locator(".tokens .pos, .tokens .neg").count()
     assert trained > 0 and page.locator(".tokens .ctx").count() > trained
     assert "<|im_start|>" in page.inner_text(".tokens")  # decoded with the checkpoint's tokenizer
-    assert "derived" in page.inner_text("#token-stats")
+    assert "advantages as logged by the trainer" in page.inner_text("#token-stats")
     _shot(page, "3-tokens")
 
     # Compare the same task at two steps.
