@@ -97,3 +97,23 @@ def test_sft_lora_trains_adapters_only(tmp_path, tiny, guess_expert_log):
     result = run_sft(config, model=lora, tokenizer=tokenizer)
     assert all(torch.equal(v, lora.state_dict()[k]) for k, v in base.items())
     assert (result.checkpoint / "adapter").is_dir() and (result.model_path / "config.json").exists()
+
+
+def test_warm_start_for_an_rl_recipe(tmp_path, guess_expert_log):
+    """An RL TrainConfig plus a warm_start section: SFT runs once, RL gets an HF directory to load."""
+    from types import SimpleNamespace
+
+    from agentgym_core.finetune import WarmStartConfig, warm_start_sft
+    from agentgym_core.models import resolve_model
+    from agentgym_core.rl.config import load_config
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    rl = load_config(None, ["envs=[{name: guess}]", f"trainer.run_dir={tmp_path / 'rl'}", "trainer.progress=false"])
+    warm = WarmStartConfig.model_validate({"data": {"paths": [str(guess_expert_log)]}, "sft": {"batch_size": 3},
+                                           "lr": 1e-3})
+    train_config = SimpleNamespace(model=rl.model, trainer=rl.trainer, warm_start=warm)
+    model, tokenizer = tiny_chat_model(seed=0)
+    path = warm_start_sft(train_config, model=model, tokenizer=tokenizer)
+    assert path == tmp_path / "rl" / "warm_start" / "checkpoints" / "step_000004" / "model"
+    assert resolve_model(str(path)).directory == path.resolve()  # a valid model.path for the RL run
+    assert warm_start_sft(train_config, model=None) == path  # finished: not redone (model=None would load)

@@ -127,9 +127,9 @@ def evaluate_policy(pm: PluginManager, config: FinetuneConfig, model: Any, token
 
 
 def save(run_dir: Path, step: int, *, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer, lr_schedule: Any,
-         config: FinetuneConfig, keep: int, extra: dict[str, Any] | None = None) -> Path:
+         config: FinetuneConfig, keep: int, finished: bool = False, extra: dict[str, Any] | None = None) -> Path:
     """A checkpoint in the RL trainer's layout (``model/`` is a plain HF directory; LoRA merged)."""
-    state = {"step": step, "kind": config.kind, "optimizer": optimizer.state_dict(),
+    state = {"step": step, "kind": config.kind, "finished": finished, "optimizer": optimizer.state_dict(),
              "lr_schedule": lr_schedule.state_dict(), "rng": rng_state(), "config": config.model_dump(mode="json"),
              **(extra or {})}
     return save_checkpoint(run_dir, step, model=model, tokenizer=tokenizer, trainer_state=state, keep=keep)

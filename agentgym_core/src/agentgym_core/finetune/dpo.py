@@ -219,7 +219,8 @@ def run_dpo(
             result.final, result.steps = metrics, done
             if done % config.trainer.save_every == 0 or done == total_steps:
                 result.checkpoint = save(run_dir, done, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                         lr_schedule=lr_schedule, config=config, keep=config.trainer.keep_checkpoints)
+                                         lr_schedule=lr_schedule, config=config, keep=config.trainer.keep_checkpoints,
+                                         finished=done == total_steps)
         bar.close()
 
         if evaluate and result.steps == total_steps:

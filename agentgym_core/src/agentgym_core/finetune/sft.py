@@ -161,7 +161,8 @@ def run_sft(
             result.final, result.steps = metrics, done
             if checkpoint and (done % config.trainer.save_every == 0 or done == total_steps):
                 result.checkpoint = save(run_dir, done, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                         lr_schedule=lr_schedule, config=config, keep=config.trainer.keep_checkpoints)
+                                         lr_schedule=lr_schedule, config=config, keep=config.trainer.keep_checkpoints,
+                                         finished=done == total_steps)
         bar.close()
 
         # ---- evaluation after training -----------------------------------------------------------

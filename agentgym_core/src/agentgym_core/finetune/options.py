@@ -1,0 +1,82 @@
+"""The fine-tuning sections an RL recipe can carry too (``data``, ``sft``, ``dpo``, ``rejection_sampling``).
+
+This module imports nothing from the trainer, so :mod:`agentgym_core.rl.config` can use these
+classes for ``trainer.kind: sft|dpo|rejection_sampling`` and a ``warm_start`` without an import cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["DPOOptions", "DataConfig", "RejectionOptions", "SFTOptions", "WarmStartConfig"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Section):
+    """``data``: the trajectories to learn from (rollout logs, trajectory dumps, AgentTraj files)."""
+
+    paths: list[str] = Field(default_factory=list, description="JSONL files (or AgentTraj JSON lists) to read.")
+    only_successful: bool = Field(
+        True, description="SFT: keep only successful trajectories (AgentTraj records count as successful)."
+    )
+    max_tokens: int | None = Field(
+        4096, ge=16, description="Drop examples longer than this many tokens (None keeps all)."
+    )
+    max_examples: int | None = Field(None, ge=1, description="Use at most this many examples (after filtering).")
+    env: str | None = Field(None, description="Keep only trajectories of this environment.")
+
+
+class SFTOptions(_Section):
+    """``sft``: supervised fine-tuning, cross-entropy on the policy's own tokens only."""
+
+    epochs: int = Field(2, ge=1, description="Passes over the data.")
+    batch_size: int = Field(8, ge=1, description="Sequences per optimizer step.")
+    micro_batch_tokens: int = Field(4096, ge=64, description="Tokens per forward/backward (gradients accumulate).")
+    packing: bool = Field(True, description="Padding-free packing of sequences (the RL update's forward).")
+    max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient clipping; None disables it.")
+    loss_agg: Literal["token_mean", "seq_mean"] = Field(
+        "token_mean", description="token_mean: every trained token weighs the same; seq_mean: every sequence does."
+    )
+
+
+class DPOOptions(_Section):
+    """``dpo``: direct preference optimisation on (successful, failed) trajectories of one task."""
+
+    beta: float = Field(0.1, gt=0.0, description="Inverse temperature of the implicit reward (DPO's beta).")
+    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5, description="Conservative DPO: assumed label noise.")
+    sft_coef: float = Field(0.0, ge=0.0, description="Add this times the chosen trajectory's NLL (RPO-style).")
+    epochs: int = Field(1, ge=1, description="Passes over the pairs.")
+    batch_pairs: int = Field(4, ge=1, description="Pairs per optimizer step.")
+    pairs_per_task: int = Field(4, ge=1, description="Most pairs built from one task's trajectories.")
+    micro_batch_tokens: int = Field(4096, ge=64, description="Tokens per forward/backward.")
+    packing: bool = Field(True, description="Padding-free packing in the forward.")
+    max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient clipping; None disables it.")
+
+
+class RejectionOptions(_Section):
+    """``rejection_sampling``: sample K per task, keep the successes, fine-tune, for R rounds."""
+
+    rounds: int = Field(2, ge=1, description="R: sample -> filter -> fine-tune rounds.")
+    tasks_per_round: int = Field(32, ge=1, description="Training tasks sampled each round (per environment).")
+    samples_per_task: int = Field(4, ge=1, description="K: trajectories sampled per task.")
+    keep_per_task: int = Field(1, ge=1, description="Successful trajectories kept per task (fewest turns first).")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature of the collection rollouts.")
+    max_turns: int = Field(12, ge=1, description="Turn budget of collection rollouts.")
+    accumulate: bool = Field(
+        True, description="Train each round on every trajectory kept so far (AgentEvol-style), not only the newest."
+    )
+    include_data: bool = Field(True, description="Also train on `data.paths` (e.g. expert trajectories) each round.")
+    sft: SFTOptions = Field(default_factory=lambda: SFTOptions(epochs=1), description="The fine-tuning of each round.")
+
+
+class WarmStartConfig(_Section):
+    """``warm_start`` of an RL recipe: SFT on ``data`` first, then RL from the fine-tuned weights."""
+
+    data: DataConfig = Field(description="Trajectories to fine-tune on (e.g. `agentgym collect` expert logs).")
+    sft: SFTOptions = Field(default_factory=SFTOptions, description="SFT settings.")
+    lr: float = Field(1e-5, gt=0.0, description="SFT learning rate (the RL recipe's optim.lr is for RL).")
