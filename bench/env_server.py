@@ -37,6 +37,11 @@ DEFAULT_ACTIONS = {
 }
 
 
+# Environments whose upstream package has its own step loop: measured too, as the baseline a user
+# of that package would otherwise have (module in bench/, function(seconds, warmup) -> {steps_per_s, ...}).
+PACKAGE_BASELINES = {"sciworld": ("sciworld_env", "package_baseline")}
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -150,6 +155,13 @@ def main() -> None:
     actions = args.actions or DEFAULT_ACTIONS.get(args.env) or ["look"]
     results = {"env": args.env, "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
                "actions": actions, "seconds": args.seconds}
+    if args.env in PACKAGE_BASELINES:
+        import importlib
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        module, function = PACKAGE_BASELINES[args.env]
+        results["package"] = getattr(importlib.import_module(module), function)(args.seconds, 1.0)
+        print(f"upstream package's own loop: {results['package']['steps_per_s']:.1f} steps/s", flush=True)
     results["in_process"] = in_process_baseline(env_cls, tasks, actions, args.seconds)
     print(f"in-process baseline: {results['in_process']['steps_per_s']:.0f} steps/s", flush=True)
 
@@ -162,6 +174,8 @@ def main() -> None:
             for clients in args.clients:
                 row = run_clients(url, tasks, actions, clients, batch, args.seconds)
                 row["vs_in_process"] = row["steps_per_s"] / results["in_process"]["steps_per_s"]
+                if "package" in results:
+                    row["vs_package"] = row["steps_per_s"] / results["package"]["steps_per_s"]
                 runs.append(row)
                 mode = f"batched x{batch}" if batch else "single"
                 print(f"{mode:>11} clients={clients:>3}: {row['steps_per_s']:8.0f} steps/s  "
