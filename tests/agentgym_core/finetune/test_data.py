@@ -121,6 +121,7 @@ def test_agenttraj_import(tmp_path, tiny):
     chat = ChatFormat(TokenizerChat.for_model(model, tokenizer))
     examples = load_examples(path, chat)
     assert len(examples) == 2 and examples[0].meta["item_id"] == "babyai_12"
+    assert (examples[0].env, examples[0].task_id) == ("babyai", 12)  # AgentGym's <env>_<index> item ids
     ids, mask = examples[0].token_ids, examples[0].loss_mask
     trained = [tokenizer.decode(ids[s:e]) for s, e, v in _runs(mask) if v == 1]
     assert trained == ["Thought: it is ahead.\nAction: go to red ball 1<|im_end|>",

@@ -209,6 +209,15 @@ def agenttraj_messages(conversations: Sequence[Mapping[str, Any]]) -> tuple[list
     return messages, train
 
 
+def _agenttraj_task(item_id: Any) -> tuple[str, int | None]:
+    """AgentGym names items ``<env>_<index>`` (``babyai_12``): (env, index), or ("", None) otherwise."""
+    if isinstance(item_id, str) and "_" in item_id:
+        env, _, index = item_id.rpartition("_")
+        if index.isdigit():
+            return env, int(index)
+    return "", None
+
+
 # -- loading ------------------------------------------------------------------------------------
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -238,9 +247,9 @@ def _example(record: dict[str, Any], chat: ChatFormat | None, where: str) -> Exa
         ids, mask = tokenize_messages(need_chat(), messages, train=train)
         reward = float(record.get("reward", 1.0))
         success = bool(record.get("success", reward > 0))
-        return Example(ids, mask, env=str(record.get("env", "")), task_id=record.get("item_id_int"),
-                       success=success, num_turns=sum(train), reward=reward, source=where,
-                       meta={"item_id": record.get("item_id")})
+        env, task = _agenttraj_task(record.get("item_id"))
+        return Example(ids, mask, env=str(record.get("env", env)), task_id=task, success=success,
+                       num_turns=sum(train), reward=reward, source=where, meta={"item_id": record.get("item_id")})
     if record.get("format") == LOG_FORMAT:
         tokens = record.get("tokens")
         if tokens:
