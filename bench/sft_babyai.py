@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reuse-data", action="store_true", help="keep an existing expert.jsonl instead of collecting")
     args = parser.parse_args()
 
     from agentgym_core.finetune.collect import collect
@@ -51,12 +52,17 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     data = out_dir / "expert.jsonl"
     t0 = time.perf_counter()
-    if data.exists():
-        data.unlink()
-    collected = collect(CollectConfig(env="babyai", policy="expert", n=args.train_tasks, shuffle=True, seed=args.seed,
-                                      max_turns=args.expert_max_turns, out=str(data)), progress=False)
+    if args.reuse_data and data.exists():
+        records = [json.loads(x) for x in data.read_text().splitlines() if x.strip()]
+        expert_success, expert_n = sum(r["success"] for r in records) / len(records), len(records)
+    else:
+        data.unlink(missing_ok=True)
+        collected = collect(CollectConfig(env="babyai", policy="expert", n=args.train_tasks, shuffle=True,
+                                          seed=args.seed, max_turns=args.expert_max_turns, out=str(data)),
+                            progress=False)
+        expert_success, expert_n = collected.success_rate, collected.trajectories
     collect_s = time.perf_counter() - t0
-    print(f"expert: {collected.successes}/{collected.trajectories} successful in {collect_s:.0f}s")
+    print(f"expert: {expert_success:.1%} of {expert_n} successful ({collect_s:.0f}s)")
 
     config = FinetuneConfig.model_validate({
         "kind": "sft",
@@ -66,7 +72,7 @@ def main() -> None:
         "data": {"paths": [str(data)], "max_tokens": args.max_tokens, "only_successful": True},
         "sft": {"epochs": args.epochs, "batch_size": args.batch_size, "micro_batch_tokens": 4096},
         "optim": {"lr": args.lr},
-        "trainer": {"run_dir": str(out_dir / "run"), "seed": args.seed, "eval_tasks": args.eval_tasks,
+        "trainer": {"run_dir": str(out_dir / "run"), "progress": False, "seed": args.seed, "eval_tasks": args.eval_tasks,
                     "eval_max_turns": args.eval_max_turns, "save_every": 1000},
     })
     # A seeded sample of the short enough successes (every level that has some keeps its share).
@@ -78,7 +84,7 @@ def main() -> None:
     result = run_sft(config, examples=examples)
     report = {
         "command": "python bench/sft_babyai.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-        "expert_success": collected.success_rate, "expert_trajectories": collected.trajectories,
+        "expert_success": expert_success, "expert_trajectories": expert_n,
         "examples": len(examples), "trained_tokens": sum(e.num_trained_tokens for e in examples),
         "total_tokens": sum(len(e.token_ids) for e in examples),
         "before": result.eval_before, "after": result.eval_after, "final_train": result.final,
