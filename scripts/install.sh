@@ -24,7 +24,7 @@ for dir in plugins/*/ agentgym_env_*/; do
 done
 packages+=(-e ".[all]")
 if [ "$dev" = 1 ]; then
-  packages+=(-e ./examples/agentgym_env_guess pytest ruff)
+  packages+=(-e ./examples/agentgym_env_guess pytest ruff httpx)
 fi
 pip install "${packages[@]}"
 
