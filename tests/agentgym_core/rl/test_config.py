@@ -42,7 +42,24 @@ def test_resolved_config_round_trips(tmp_path):
 def test_recipes_in_examples_validate():
     from pathlib import Path
 
+    from agentgym_core.finetune.config import load_finetune_config
+    from agentgym_core.rl.config import recipe_kind
+
     recipes = sorted((Path(__file__).parents[3] / "examples").glob("*.yaml"))
     assert recipes
     for recipe in recipes:
-        load_config(recipe)
+        (load_config if recipe_kind(recipe) == "rl" else load_finetune_config)(recipe)
+
+
+def test_train_command_dispatches_on_the_recipe_kind(capsys):
+    from pathlib import Path
+
+    from agentgym_core.cli import main
+
+    examples = Path(__file__).parents[3] / "examples"
+    assert main(["train", str(examples / "babyai_sft_cpu.yaml"), "--print-config"]) == 0
+    assert capsys.readouterr().out.startswith("kind: sft")
+    assert main(["train", str(examples / "babyai_grpo_cpu.yaml"), "kind=rl", "--print-config"]) == 0
+    assert "algorithm:" in capsys.readouterr().out
+    assert main(["train", str(examples / "babyai_grpo_cpu.yaml"), "kind=ppo"]) == 2
+    assert "unknown recipe kind 'ppo'" in capsys.readouterr().err

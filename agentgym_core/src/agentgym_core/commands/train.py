@@ -10,7 +10,9 @@ from pathlib import Path
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train", help="train an agent with multi-turn RL from a YAML recipe",
-        description="Train the policy in CONFIG (see examples/*.yaml). Overrides are dotted keys, e.g. "
+        description="Train the policy in CONFIG (see examples/*.yaml): online RL, or SFT / DPO / rejection "
+                    "sampling when the recipe says `kind: sft|dpo|rejection_sampling` (as `agentgym finetune`). "
+                    "Overrides are dotted keys, e.g. "
                     "trainer.steps=20 algorithm.kl.coef=0.01 'algorithm.rounds_ctrl.rounds=[6,13,20]'. "
                     "The resolved config, metrics.jsonl, trajectories and checkpoints go to trainer.run_dir.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -40,7 +42,7 @@ def _success_table(results: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from agentgym_core.rl.config import ConfigError, load_config
+    from agentgym_core.rl.config import ConfigError, load_config, recipe_kind
 
     config_path = args.config
     overrides = list(args.overrides)
@@ -55,6 +57,16 @@ def run(args: argparse.Namespace) -> int:
                 return 2
             config_path = str(saved)
         overrides.append(f"trainer.run_dir={args.resume}")
+    try:
+        kind = recipe_kind(config_path, overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if kind != "rl":  # one entry point for every trainer; finetune reads the same arguments
+        from agentgym_core.commands import finetune
+
+        return finetune.run(args)
+    overrides = [o for o in overrides if not o.startswith("kind=")]  # `kind=rl` only chose the trainer
     try:
         config = load_config(config_path, overrides)
     except ConfigError as exc:

@@ -245,6 +245,27 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+RECIPE_KINDS = ("rl", "sft", "dpo", "rejection_sampling")
+
+
+def recipe_kind(path: str | Path | None, overrides: list[str] | None = None) -> str:
+    """The recipe's top-level ``kind`` (``rl`` when absent): which trainer runs it.
+
+    ``rl`` recipes are :class:`TrainConfig`; the others are ``agentgym_core.finetune`` recipes.
+    A ``kind=...`` override wins over the file.
+    """
+    kind = "rl"
+    if path is not None and Path(path).exists():
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        kind = str(data.get("kind", "rl")) if isinstance(data, dict) else "rl"
+    for override in overrides or []:
+        if override.startswith("kind="):
+            kind = override.split("=", 1)[1].strip()
+    if kind not in RECIPE_KINDS:
+        raise ConfigError(f"unknown recipe kind {kind!r}; expected one of {', '.join(RECIPE_KINDS)}")
+    return kind
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a YAML recipe, apply overrides, validate. Errors are :class:`ConfigError` with the fix."""
     data: dict[str, Any] = {}
