@@ -18,6 +18,7 @@ from agentgym_core.env import (
 from minigrid.minigrid_env import MiniGridEnv
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentgym_env_babyai.grid import grid_map
 from agentgym_env_babyai.levels import build_catalog, level_name, make_level, task_level_seed
 from agentgym_env_babyai.repair import repair_strict_order
 from agentgym_env_babyai.view import FORWARD, View
@@ -73,6 +74,11 @@ class BabyAIConfig(BaseModel):
     list_actions: bool = Field(
         default=True,
         description="Append 'Available actions: [...]' to every observation, as AgentGym does.",
+    )
+    grid_in_info: bool = Field(
+        default=True,
+        description="Put a compact text map of the whole grid in each step's info['grid'] (for the "
+        "trajectory viewer; the agent never sees it). See agentgym_env_babyai.grid.",
     )
     repair_strict_order: bool = Field(
         default=True,
@@ -140,6 +146,8 @@ class BabyAIEnv(Env):
             "mission": game.mission,
             "max_steps": game.max_steps,
         }
+        if self.config.grid_in_info:
+            info["grid"] = grid_map(game)
         return ResetResult(observation=observation, info=info)
 
     def step(self, action: str) -> StepResult:
@@ -205,6 +213,8 @@ class BabyAIEnv(Env):
             "max_steps": game.max_steps,
             "turns": self._turns,
         }
+        if self.config.grid_in_info:
+            info["grid"] = grid_map(game)
         return StepResult(
             observation=observation,
             reward=reward,

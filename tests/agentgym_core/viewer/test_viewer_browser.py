@@ -161,3 +161,32 @@ def test_a_running_training_updates_without_reload(page, run_root, serve_viewer,
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
     assert "updated" in page.inner_text("#live")
     _shot(page, "6-live")
+
+
+def test_babyai_map_is_drawn_from_step_info(page, serve_viewer, tmp_path):
+    """A real BabyAI episode's info['grid'] is drawn as a map in the turn view."""
+    import random
+
+    from agentgym_env_babyai import BabyAIEnv
+
+    from viewer_runs import make_trajectory, write_trainer_step
+
+    env = BabyAIEnv()
+    env.reset(1804)
+    grids = [env.step(action).info["grid"] for action in ("turn left", "move forward")]
+    env.close()
+    traj = make_trajectory(random.Random(0), env="babyai", task_id=1804, sample_index=0, turns=2, success=False,
+                           grids=grids)
+    write_trainer_step(tmp_path / "grid", 1, [traj])
+    base = serve_viewer(tmp_path)
+    _open(page, base, "grid")
+    page.locator("#list tbody tr").first.click()
+    page.wait_for_selector("#detail .turn")
+    maps = page.locator("table.grid-map")
+    assert maps.count() == 2
+    height, width = len(grids[0]), len(grids[0][0]) // 2
+    assert maps.first.locator("tr").count() == height
+    assert maps.first.locator("td").count() == height * width
+    assert maps.first.locator("td.g-agent").count() == 1
+    assert "grid" not in page.inner_text("#detail .turn .info")
+    _shot(page, "babyai-map")

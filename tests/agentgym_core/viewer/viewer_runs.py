@@ -20,7 +20,8 @@ ENVS = {"textcraft": ["crafting", "smelting"], "babyai": ["goto", "pickup"]}
 
 
 def make_trajectory(rng: random.Random, *, env: str, task_id: int, sample_index: int, turns: int,
-                    success: bool, screenshot: str | None = None) -> Trajectory:
+                    success: bool, screenshot: str | None = None,
+                    grids: list[list[str]] | None = None) -> Trajectory:
     """A plausible multi-turn trajectory with consistent spans, mask and rewards."""
     token_ids, mask, logprobs, turn_models = [], [], [], []
     prompt = [rng.randrange(10, 400) for _ in range(30)]
@@ -50,6 +51,8 @@ def make_trajectory(rng: random.Random, *, env: str, task_id: int, sample_index:
         info = {"steps": k + 1, "valid": True}
         if screenshot:
             info["screenshot"] = screenshot
+        if grids:
+            info["grid"] = grids[k]
         text = f"Thought: step {k} of task {task_id}. Action: {action}"
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": observation}]
         turn_models.append(Turn(index=k, context_span=Span(start=start, end=a0),

@@ -141,6 +141,7 @@ def detail_record(raw: dict[str, Any]) -> dict[str, Any]:
             "failed": bool(raw.get("failed")) and last,
             "info": _display_info(turn.get("info")),
             "has_screenshot": isinstance(turn.get("info"), dict) and bool(turn["info"].get("screenshot")),
+            "grid": _grid(turn.get("info")),
         })
     tokens = token_arrays(raw)
     return {
@@ -161,13 +162,21 @@ def detail_record(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _grid(info: Any) -> list[str] | None:
+    """A BabyAI-style text map (``info['grid']``: rows of 2-character cells), drawn by the page."""
+    grid = info.get("grid") if isinstance(info, dict) else None
+    if isinstance(grid, list) and grid and all(isinstance(row, str) for row in grid):
+        return grid
+    return None
+
+
 def _display_info(info: Any) -> dict[str, Any] | None:
     """The env's step info without bulky values (a base64 screenshot is served on its own route)."""
     if not isinstance(info, dict) or not info:
         return None
     shown = {}
     for key, value in info.items():
-        if key == "screenshot":
+        if key in ("screenshot", "grid"):  # served or drawn on their own
             continue
         text = value if isinstance(value, (int, float, bool)) or value is None else str(value)
         shown[key] = text[:300] + "…" if isinstance(text, str) and len(text) > 300 else text

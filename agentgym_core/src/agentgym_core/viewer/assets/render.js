@@ -28,7 +28,31 @@ function renderList(rows, selected) {
     <th class="num">s</th><th>last action</th></tr></thead><tbody>${body}</tbody></table>`;
 }
 
-// Environment-specific extras that cost nothing: TextCraft inventory chips, WebArena screenshots.
+// A BabyAI map from info.grid: rows of 2-character cells (kind, colour); see agentgym_env_babyai.grid.
+const GRID_COLOURS = { r: "#d33", g: "#3a3", b: "#36c", p: "#93c", y: "#db2", e: "#888" };
+const GRID_KINDS = { W: "wall", B: "ball", K: "key", X: "box", D: "door", d: "open door", L: "locked door", G: "goal", V: "lava" };
+function gridHtml(rows) {
+  const cells = rows.map(row => {
+    let tds = "";
+    for (let i = 0; i < row.length; i += 2) {
+      const kind = row[i], colour = row[i + 1];
+      if (">v<^".includes(kind)) {
+        tds += `<td class="g-agent" title="agent${colour !== "." ? " carrying" : ""}">${esc(kind)}</td>`;
+      } else if (kind === ".") {
+        tds += "<td></td>";
+      } else {
+        const name = GRID_KINDS[kind] || kind;
+        const fill = kind === "W" ? "#555" : GRID_COLOURS[colour] || "#999";
+        const mark = kind === "W" ? "" : esc(kind === "d" ? "▯" : kind === "L" ? "▮" : kind);
+        tds += `<td style="background:${fill}" title="${esc(name)}">${mark}</td>`;
+      }
+    }
+    return `<tr>${tds}</tr>`;
+  }).join("");
+  return `<div class="label">map</div><table class="grid-map">${cells}</table>`;
+}
+
+// Environment-specific extras that cost nothing: BabyAI map, TextCraft inventory chips, WebArena screenshots.
 function envExtras(env, turn, screenshotUrl) {
   let html = "";
   const obs = turn.observation || "";
@@ -38,6 +62,7 @@ function envExtras(env, turn, screenshotUrl) {
     html += `<div class="label">inventory</div><div class="chips">${items.length
       ? items.map(m => `<span>${esc(m[1])} × ${esc(m[2])}</span>`).join("") : '<span>empty</span>'}</div>`;
   }
+  if (turn.grid) html += gridHtml(turn.grid);
   if (turn.has_screenshot) html += `<div class="label">screenshot</div><img class="shot" alt="screenshot after turn ${turn.index}" src="${screenshotUrl}">`;
   return html;
 }
