@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import httpx
+
 from agentgym_core.rollout.logs import RolloutLogWriter
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 

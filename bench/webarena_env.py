@@ -24,10 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agentgym_core import Env
 from agentgym_core.client import HTTPEnv
 from agentgym_core.testing import serve_env
-
-from agentgym_core import Env
 from agentgym_env_webarena import BrowserConfig, BrowserPool, LocalWebArenaEnv
 
 

@@ -8,6 +8,7 @@ An environment that needs outside services (WebArena's sites) provides a classme
 from __future__ import annotations
 
 import pytest
+
 from agentgym_core.plugins import PluginManager
 from agentgym_core.testing import check_env_http
 

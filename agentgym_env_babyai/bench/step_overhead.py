@@ -12,10 +12,9 @@ import random
 import time
 from pathlib import Path
 
+from agentgym_env_babyai import TEST_IDS, BabyAIEnv, solve, task_level_seed
 from agentgym_env_babyai.levels import make_level
 from agentgym_env_babyai.view import View
-
-from agentgym_env_babyai import TEST_IDS, BabyAIEnv, solve, task_level_seed
 
 PRIMITIVES = {"turn left": 0, "turn right": 1, "move forward": 2}
 

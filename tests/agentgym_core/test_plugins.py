@@ -6,9 +6,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from agentgym_core.plugins import DuplicateRegistrationError, PluginManager, UnknownNameError
 
 from agentgym_core import hookimpl
+from agentgym_core.plugins import DuplicateRegistrationError, PluginManager, UnknownNameError
 
 
 def make_distribution(root: Path, dist: str, plugins: dict[str, str]) -> None:

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
+
 from agentgym_core.client import EnvClient, HTTPEnv, RemoteError
 from agentgym_core.compat import AgentGymCompat
 from agentgym_core.env import EpisodeEndedError, InvalidTaskError

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from agentgym_core.env import EpisodeEndedError, InvalidTaskError
-from agentgym_env_babyai.levels import LEVELS, make_level
 
+from agentgym_core.env import EpisodeEndedError, InvalidTaskError
 from agentgym_env_babyai import BabyAIEnv, normalize_action
+from agentgym_env_babyai.levels import LEVELS, make_level
 
 
 @pytest.fixture

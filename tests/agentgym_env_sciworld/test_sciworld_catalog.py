@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from agentgym_env_sciworld.catalog import TEST_SET_SIZE, _data, build_catalog_data
 from scienceworld.constants import TASKS
 from sciworld_helpers import requires_java
 
 from agentgym_core import InvalidTaskError
 from agentgym_env_sciworld import EXCLUDED_FAMILIES, SciWorldEnv, families, task, task_catalog
+from agentgym_env_sciworld.catalog import TEST_SET_SIZE, _data, build_catalog_data
 
 
 def test_numbering_follows_agentgym_order_and_skips_its_seven_families():

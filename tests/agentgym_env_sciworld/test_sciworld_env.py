@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from agentgym_core.testing import check_env
 from sciworld_helpers import requires_java
 
 from agentgym_core import EpisodeEndedError, InvalidTaskError
+from agentgym_core.testing import check_env
 from agentgym_env_sciworld import ACTION_TEMPLATES, INSTRUCTION, SciWorldEnv, task_catalog
 
 pytestmark = [pytest.mark.java, requires_java]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from agentgym_core.client import HTTPEnv
-from agentgym_core.testing import serve_env
 from sciworld_helpers import requires_java, tree_rss_mb
 
+from agentgym_core.client import HTTPEnv
+from agentgym_core.testing import serve_env
 from agentgym_env_sciworld import SciWorldEnv, task_catalog
 
 pytestmark = [pytest.mark.java, requires_java, pytest.mark.slow]

@@ -6,10 +6,10 @@ import os
 import signal
 
 import pytest
-from agentgym_env_sciworld.simulator import java_options
 from sciworld_helpers import requires_java
 
 from agentgym_env_sciworld import POOL, SciWorldEnv, SimulatorDiedError
+from agentgym_env_sciworld.simulator import java_options
 
 pytestmark = [pytest.mark.java, requires_java]
 

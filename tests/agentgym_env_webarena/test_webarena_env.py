@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 
 import pytest
-from agentgym_core.testing import check_env
 from webarena_helpers import element_id, solve_navigation_task, solve_shop_price_task
 
 from agentgym_core import EpisodeEndedError
+from agentgym_core.testing import check_env
 
 pytestmark = pytest.mark.browser
 

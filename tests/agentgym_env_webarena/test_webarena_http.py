@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from agentgym_core.client import HTTPEnv
-from agentgym_core.testing import check_env_http, serve_env
 from webarena_helpers import solve_navigation_task, solve_shop_price_task
 
+from agentgym_core.client import HTTPEnv
+from agentgym_core.testing import check_env_http, serve_env
 from agentgym_env_webarena import BrowserConfig, BrowserPool, LocalWebArenaEnv
 
 pytestmark = pytest.mark.browser

@@ -6,10 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from agentgym_core.client import HTTPEnv
-from agentgym_core.testing import serve_env
 from webarena_helpers import element_id
 
+from agentgym_core.client import HTTPEnv
+from agentgym_core.testing import serve_env
 from agentgym_env_webarena import BrowserConfig, BrowserPool, LocalWebArenaEnv
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import collections
 
 import pytest
+
+from agentgym_core import InvalidTaskError
+from agentgym_env_webarena import LocalWebArenaEnv, WebArenaConfig, WebArenaEnv
 from agentgym_env_webarena.grading import agent_response, grade
 from agentgym_env_webarena.tasks import (
     LOCAL_TASKS_FILE,
@@ -13,9 +16,6 @@ from agentgym_env_webarena.tasks import (
     TaskSet,
     render_start_urls,
 )
-
-from agentgym_core import InvalidTaskError
-from agentgym_env_webarena import LocalWebArenaEnv, WebArenaConfig, WebArenaEnv
 
 
 def test_verified_catalog_has_812_tasks_a_50_task_test_split_and_site_categories():

@@ -7,6 +7,9 @@ import json
 import re
 from typing import Any, ClassVar
 
+from minigrid.minigrid_env import MiniGridEnv
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from agentgym_core.compat import AgentGymCompat
 from agentgym_core.env import (
     Env,
@@ -15,9 +18,6 @@ from agentgym_core.env import (
     StepResult,
     TaskCatalog,
 )
-from minigrid.minigrid_env import MiniGridEnv
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from agentgym_env_babyai.grid import grid_map
 from agentgym_env_babyai.levels import build_catalog, level_name, make_level, task_level_seed
 from agentgym_env_babyai.repair import repair_strict_order

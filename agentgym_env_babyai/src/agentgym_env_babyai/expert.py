@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from agentgym_core.env import Env
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
+from agentgym_core.env import Env
 from agentgym_env_babyai.env import BabyAIEnv
 from agentgym_env_babyai.view import DROP, FORWARD, LEFT, PICKUP, RIGHT, TOGGLE
 

@@ -23,10 +23,11 @@ from functools import cache
 
 import gymnasium
 import minigrid  # noqa: F401 - importing minigrid registers the BabyAI-* ids with gymnasium
-from agentgym_core.env import InvalidTaskError, TaskCatalog
 from gymnasium.envs.registration import load_env_creator
 from minigrid.envs.babyai.core import roomgrid_level
 from minigrid.minigrid_env import MiniGridEnv
+
+from agentgym_core.env import InvalidTaskError, TaskCatalog
 
 __all__ = [
     "LEVELS",

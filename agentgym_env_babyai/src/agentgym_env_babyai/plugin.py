@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from agentgym_core.hookspecs import Register
-
 from agentgym_core import hookimpl
+from agentgym_core.hookspecs import Register
 
 
 @hookimpl

@@ -15,9 +15,8 @@ import contextlib
 import logging
 from typing import Any, ClassVar
 
-from agentgym_core.env import Env
-
 from agentgym_core import EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
+from agentgym_core.env import Env
 from agentgym_env_sciworld.actions import INSTRUCTION, invalid_action_message
 from agentgym_env_sciworld.catalog import task, task_catalog
 from agentgym_env_sciworld.config import SciWorldConfig

@@ -10,8 +10,9 @@ import time
 
 import httpx
 import pytest
-from agentgym_core.cli import main
 from viewer_runs import make_trajectory, trajectories, write_log_run, write_metrics, write_trainer_step
+
+from agentgym_core.cli import main
 
 
 @pytest.fixture

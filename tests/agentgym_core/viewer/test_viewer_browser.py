@@ -167,9 +167,9 @@ def test_babyai_map_is_drawn_from_step_info(page, serve_viewer, tmp_path):
     """A real BabyAI episode's info['grid'] is drawn as a map in the turn view."""
     import random
 
-    from agentgym_env_babyai import BabyAIEnv
-
     from viewer_runs import make_trajectory, write_trainer_step
+
+    from agentgym_env_babyai import BabyAIEnv
 
     env = BabyAIEnv()
     env.reset(1804)

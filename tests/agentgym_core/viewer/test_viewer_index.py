@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from agentgym_core.viewer import EVAL_STEP, RunIndex, discover_runs
 from viewer_runs import trajectories, write_log_run, write_metrics, write_trainer_step
+
+from agentgym_core.viewer import EVAL_STEP, RunIndex, discover_runs
 
 
 def test_discovers_training_and_eval_runs_under_a_folder(tmp_path):

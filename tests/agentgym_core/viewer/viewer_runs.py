@@ -108,6 +108,7 @@ def write_metrics(run_dir: Path, steps: int) -> None:
 def tiny_training_run(run_dir: Path) -> Path:
     """A real 3-step GRPO run (tiny random model, WordEnv over loopback HTTP), plus a real eval of it."""
     import torch
+
     from agentgym_core.plugins import PluginManager
     from agentgym_core.rl.config import load_config
     from agentgym_core.rl.trainer import train

@@ -20,7 +20,13 @@ from __future__ import annotations
 from typing import Any
 
 from agentgym_core.testing.backend import BackendCheckError, check_backend
-from agentgym_core.testing.env_check import EnvCheckReport, EnvContractError, EpisodeRecord, check_env, check_env_http
+from agentgym_core.testing.env_check import (
+    EnvCheckReport,
+    EnvContractError,
+    EpisodeRecord,
+    check_env,
+    check_env_http,
+)
 from agentgym_core.testing.serving import serve_app, serve_env
 from agentgym_core.testing.trajectory import TrajectoryCheckError, TrajectoryReport, check_trajectory
 
