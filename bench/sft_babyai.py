@@ -39,6 +39,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-eval-before", action="store_true",
+                        help="skip the base model's evaluation (deterministic: greedy, same tasks and seed)")
     parser.add_argument("--reuse-data", action="store_true", help="keep an existing expert.jsonl instead of collecting")
     args = parser.parse_args()
 
@@ -72,7 +74,7 @@ def main() -> None:
         "data": {"paths": [str(data)], "max_tokens": args.max_tokens, "only_successful": True},
         "sft": {"epochs": args.epochs, "batch_size": args.batch_size, "micro_batch_tokens": 4096},
         "optim": {"lr": args.lr},
-        "trainer": {"run_dir": str(out_dir / "run"), "progress": False, "seed": args.seed, "eval_tasks": args.eval_tasks,
+        "trainer": {"run_dir": str(out_dir / "run"), "progress": False, "eval_before": not args.no_eval_before, "seed": args.seed, "eval_tasks": args.eval_tasks,
                     "eval_max_turns": args.eval_max_turns, "save_every": 1000},
     })
     # A seeded sample of the short enough successes (every level that has some keeps its share).

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym_core.finetune.common import FinetuneResult, seed_everything, select_examples
+from agentgym_core.finetune.common import FinetuneResult, detach_dequantized_gguf, seed_everything, select_examples
 from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
 from agentgym_core.finetune.data import Example, TokenizerChat, load_examples
 from agentgym_core.plugins import PluginManager, get_plugin_manager
@@ -164,6 +164,7 @@ def run_rejection_sampling(
             writer.write(r + 1, metrics, kind="round")
             evaluation = held_out(r + 1)
             result.rounds.append({**metrics, "eval": evaluation})
+            detach_dequantized_gguf(model)
             result.checkpoint = save_checkpoint(run_dir, r + 1, model=model, tokenizer=tokenizer,
                                                 keep=config.trainer.keep_checkpoints,
                                                 trainer_state={"step": r + 1, "kind": config.kind,
