@@ -22,7 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym_core.finetune.common import FinetuneResult, detach_dequantized_gguf, seed_everything, select_examples
+from agentgym_core.finetune.common import (
+    FinetuneResult,
+    detach_dequantized_gguf,
+    seed_everything,
+    select_examples,
+)
 from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
 from agentgym_core.finetune.data import Example, TokenizerChat, load_examples
 from agentgym_core.plugins import PluginManager, get_plugin_manager
