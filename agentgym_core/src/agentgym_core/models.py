@@ -124,6 +124,11 @@ def load_pretrained(
     tokenizer = AutoTokenizer.from_pretrained(resolved.directory, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **kwargs)
     model.to(device).eval()
+    # A GGUF file is dequantized to float on load, but transformers keeps its GGUF quantizer and then
+    # refuses save_pretrained, so every checkpoint of a run on the default model would fail.
+    from agentgym_core.finetune.common import detach_dequantized_gguf
+
+    detach_dequantized_gguf(model)
     if tokenizer.chat_template is None:
         raise ModelNotFoundError(
             f"model {resolved.spec!r} has no chat template in its tokenizer; agentgym renders turns with the "
