@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from agentgym_core.commands._recipe import add_recipe_arguments, resolve_recipe
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -15,12 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "metrics.jsonl and checkpoints (the RL trainer's layout; <checkpoint>/model is a Hugging Face "
                     "directory an RL run can start from) go to trainer.run_dir.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("config", nargs="?", default=None,
-                        help="YAML recipe (with --resume: optional, the run dir's config.yaml is used)")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides key=value (values parsed as YAML)")
-    parser.add_argument("--resume", metavar="RUN_DIR", default=None,
-                        help="continue the run in RUN_DIR from its latest complete checkpoint")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    add_recipe_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -30,18 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from agentgym_core.finetune.config import load_finetune_config
     from agentgym_core.rl.config import ConfigError
 
-    config_path, overrides = args.config, list(args.overrides)
-    if config_path is not None and "=" in config_path and not Path(config_path).exists():
-        overrides.insert(0, config_path)
-        config_path = None
-    if args.resume:
-        saved = Path(args.resume) / "config.yaml"
-        if config_path is None:
-            if not saved.exists():
-                print(f"error: --resume {args.resume}: no config.yaml there; is it a run directory?", file=sys.stderr)
-                return 2
-            config_path = str(saved)
-        overrides.append(f"trainer.run_dir={args.resume}")
+    config_path, overrides = resolve_recipe(args)
     try:
         config = load_finetune_config(config_path, overrides)
     except ConfigError as exc:

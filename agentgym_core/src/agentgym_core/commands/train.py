@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from agentgym_core.commands._recipe import add_recipe_arguments, resolve_recipe
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,12 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "trainer.steps=20 algorithm.kl.coef=0.01 'algorithm.rounds_ctrl.rounds=[6,13,20]'. "
                     "The resolved config, metrics.jsonl, trajectories and checkpoints go to trainer.run_dir.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("config", nargs="?", default=None,
-                        help="YAML recipe (with --resume: optional, the run dir's config.yaml is used)")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides key=value (values parsed as YAML)")
-    parser.add_argument("--resume", metavar="RUN_DIR", default=None,
-                        help="continue the run in RUN_DIR from its latest complete checkpoint")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    add_recipe_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -44,19 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     from agentgym_core.rl.config import ConfigError, load_config, recipe_kind
 
-    config_path = args.config
-    overrides = list(args.overrides)
-    if config_path is not None and "=" in config_path and not Path(config_path).exists():
-        overrides.insert(0, config_path)  # `agentgym train --resume DIR key=value`
-        config_path = None
-    if args.resume:
-        saved = Path(args.resume) / "config.yaml"
-        if config_path is None:
-            if not saved.exists():
-                print(f"error: --resume {args.resume}: no config.yaml there; is it a run directory?", file=sys.stderr)
-                return 2
-            config_path = str(saved)
-        overrides.append(f"trainer.run_dir={args.resume}")
+    config_path, overrides = resolve_recipe(args)
     try:
         kind = recipe_kind(config_path, overrides)
     except ConfigError as exc:
