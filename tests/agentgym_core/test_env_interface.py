@@ -12,7 +12,7 @@ def test_spread_takes_tasks_round_robin_across_categories():
                           categories={"depth1": [0, 1, 2, 3], "depth2": [4, 5], "depth3": [6]})
     assert catalog.spread("test", 4) == [0, 4, 6, 1]
     assert catalog.spread("test", None) == [0, 1, 2, 3, 4, 5, 6]
-    assert catalog.spread("test", 100) == [0, 1, 2, 3, 4, 5, 6]
+    assert catalog.spread("test", 100) == [0, 4, 6, 1, 5, 2, 3]  # all, still round-robin
     with pytest.raises(InvalidTaskError, match="offers"):
         catalog.spread("dev", 2)
 

@@ -80,15 +80,16 @@ class TaskCatalog(BaseModel):
             ) from None
 
     def spread(self, split: str, n: int | None) -> list[int]:
-        """``n`` task ids of ``split`` taken round-robin across categories (all when ``n`` is None).
+        """``n`` task ids of ``split`` taken round-robin across categories (all, in split order, when ``n`` is None).
 
         A small evaluation then covers every category instead of the first one only (TextCraft's
         test ids, for instance, are ordered by crafting depth). Deterministic; keeps split order
         within each category.
         """
         ids = self.split(split)
-        if n is None or n >= len(ids):
+        if n is None:
             return list(ids)
+        n = min(n, len(ids))  # all of them, in round-robin order
         index = self.category_index()
         queues: dict[str | None, list[int]] = {}
         for task in ids:

@@ -150,3 +150,22 @@ def test_bad_records_say_what_is_wrong(tmp_path, tiny):
     with pytest.raises(DataFormatError, match="alternate"):
         tokenize_messages(chat, [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                                  {"role": "assistant", "content": "c"}])
+
+
+def test_babyai_expert_thoughts_restate_the_mission(tiny):
+    """BabyAI demonstrations say the goal before each action (what a small model must attend to)."""
+    pytest.importorskip("agentgym_env_babyai")
+    from agentgym_core.finetune.experts import expert_trajectory, get_expert, play_expert
+    from agentgym_env_babyai import BabyAIEnv
+
+    _, tokenizer = tiny
+    expert = get_expert("babyai")
+    recording, error = play_expert(expert, BabyAIEnv(), 1804, max_turns=6)
+    traj = expert_trajectory(recording, ChatFormat(TokenizerChat(tokenizer)), env_name="babyai", error=error,
+                             thought=expert.thought)
+    mission = recording.reset_result.info["mission"]
+    replies = [m["content"] for m in traj.messages if m["role"] == "assistant"]
+    assert replies and len(replies) == traj.num_turns
+    for reply, turn in zip(replies, traj.turns, strict=True):
+        assert reply == f"Thought: My goal is to {mission}. I will {turn.action}.\nAction: {turn.action}"
+        assert turn.text == reply

@@ -99,21 +99,55 @@ def test_sft_lora_trains_adapters_only(tmp_path, tiny, guess_expert_log):
     assert (result.checkpoint / "adapter").is_dir() and (result.model_path / "config.json").exists()
 
 
-def test_warm_start_for_an_rl_recipe(tmp_path, guess_expert_log):
-    """An RL TrainConfig plus a warm_start section: SFT runs once, RL gets an HF directory to load."""
-    from types import SimpleNamespace
+def test_warm_start_inside_an_rl_recipe(tmp_path):
+    """`warm_start` in an RL TrainConfig: expert demos collected, SFT, evaluated, then RL from the SFT weights."""
+    import json
 
-    from agentgym_core.finetune import WarmStartConfig, warm_start_sft
-    from agentgym_core.models import resolve_model
     from agentgym_core.rl.config import load_config
+    from agentgym_core.rl.trainer import train
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
-    rl = load_config(None, ["envs=[{name: guess}]", f"trainer.run_dir={tmp_path / 'rl'}", "trainer.progress=false"])
-    warm = WarmStartConfig.model_validate({"data": {"paths": [str(guess_expert_log)]}, "sft": {"batch_size": 3},
-                                           "lr": 1e-3})
-    train_config = SimpleNamespace(model=rl.model, trainer=rl.trainer, warm_start=warm)
+    from agentgym_core.plugins import PluginManager
+
+    pytest.importorskip("agentgym_estimators")
+    pm = PluginManager(autoload=True, allow=["transformers", "guess", "estimators"])
+    run = tmp_path / "rl"
+    recipe = [
+        "envs=[{name: guess, max_concurrency: 2}]", f"trainer.run_dir={run}", "trainer.progress=false",
+        "trainer.eval_tasks=2", "trainer.tensorboard=false", "rollout.tasks_per_step=1",
+        "rollout.group_size=2", "rollout.max_new_tokens=8", "rollout.max_total_tokens=256",
+        "algorithm.rounds_ctrl.rounds=[2]", "algorithm.kl.coef=0.01",
+        "warm_start={expert: {n: 5, max_turns: 8}, sft: {batch_size: 5, epochs: 1}, lr: 0.001}",
+    ]
+    config = load_config(None, [*recipe, "trainer.steps=1"])
     model, tokenizer = tiny_chat_model(seed=0)
-    path = warm_start_sft(train_config, model=model, tokenizer=tokenizer)
-    assert path == tmp_path / "rl" / "warm_start" / "checkpoints" / "step_000004" / "model"
-    assert resolve_model(str(path)).directory == path.resolve()  # a valid model.path for the RL run
-    assert warm_start_sft(train_config, model=None) == path  # finished: not redone (model=None would load)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    results = train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
+
+    demos = [json.loads(x) for x in (run / "warm_start" / "expert.jsonl").read_text().splitlines()]
+    assert len(demos) == 5 and all(d["success"] for d in demos)  # binary search always wins in 8 turns
+    sft_ckpt = run / "warm_start" / "checkpoints" / "step_000001"
+    assert (sft_ckpt / "model").is_dir()
+    # Three evaluations on the same tasks and horizon: base, after SFT (= RL's before), after RL.
+    assert results["eval_base"]["tasks"] == results["eval_sft"]["tasks"] == results["eval_after"]["tasks"] == 2
+    assert results["eval_before"] == {**results["eval_sft"], "step": 0}
+    # RL's KL reference is the SFT model: the first step's KL to it is exactly 0 before any RL update.
+    first = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"train"' in x][0]
+    assert first["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert any(not torch.equal(initial[k], v) for k, v in model.state_dict().items())
+
+    # A resumed run neither re-collects nor re-trains the warm start; it reads its figures back.
+    (run / "warm_start" / "expert.jsonl").write_text("")  # would fail SFT if it were used again
+    config2 = load_config(None, [*recipe, "trainer.steps=2"])
+    fresh, tokenizer = tiny_chat_model(seed=0)
+    again = train(config2, resume=True, plugin_manager=pm, model=fresh, tokenizer=tokenizer)
+    assert again["eval_sft"] == results["eval_sft"] and again["eval_base"] == results["eval_base"]
+
+
+def test_warm_start_needs_data_or_expert():
+    from pydantic import ValidationError
+
+    from agentgym_core.finetune.options import WarmStartConfig
+
+    with pytest.raises(ValidationError, match="data.paths.*or expert"):
+        WarmStartConfig.model_validate({"lr": 1e-5})

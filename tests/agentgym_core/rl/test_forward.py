@@ -36,3 +36,30 @@ def test_packed_and_padded_match_plain_forward():
     assert torch.allclose(packed.entropy, padded.entropy, atol=1e-5)
     assert torch.allclose(packed.values, padded.values, atol=1e-5)
     assert (packed.logprobs[mask == 0] == 0).all()
+
+
+def test_mixed_precision_modes_and_bf16_forward_close_to_float32():
+    import pytest
+
+    from agentgym_core.rl.forward import mixed_precision
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, _ = tiny_chat_model(seed=0)
+    seqs = [list(range(3, 40)), list(range(50, 70))]
+    mask = torch.zeros(2, 37)
+    mask[0, 20:37] = 1
+    mask[1, 5:20] = 1
+    with torch.no_grad():
+        with mixed_precision("no", model):
+            assert not torch.is_autocast_enabled("cpu")
+            full = forward_tokens(model, seqs, mask).logprobs
+        with mixed_precision("bf16", model):
+            assert torch.is_autocast_enabled("cpu")
+            half = forward_tokens(model, seqs, mask).logprobs
+        with mixed_precision("auto", model):  # on CPU: on exactly when the CPU has native bf16
+            assert torch.is_autocast_enabled("cpu") == torch.cpu._is_avx512_bf16_supported()
+    assert half.dtype == torch.float32  # log-probs come back in float32 either way
+    assert not torch.equal(half, full)  # bf16 really ran ...
+    assert torch.allclose(half, full, atol=0.1)  # ... and stays close (tiny model: logits near 0)
+    with pytest.raises(ValueError, match="no, bf16 or auto"):
+        mixed_precision("fp8", model)

@@ -22,16 +22,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _success_table(results: dict) -> str:
-    before, after = results.get("eval_before") or {}, results.get("eval_after") or {}
-    keys = sorted({k for k in (*before, *after) if k.endswith("success")})
+    """Held-out success per metric: before/after RL, with base and after-SFT columns after a warm start."""
+    columns = [("base", "eval_base"), ("sft", "eval_sft")] if results.get("eval_sft") else [("before", "eval_before")]
+    columns.append(("after", "eval_after"))
+    evals = [results.get(key) or {} for _, key in columns]
+    keys = sorted({k for e in evals for k in e if k.endswith("success")})
     if not keys:
         return ""
-    rows = [f"{'metric':<32} {'before':>8} {'after':>8} {'change':>8}"]
+    fmt = lambda v: f"{100 * v:7.1f}%" if isinstance(v, float) else f"{'-':>8}"  # noqa: E731
+    rows = [f"{'metric':<32} " + " ".join(f"{name:>8}" for name, _ in columns) + f" {'change':>8}"]
     for k in keys:
-        b, a = before.get(k), after.get(k)
-        fmt = lambda v: f"{100 * v:7.1f}%" if isinstance(v, float) else f"{'-':>8}"  # noqa: E731
-        delta = f"{100 * (a - b):+7.1f}" if isinstance(a, float) and isinstance(b, float) else f"{'-':>8}"
-        rows.append(f"{k:<32} {fmt(b)} {fmt(a)} {delta}")
+        values = [e.get(k) for e in evals]
+        first, last = values[0], values[-1]
+        delta = f"{100 * (last - first):+7.1f}" if isinstance(first, float) and isinstance(last, float) else f"{'-':>8}"
+        rows.append(f"{k:<32} " + " ".join(fmt(v) for v in values) + f" {delta}")
     return "\n".join(rows)
 
 

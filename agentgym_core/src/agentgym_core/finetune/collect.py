@@ -127,7 +127,7 @@ def collect(
                     recording, error = play_expert(expert, env, task, max_turns=config.max_turns,
                                                    timeout_s=config.expert_timeout_s)
                     traj = expert_trajectory(recording, chat, env_name=config.env, category=categories.get(task),
-                                             error=error)
+                                             error=error, thought=expert.thought)
                     record(traj, log)
             finally:
                 env.close()

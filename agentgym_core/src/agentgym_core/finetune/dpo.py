@@ -45,7 +45,7 @@ from agentgym_core.finetune.common import (
 from agentgym_core.finetune.config import DPOOptions, FinetuneConfig, save_finetune_config
 from agentgym_core.finetune.data import Example, TokenizerChat, load_examples
 from agentgym_core.plugins import PluginManager, get_plugin_manager
-from agentgym_core.rl.forward import forward_tokens
+from agentgym_core.rl.forward import forward_tokens, mixed_precision
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rollout.chat import ChatFormat
 
@@ -188,7 +188,8 @@ def run_dpo(
                          "(`agentgym collect --policy MODEL --samples 4`) so that some succeed and some fail")
     used = sorted({i for pair in pairs for i in pair})
     ref = torch.zeros(len(examples))
-    ref[used] = _reference_logprobs(model, [examples[i] for i in used], opts, pad_id)
+    with mixed_precision(config.model.mixed_precision, model):  # the reference as the policy will be computed
+        ref[used] = _reference_logprobs(model, [examples[i] for i in used], opts, pad_id)
     total_steps = math.ceil(len(pairs) * opts.epochs / opts.batch_pairs)
     optimizer, lr_schedule = build_optimizer([p for p in model.parameters() if p.requires_grad], [], config.optim,
                                              total_steps)
@@ -210,7 +211,8 @@ def run_dpo(
         for step in bar:
             t0 = time.perf_counter()
             batch = [pairs[k] for k in sequence_batches(len(pairs), opts.batch_pairs, step, config.trainer.seed, "dpo")]
-            metrics = _dpo_update(model, optimizer, examples, batch, ref, opts, pad_id)
+            with mixed_precision(config.model.mixed_precision, model):
+                metrics = _dpo_update(model, optimizer, examples, batch, ref, opts, pad_id)
             lr_schedule.step()
             metrics.update(lr=lr_schedule.get_last_lr()[0], time_step=time.perf_counter() - t0)
             done = step + 1

@@ -58,6 +58,8 @@ class ExpertSpec:
     play: Callable[[Env, int], Any]
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
+    thought: Callable[[ResetResult, str], str] | None = None
+    """The thought written before ``action`` (given the episode's reset); None: ``I will <action>.``"""
 
 
 def _lazy(module: str, attribute: str) -> Callable[[Env, int], Any]:
@@ -107,9 +109,17 @@ def _sciworld(env: Env, task_id: int) -> Any:
     return GoldPathExpert().play(env, task_id)
 
 
+def _babyai_thought(reset: ResetResult, action: str) -> str:
+    """Restate the mission before every action: a small model then reads the goal right where it
+    picks the object to act on (SFT on bare ``I will <action>`` thoughts taught SmolLM2-135M the
+    format but not to follow the mission: it went to the first object listed)."""
+    mission = reset.info.get("mission")
+    return f"My goal is to {mission}. I will {action}." if mission else f"I will {action}."
+
+
 BUILTIN_EXPERTS: dict[str, ExpertSpec] = {
     "babyai": ExpertSpec(_babyai, summary="minigrid's BabyAIBot through text actions, taking any one action "
-                         "that completes the mission at once"),
+                         "that completes the mission at once", thought=_babyai_thought),
     "textcraft": ExpertSpec(_lazy("agentgym_env_textcraft.expert", "solve"),
                             summary="recipe planner reading only the observation (agentgym_env_textcraft.expert)"),
     "sciworld": ExpertSpec(_sciworld, env_kwargs={"include_gold_path": True},
@@ -237,8 +247,12 @@ def expert_trajectory(
     instruction_role: str = "system",
     category: str | None = None,
     error: str | None = None,
+    thought: Callable[[ResetResult, str], str] | None = None,
 ) -> Trajectory:
-    """The recorded expert episode as a :class:`Trajectory` with tokens, mask and turn spans."""
+    """The recorded expert episode as a :class:`Trajectory` with tokens, mask and turn spans.
+
+    ``thought`` writes each reply's thought (an :attr:`ExpertSpec.thought`); default ``I will <action>.``
+    """
     if recording.reset_result is None or recording.task_id is None:
         raise ValueError("the expert never reset the environment")
     instruction, first = recording.instruction, recording.reset_result.observation
@@ -247,8 +261,10 @@ def expert_trajectory(
     else:
         messages = [{"role": "user", "content": f"{instruction}\n\n{first}"}]
     traj = Trajectory(env=env_name, task_id=recording.task_id, category=category, temperature=1.0)
-    for action, result, _ in recording.steps:
-        messages += [{"role": "assistant", "content": expert_reply(action)}, {"role": "user", "content": result.observation}]
+    replies = [expert_reply(action, thought(recording.reset_result, action) if thought else None)
+               for action, _, _ in recording.steps]
+    for reply, (_, result, _) in zip(replies, recording.steps, strict=True):
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": result.observation}]
     traj.messages = messages
     if not recording.steps:
         traj.failed, traj.failure_reason = True, error or "the expert took no action"
@@ -269,7 +285,7 @@ def expert_trajectory(
     for k, ((action, result, seconds), span) in enumerate(zip(recording.steps, spans, strict=True)):
         traj.turns.append(Turn(
             index=k, context_span=Span(start=previous_end, end=span.start), action_span=span,
-            text=expert_reply(action), action=action, finish_reason="eos", observation=result.observation,
+            text=replies[k], action=action, finish_reason="eos", observation=result.observation,
             reward=float(result.reward), reward_index=span.end - 1, success=result.success,
             env_seconds=seconds, info=dict(result.info),
         ))

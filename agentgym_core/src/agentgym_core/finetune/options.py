@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["DPOOptions", "DataConfig", "RejectionOptions", "SFTOptions", "WarmStartConfig"]
+__all__ = ["DPOOptions", "DataConfig", "ExpertDemos", "RejectionOptions", "SFTOptions", "WarmStartConfig"]
 
 
 class _Section(BaseModel):
@@ -74,9 +74,28 @@ class RejectionOptions(_Section):
     sft: SFTOptions = Field(default_factory=lambda: SFTOptions(epochs=1), description="The fine-tuning of each round.")
 
 
-class WarmStartConfig(_Section):
-    """``warm_start`` of an RL recipe: SFT on ``data`` first, then RL from the fine-tuned weights."""
+class ExpertDemos(_Section):
+    """``warm_start.expert``: demonstrations played by an environment's expert policy, collected first."""
 
-    data: DataConfig = Field(description="Trajectories to fine-tune on (e.g. `agentgym collect` expert logs).")
+    env: str | None = Field(None, description="Environment whose expert plays (None: the recipe's first env).")
+    n: int = Field(600, ge=1, description="Training tasks the expert plays (seeded shuffle of the train split).")
+    max_turns: int = Field(12, ge=1, description="Turn budget of an expert episode (longer ones are dropped).")
+
+
+class WarmStartConfig(_Section):
+    """``warm_start`` of an RL recipe: SFT first (on ``data`` and/or fresh expert demos), then RL from it."""
+
+    data: DataConfig = Field(
+        default_factory=DataConfig, description="Trajectories to fine-tune on (e.g. `agentgym collect` logs)."
+    )
+    expert: ExpertDemos | None = Field(
+        None, description="Collect this many expert episodes into the run directory and train on them too."
+    )
     sft: SFTOptions = Field(default_factory=SFTOptions, description="SFT settings.")
     lr: float = Field(1e-5, gt=0.0, description="SFT learning rate (the RL recipe's optim.lr is for RL).")
+
+    @model_validator(mode="after")
+    def _needs_data(self) -> WarmStartConfig:
+        if not self.data.paths and self.expert is None:
+            raise ValueError("warm_start needs data.paths (trajectory files) or expert: {n: ...} (expert demos)")
+        return self

@@ -34,28 +34,68 @@ def run_finetune(config: FinetuneConfig, *, resume: bool = False, plugin_manager
 
 
 def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = None,
-                   model: Any = None, tokenizer: Any = None) -> Path:
-    """SFT before RL: fine-tune ``train_config.model`` on ``train_config.warm_start``; the HF directory to start RL from.
+                   model: Any = None, tokenizer: Any = None) -> FinetuneResult:
+    """SFT before RL: fine-tune ``train_config.model`` on ``train_config.warm_start``, in place when ``model`` is given.
 
     ``train_config`` is an RL ``TrainConfig`` with a ``warm_start`` section
-    (:class:`agentgym_core.finetune.options.WarmStartConfig`). The SFT run lives in
-    ``<trainer.run_dir>/warm_start``; when it already finished (a resumed RL run), it is not redone.
+    (:class:`agentgym_core.finetune.options.WarmStartConfig`). Everything lives in
+    ``<trainer.run_dir>/warm_start``: the expert demonstrations (``expert.jsonl``, collected first
+    when ``warm_start.expert`` is set), the SFT metrics and its checkpoint. The held-out evaluation
+    before and after SFT uses the RL run's envs, eval tasks and final horizon, so the three figures
+    (base, SFT, SFT+RL) are comparable. A warm start that already finished (a resumed RL run) is
+    not redone: its result is read back (``result.model_path`` is the fine-tuned model).
     """
+    import json
+
     from agentgym_core.finetune.sft import run_sft
     from agentgym_core.rl.checkpoint import latest_checkpoint, load_trainer_state
 
     warm = train_config.warm_start
     run_dir = Path(train_config.trainer.run_dir) / "warm_start"
+    run_dir.mkdir(parents=True, exist_ok=True)
     done = latest_checkpoint(run_dir)
     if done is not None and load_trainer_state(done).get("finished"):
-        return done / "model"
+        result = FinetuneResult(run_dir=run_dir, steps=int(load_trainer_state(done)["step"]), checkpoint=done)
+        metrics = run_dir / "metrics.jsonl"
+        logged = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.exists() else []
+        evals = [{k: v for k, v in e.items() if k != "kind"} for e in logged if e.get("kind") == "eval"]
+        result.eval_before = next((e for e in evals if e.get("step") == 0), None)
+        result.eval_after = next((e for e in evals if e.get("step") == result.steps), None)
+        return result
+    paths = list(warm.data.paths)
+    if warm.expert is not None:
+        paths.append(str(_collect_expert_demos(train_config, run_dir / "expert.jsonl", plugin_manager, tokenizer)))
+    horizon = max(train_config.algorithm.rounds_ctrl.stages)
     config = FinetuneConfig.model_validate({
-        "kind": "sft", "model": train_config.model, "data": warm.data, "sft": warm.sft,
-        "optim": {"lr": warm.lr}, "trainer": {"run_dir": str(run_dir), "seed": train_config.trainer.seed,
-                                              "eval_tasks": 0, "progress": train_config.trainer.progress,
-                                              "save_every": 10**9}})
+        "kind": "sft", "model": train_config.model, "envs": train_config.envs, "rollout": train_config.rollout,
+        "data": {**warm.data.model_dump(), "paths": paths}, "sft": warm.sft, "optim": {"lr": warm.lr},
+        "trainer": {"run_dir": str(run_dir), "seed": train_config.trainer.seed,
+                    "eval_tasks": train_config.trainer.eval_tasks, "eval_max_turns": horizon,
+                    "eval_before": train_config.trainer.eval_before, "progress": train_config.trainer.progress,
+                    "save_every": 10**9}})
     result = run_sft(config, plugin_manager=plugin_manager, model=model, tokenizer=tokenizer,
-                     resume=done is not None)  # a warm start cut short continues
+                     resume=done is not None, label="warm start sft")  # a warm start cut short continues
     if result.checkpoint is None:
         raise RuntimeError(f"warm start: SFT in {run_dir} wrote no checkpoint")
-    return result.model_path  # type: ignore[return-value]
+    return result
+
+
+def _collect_expert_demos(train_config: Any, out: Path, plugin_manager: PluginManager | None, tokenizer: Any) -> Path:
+    """``warm_start.expert``: the env's expert on a seeded shuffle of training tasks, written to ``out`` once."""
+    from agentgym_core.finetune.collect import collect
+    from agentgym_core.finetune.config import CollectConfig
+
+    if out.exists():  # written under a temporary name and renamed: an existing file is complete
+        return out
+    demos = train_config.warm_start.expert
+    env = next((e for e in train_config.envs if e.name == (demos.env or train_config.envs[0].name)), None)
+    if env is None:
+        raise ValueError(f"warm_start.expert.env={demos.env!r} is not one of the recipe's envs")
+    partial = out.with_suffix(".partial.jsonl")
+    partial.unlink(missing_ok=True)
+    collect(CollectConfig(env=env.name, policy="expert", split=env.train_split, n=demos.n, shuffle=True,
+                          seed=train_config.trainer.seed, max_turns=demos.max_turns, env_url=env.url,
+                          env_kwargs=env.env_kwargs, out=str(partial)),
+            plugin_manager=plugin_manager, tokenizer=tokenizer, progress=train_config.trainer.progress)
+    partial.rename(out)
+    return out

@@ -36,7 +36,7 @@ from agentgym_core.finetune.common import (
 from agentgym_core.finetune.config import FinetuneConfig, SFTOptions, save_finetune_config
 from agentgym_core.finetune.data import Example, TokenizerChat, load_examples
 from agentgym_core.plugins import PluginManager, get_plugin_manager
-from agentgym_core.rl.forward import forward_tokens
+from agentgym_core.rl.forward import forward_tokens, mixed_precision
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rollout.chat import ChatFormat
 
@@ -151,7 +151,8 @@ def run_sft(
         for step in bar:
             t0 = time.perf_counter()
             rows = sequence_batches(len(examples), opts.batch_size, step, config.trainer.seed, label)
-            metrics = sft_update(model, optimizer, [examples[r] for r in rows], opts, pad_token_id=pad_id)
+            with mixed_precision(config.model.mixed_precision, model):
+                metrics = sft_update(model, optimizer, [examples[r] for r in rows], opts, pad_token_id=pad_id)
             lr_schedule.step()
             metrics.update(lr=lr_schedule.get_last_lr()[0], epoch=(step + 1) * opts.batch_size / len(examples),
                            time_step=time.perf_counter() - t0)

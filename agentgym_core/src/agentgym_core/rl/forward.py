@@ -21,6 +21,7 @@ Convention (as in the trajectory record): ``logprobs[i, t]`` is log p(token t | 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,7 +29,27 @@ import torch
 
 from agentgym_core.rl.losses import entropy_from_logits
 
-__all__ = ["TokenStats", "ValueHead", "forward_tokens", "pack_bins"]
+__all__ = ["TokenStats", "ValueHead", "forward_tokens", "mixed_precision", "pack_bins"]
+
+
+def mixed_precision(mode: str, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+    """The autocast context of ``model.mixed_precision`` (``no``, ``bf16`` or ``auto``) on the model's device.
+
+    Weights, gradients and optimizer state keep their dtype; matmuls run in bfloat16. ``auto``
+    picks bf16 on CUDA devices that support it and on CPUs with native bf16 instructions
+    (AVX512-BF16 or AMX), where oneDNN runs bf16 matmuls about 2.5x faster than float32.
+    """
+    device = next(model.parameters()).device
+    if mode == "auto":
+        if device.type == "cuda":
+            enabled = torch.cuda.is_bf16_supported()
+        else:
+            enabled = device.type == "cpu" and torch.cpu._is_avx512_bf16_supported()
+    elif mode in ("no", "bf16"):
+        enabled = mode == "bf16"
+    else:
+        raise ValueError(f"model.mixed_precision must be no, bf16 or auto; got {mode!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 class ValueHead(torch.nn.Module):

@@ -104,7 +104,9 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig]) -> Iterator[list[EnvH
             stack.callback(client.close)
             catalog = client.tasks()
             train = cfg.train_tasks if cfg.train_tasks is not None else catalog.split(cfg.train_split)
-            test = cfg.test_tasks if cfg.test_tasks is not None else catalog.split(cfg.test_split)
+            # Round-robin over categories, so the first eval_tasks are the tasks `agentgym eval --limit N` runs.
+            test = cfg.test_tasks if cfg.test_tasks is not None else catalog.spread(
+                cfg.test_split, len(catalog.split(cfg.test_split)))
             handles.append(EnvHandle(cfg, url, client, list(train), list(test), catalog.category_index()))
         yield handles
 
@@ -144,7 +146,8 @@ def summarize(trajectories: list[Trajectory], prefix: str = "") -> dict[str, flo
 
 
 def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
-    """Greedy (or ``eval_temperature``) episodes on the first ``eval_tasks`` held-out tasks of each env."""
+    """Greedy (or ``eval_temperature``) episodes on the first ``eval_tasks`` held-out tasks of each env
+    (taken round-robin across categories, as ``agentgym eval --limit`` takes them)."""
     trajs: list[Trajectory] = []
     sampling = SamplingParams(temperature=config.rollout.eval_temperature, top_p=1.0,
                               max_new_tokens=config.rollout.max_new_tokens, seed=config.trainer.seed)

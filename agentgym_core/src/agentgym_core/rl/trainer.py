@@ -34,7 +34,7 @@ from agentgym_core.rl.checkpoint import (
 )
 from agentgym_core.rl.config import TrainConfig, save_config
 from agentgym_core.rl.estimator_api import AdvantageBatch
-from agentgym_core.rl.forward import ValueHead, forward_tokens
+from agentgym_core.rl.forward import ValueHead, forward_tokens, mixed_precision
 from agentgym_core.rl.losses import kl_penalty, masked_mean
 from agentgym_core.rl.setup import build_optimizer, evaluate, load_policy, make_backend, open_envs, summarize
 from agentgym_core.rl.tracking import MetricsWriter
@@ -56,6 +56,9 @@ def train(
 ) -> dict[str, Any]:
     """Train the policy as ``config`` says; returns ``{"final": metrics, "eval_before", "eval_after"}``.
 
+    With a ``warm_start`` section also ``eval_base`` (the model before SFT) and ``eval_sft`` (after
+    SFT, which is RL's ``eval_before``).
+
     ``model``/``tokenizer`` replace loading ``config.model.path`` (tests, notebooks).
     ``stop_after`` ends the run after that many steps of this call, as a kill would (tests).
     """
@@ -72,8 +75,15 @@ def train(
         raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints; start without --resume")
     random.seed(cfg.trainer.seed)
     torch.manual_seed(cfg.trainer.seed)
+    results: dict[str, Any] = {}
     if model is None:
         model, tokenizer = load_policy(cfg.model)  # the initial weights: the KL reference is taken from them
+    if cfg.warm_start is not None:  # SFT first (or read back when it finished before): RL starts from it
+        from agentgym_core.finetune.run import warm_start_sft
+
+        warm = warm_start_sft(cfg, plugin_manager=pm, model=model, tokenizer=tokenizer)
+        load_policy_weights(model, warm.checkpoint)  # a no-op after training in place; a resumed run needs it
+        results.update(eval_base=warm.eval_before, eval_sft=warm.eval_after)
     reference = None
     if alg.kl.coef > 0 and not cfg.model.lora.enabled:  # LoRA: the reference is the model with adapters off
         reference = copy.deepcopy(model).eval().requires_grad_(False)
@@ -102,7 +112,6 @@ def train(
                            config=cfg.model_dump(mode="json"), resume_step=start_step if resume else None)
     pm.hook.agentgym_observe_run_start(run_dir=str(run_dir), config=cfg.model_dump(mode="json"))
     final_horizon = max(alg.rounds_ctrl.stages)
-    results: dict[str, Any] = {}
     metrics: dict[str, float] = {}
 
     with open_envs(pm, cfg.envs) as envs:
@@ -124,7 +133,9 @@ def train(
             if before:
                 results["eval_before"] = before[-1]
         if cfg.trainer.eval_before and cfg.trainer.eval_tasks and start_step == 0:
-            results["eval_before"] = evaluate(backend, envs, cfg, final_horizon, step=0)
+            # After a warm start, RL starts from the model SFT just evaluated on the same tasks and horizon.
+            sft = results.get("eval_sft")
+            results["eval_before"] = {**sft, "step": 0} if sft else evaluate(backend, envs, cfg, final_horizon, step=0)
             writer.write(0, results["eval_before"], kind="eval")
             pm.hook.agentgym_observe_evaluation(step=0, results=results["eval_before"])
 
@@ -152,7 +163,8 @@ def train(
 
             # ---- 3. rewards on policy tokens: each turn's reward on its last sampled token ----------
             batch = build_batch([t for t in trajectories if t.num_sampled_tokens > 0])
-            with torch.no_grad():
+            precision = mixed_precision(cfg.model.mixed_precision, model)  # old, reference and new alike
+            with torch.no_grad(), precision:
                 old = forward_tokens(model, batch.sequences, batch.mask, temperature=cfg.rollout.temperature,
                                      packing=alg.packing, max_tokens=alg.micro_batch_tokens, with_entropy=True,
                                      value_head=value_head, pad_token_id=pad_id)
@@ -190,9 +202,10 @@ def train(
                     ref_logprobs=ref_logprobs[idx] if ref_logprobs is not None else None,
                     old_values=old.values[idx] if old.values is not None else None)
                 generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, "minibatch", step))
-                update_metrics = ppo_update(model, optimizer, inputs, alg, temperature=cfg.rollout.temperature,
-                                            generator=generator, value_head=value_head,
-                                            norm_length=cfg.rollout.max_total_tokens, pad_token_id=pad_id)
+                with precision:
+                    update_metrics = ppo_update(model, optimizer, inputs, alg, temperature=cfg.rollout.temperature,
+                                                generator=generator, value_head=value_head,
+                                                norm_length=cfg.rollout.max_total_tokens, pad_token_id=pad_id)
             with warnings.catch_warnings():  # a step whose groups all tie makes no optimizer step
                 warnings.simplefilter("ignore", UserWarning)
                 lr_schedule.step()
