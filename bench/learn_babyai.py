@@ -1,113 +1,159 @@
-"""Does RL make SmolLM2-135M better at BabyAI on this CPU? Before/after success on held-out tasks.
+"""Does training make SmolLM2-135M better at BabyAI on this CPU? Held-out success: base, SFT, SFT+RL.
 
-Arms, each from the same base model and the same step budget:
+One run of the README's recipe (examples/babyai_grpo_cpu.yaml), in two arms of equal RL budget:
 
-* ``scaling_inter``: GRPO with the horizon growing in stages (ScalingInter-RL);
-* ``fixed``: GRPO with the longest horizon from the first step;
-* optional ``--sft-episodes N``: a supervised warm start on N expert episodes (the BabyAI expert
-  driven through text actions) before RL; then SFT-only and SFT+RL are reported separately.
+1. ``scaling_inter``: the recipe as shipped: warm start (the BabyAI expert plays ``--expert-tasks``
+   training tasks; SFT on its successful episodes), then GRPO with the turn horizon growing in
+   stages (ScalingInter-RL, ``--rounds``).
+2. ``fixed``: GRPO from the same SFT weights, same steps, tasks, samples and seed, with the longest
+   horizon from the first step.
 
-Every arm is evaluated greedily on the same held-out test tasks before and after. Results go to
-bench/results/learn_babyai.json and, when matplotlib is installed, learn_babyai.png (train
-success per step for each arm). Budget: ``--minutes`` of wall time split across the arms.
+Every evaluation is greedy, on the same held-out test tasks (round-robin over the levels, as
+``agentgym eval --limit N`` takes them) with the same final horizon, so the figures compare:
+base model -> after SFT -> after SFT+RL (each arm). Writes bench/results/learn_babyai.json and,
+with matplotlib (``pip install -e .[bench]``), bench/results/learn_babyai.png: training success and
+reward per step of both arms, with the held-out evaluations marked.
 
-    python bench/learn_babyai.py --minutes 90 --steps 40 --eval-tasks 40
+    python bench/learn_babyai.py                    # the defaults: about 75 min on the 2-core CPU
+    python bench/learn_babyai.py --steps 4 --eval-tasks 8 --expert-tasks 100   # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+RECIPE = Path(__file__).parents[1] / "examples" / "babyai_grpo_cpu.yaml"
 
 
-def sft_warm_start(model, tokenizer, episodes: int, max_turns: int, lr: float, seed: int) -> dict[str, float]:
-    """SFT (agentgym_core.finetune) on N expert episodes: collected as trajectories, loss on assistant tokens only."""
-    from agentgym_core.finetune.collect import collect
-    from agentgym_core.finetune.config import CollectConfig, FinetuneConfig
-    from agentgym_core.finetune.sft import run_sft
-
-    data = RESULTS / "learn_babyai" / "sft_expert.jsonl"
-    data.unlink(missing_ok=True)
-    collect(CollectConfig(env="babyai", policy="expert", n=episodes, shuffle=True, seed=seed, max_turns=max_turns,
-                          out=str(data)), tokenizer=tokenizer, progress=False)
-    run_dir = RESULTS / "learn_babyai" / "sft"
-    config = FinetuneConfig.model_validate({
-        "kind": "sft", "data": {"paths": [str(data)], "only_successful": True, "max_tokens": None},
-        "sft": {"epochs": 1, "batch_size": 1}, "optim": {"lr": lr},
-        "trainer": {"run_dir": str(run_dir), "seed": seed, "eval_tasks": 0, "progress": False},
-    })
-    if (run_dir / "metrics.jsonl").exists():
-        (run_dir / "metrics.jsonl").unlink()
-    result = run_sft(config, model=model, tokenizer=tokenizer, checkpoint=False)
-    losses = [json.loads(x)["loss"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {"sft_episodes": float(result.steps), "sft_loss_first": losses[0] if losses else 0.0,
-            "sft_loss_last": losses[-1] if losses else 0.0}
-
-
-def run_arm(name: str, args: argparse.Namespace, rounds: list[int], scheduler: str, sft: bool) -> dict:
+def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
     from agentgym_core.plugins import get_plugin_manager
     from agentgym_core.rl.config import load_config
-    from agentgym_core.rl.setup import load_policy
     from agentgym_core.rl.trainer import train
 
     run_dir = RESULTS / "learn_babyai" / name
     config = load_config(args.recipe, [
         f"trainer.run_dir={run_dir}", f"trainer.steps={args.steps}", f"trainer.eval_tasks={args.eval_tasks}",
-        f"algorithm.rounds_ctrl.type={scheduler}", f"algorithm.rounds_ctrl.rounds={rounds}",
-        f"algorithm.rounds_ctrl.steps_scaling_inter={max(1, args.steps // len(rounds))}",
-        f"trainer.seed={args.seed}", "trainer.save_every=1000",
+        f"trainer.seed={args.seed}", f"trainer.save_every={args.steps}", "trainer.progress=true",
+        *overrides, *args.override,
     ])
-    model, tokenizer = load_policy(config.model)
-    extra = {}
-    if sft:
-        extra = sft_warm_start(model, tokenizer, args.sft_episodes, args.sft_max_turns, args.sft_lr, args.seed)
     t0 = time.perf_counter()
-    results = train(config, plugin_manager=get_plugin_manager(), model=model, tokenizer=tokenizer)
-    curve = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {"arm": name, "minutes": (time.perf_counter() - t0) / 60, **extra,
-            "before": results.get("eval_before", {}).get("success"),
-            "after": results.get("eval_after", {}).get("success"),
-            "train_success": [x["success"] for x in curve if x["kind"] == "train"]}
+    results = train(config, plugin_manager=get_plugin_manager())
+    minutes = (time.perf_counter() - t0) / 60
+    logged = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    curve = [x for x in logged if x["kind"] == "train"]
+    warm = run_dir / "warm_start" / "metrics.jsonl"
+    sft_minutes = None
+    if warm.exists():
+        sft_steps = [json.loads(x) for x in warm.read_text().splitlines() if '"train"' in x]
+        sft_minutes = sum(x["time_step"] for x in sft_steps) / 60
+    pick = lambda e: None if not e else {k: e[k] for k in ("success", "reward", "turns", "tasks", "horizon")}  # noqa: E731
+    return {
+        "arm": name, "minutes": minutes, "sft_update_minutes": sft_minutes,
+        "eval_base": pick(results.get("eval_base")), "eval_sft": pick(results.get("eval_sft")),
+        "eval_before": pick(results.get("eval_before")), "eval_after": pick(results.get("eval_after")),
+        "train": [{k: x.get(k) for k in ("step", "success", "reward", "turns", "horizon", "kl", "time_step",
+                                         "time_rollout", "update_seconds", "update_tokens_per_s")} for x in curve],
+        "config": str(run_dir / "config.yaml"),
+    }
+
+
+def plot(report: list[dict], path: Path) -> bool:
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for row in report:
+        steps = [x["step"] for x in row["train"]]
+        for ax, key in zip(axes, ("success", "reward"), strict=True):
+            line, = ax.plot(steps, [x[key] for x in row["train"]], marker=".", label=f"{row['arm']} (train)")
+            ax.scatter([0, steps[-1] if steps else 0],
+                       [row["eval_before"][key] if row["eval_before"] else float("nan"),
+                        row["eval_after"][key] if row["eval_after"] else float("nan")],
+                       marker="s", color=line.get_color(), label=f"{row['arm']} (held-out)")
+    base = report[0].get("eval_base")
+    for ax, key in zip(axes, ("success", "reward"), strict=True):
+        if base:
+            ax.axhline(base[key], color="grey", linestyle="--", label="base model (held-out)")
+        ax.set_xlabel("RL step (after the SFT warm start)")
+        ax.set_ylabel(key)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("SmolLM2-135M on BabyAI, CPU: GRPO after SFT, ScalingInter vs fixed horizon")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default=str(Path(__file__).parents[1] / "examples" / "babyai_grpo_cpu.yaml"))
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--eval-tasks", type=int, default=40)
-    parser.add_argument("--rounds", default="4,8,12", help="ScalingInter stages; fixed uses the last")
-    parser.add_argument("--sft-episodes", type=int, default=0)
-    parser.add_argument("--sft-lr", type=float, default=1e-5)
-    parser.add_argument("--sft-max-turns", type=int, default=64, help="longest expert episode kept for SFT")
+    parser.add_argument("--recipe", default=str(RECIPE))
+    parser.add_argument("--steps", type=int, default=None, help="RL steps per arm (default: the recipe's)")
+    parser.add_argument("--eval-tasks", type=int, default=20, help="held-out test tasks per evaluation")
+    parser.add_argument("--rounds", default=None, help="ScalingInter stages, e.g. 4,8 (default: the recipe's); "
+                        "the fixed arm uses the last")
+    parser.add_argument("--expert-tasks", type=int, default=None, help="warm start: expert episodes collected")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arms", default="scaling_inter,fixed")
+    parser.add_argument("--override", action="append", default=[], help="extra dotted recipe override")
     args = parser.parse_args()
-    rounds = [int(x) for x in args.rounds.split(",")]
+
+    from agentgym_core.rl.config import load_config
+
+    recipe = load_config(args.recipe)
+    args.steps = args.steps or recipe.trainer.steps
+    rounds = [int(x) for x in args.rounds.split(",")] if args.rounds else recipe.algorithm.rounds_ctrl.stages
+    per_stage = max(1, args.steps // len(rounds))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    arms = [("scaling_inter", rounds, "scaling_inter_stepwise", False), ("fixed", [rounds[-1]], "fixed", False)]
-    if args.sft_episodes:
-        arms.append(("sft_scaling_inter", rounds, "scaling_inter_stepwise", True))
-    report = [run_arm(name, args, r, s, sft) for name, r, s, sft in arms]
+    report: list[dict] = []
+    started = time.perf_counter()
+    load = os.getloadavg()[0]
+    for arm in args.arms.split(","):
+        if arm == "scaling_inter":  # the recipe: warm start + staged horizons
+            overrides = ["algorithm.rounds_ctrl.type=scaling_inter_stepwise", f"algorithm.rounds_ctrl.rounds={rounds}",
+                         f"algorithm.rounds_ctrl.steps_scaling_inter={per_stage}"]
+            if args.expert_tasks:
+                overrides.append(f"warm_start.expert.n={args.expert_tasks}")
+        elif arm == "fixed":  # the same SFT weights (no second warm start), the longest horizon throughout
+            sft = sorted((RESULTS / "learn_babyai" / "scaling_inter" / "warm_start" / "checkpoints").glob("step_*"))
+            if not sft:
+                raise SystemExit("the fixed arm starts from the scaling_inter arm's warm start: run that arm first")
+            overrides = ["algorithm.rounds_ctrl.type=fixed", f"algorithm.rounds_ctrl.rounds=[{rounds[-1]}]",
+                         "warm_start=null", f"model.path={sft[-1] / 'model'}"]
+            first = report[0] if report else None
+            if first and first["eval_sft"]:  # same weights, tasks and horizon: evaluated already
+                overrides.append("trainer.eval_before=false")
+        else:
+            raise SystemExit(f"unknown arm {arm!r}: scaling_inter or fixed")
+        row = run_arm(arm, args, overrides)
+        if arm == "fixed" and row["eval_before"] is None and report:
+            row["eval_before"] = report[0]["eval_sft"]
+        report.append(row)
+        (RESULTS / "learn_babyai.json").write_text(json.dumps(
+            {"command": "python bench/learn_babyai.py " + " ".join(sys.argv[1:]), "load_avg_1m_start": load,
+             "total_minutes": (time.perf_counter() - started) / 60, "arms": report}, indent=2))
+
+    fmt = lambda e: "   -  " if not e else f"{100 * e['success']:5.1f}%"  # noqa: E731
+    base = report[0].get("eval_base")
+    print(f"\nheld-out success ({args.eval_tasks} BabyAI test tasks, greedy):")
+    print(f"  base model            {fmt(base)}")
+    print(f"  after SFT             {fmt(report[0].get('eval_sft'))}")
     for row in report:
-        print(f"{row['arm']:20s} before {row['before']}  after {row['after']}  ({row['minutes']:.1f} min)")
-    (RESULTS / "learn_babyai.json").write_text(json.dumps(report, indent=2))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        for row in report:
-            plt.plot(row["train_success"], label=row["arm"])
-        plt.xlabel("step")
-        plt.ylabel("train success")
-        plt.legend()
-        plt.savefig(RESULTS / "learn_babyai.png", dpi=120)
-    except ImportError:
-        print("matplotlib not installed: no PNG (the curves are in learn_babyai.json)")
+        print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({row['minutes']:.1f} min)")
+    print(f"total {(time.perf_counter() - started) / 60:.1f} min; results in {RESULTS / 'learn_babyai.json'}")
+    if plot(report, RESULTS / "learn_babyai.png"):
+        print(f"curves: {RESULTS / 'learn_babyai.png'}")
+    else:
+        print("matplotlib not installed (pip install -e .[bench]): no PNG; the curves are in the JSON")
 
 
 if __name__ == "__main__":

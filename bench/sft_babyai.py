@@ -38,6 +38,9 @@ def main() -> None:
     parser.add_argument("--eval-max-turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--mixed-precision", default="auto", choices=["no", "bf16", "auto"],
+                        help="bf16 autocast of the SFT forward/backward (model.mixed_precision)")
+    parser.add_argument("--data", default=None, help="use this expert JSONL instead of collecting")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-eval-before", action="store_true",
                         help="skip the base model's evaluation (deterministic: greedy, same tasks and seed)")
@@ -52,9 +55,9 @@ def main() -> None:
 
     out_dir = RESULTS / "sft_babyai"
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = out_dir / "expert.jsonl"
+    data = Path(args.data) if args.data else out_dir / "expert.jsonl"
     t0 = time.perf_counter()
-    if args.reuse_data and data.exists():
+    if (args.reuse_data or args.data) and data.exists():
         records = [json.loads(x) for x in data.read_text().splitlines() if x.strip()]
         expert_success, expert_n = sum(r["success"] for r in records) / len(records), len(records)
     else:
@@ -68,7 +71,8 @@ def main() -> None:
 
     config = FinetuneConfig.model_validate({
         "kind": "sft",
-        "model": {"path": "smollm2-135m-instruct", "threads": args.threads, "lora": {"enabled": args.lora}},
+        "model": {"path": "smollm2-135m-instruct", "threads": args.threads, "lora": {"enabled": args.lora},
+                  "mixed_precision": args.mixed_precision},
         "envs": [{"name": "babyai", "max_concurrency": 16}],
         "rollout": {"max_new_tokens": args.max_new_tokens, "max_total_tokens": 4096, "eval_temperature": 0.0},
         "data": {"paths": [str(data)], "max_tokens": args.max_tokens, "only_successful": True},

@@ -25,10 +25,13 @@ CPU_RECIPES = sorted(p for p in EXAMPLES.glob("*_cpu.yaml") if recipe_kind(p) ==
 
 @pytest.mark.parametrize("recipe", CPU_RECIPES, ids=lambda p: p.stem)
 def test_cpu_recipe_trains_one_step(recipe, tmp_path):
-    config = load_config(recipe, [
+    small = [
         f"trainer.run_dir={tmp_path / 'run'}", "trainer.steps=1", "trainer.eval_tasks=1", "trainer.save_every=1",
         "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=8",
-    ])
+    ]
+    if load_config(recipe).warm_start is not None:  # the warm start runs too, on 6 expert episodes
+        small += ["warm_start.expert.n=6", "warm_start.sft.batch_size=2", "warm_start.data.max_tokens=null"]
+    config = load_config(recipe, small)
     env_name = config.envs[0].name
     if env_name.startswith("webarena") and shutil.which("chromium") is None:
         pytest.skip("Debian chromium is not installed")
@@ -40,3 +43,5 @@ def test_cpu_recipe_trains_one_step(recipe, tmp_path):
     steps = [m for m in metrics if m.get("step") == 0]
     assert steps, f"no metrics for step 0 in {metrics}"
     assert any((tmp_path / "run" / "checkpoints").glob("step_*/DONE"))
+    if config.warm_start is not None:
+        assert any((tmp_path / "run" / "warm_start" / "checkpoints").glob("step_*/DONE"))
