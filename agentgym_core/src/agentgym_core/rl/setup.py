@@ -148,6 +148,9 @@ def summarize(trajectories: list[Trajectory], prefix: str = "") -> dict[str, flo
 def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
     """Greedy (or ``eval_temperature``) episodes on the first ``eval_tasks`` held-out tasks of each env
     (taken round-robin across categories, as ``agentgym eval --limit`` takes them)."""
+    from tqdm import tqdm
+
+    progress = config.trainer.progress
     trajs: list[Trajectory] = []
     sampling = SamplingParams(temperature=config.rollout.eval_temperature, top_p=1.0,
                               max_new_tokens=config.rollout.max_new_tokens, seed=config.trainer.seed)
@@ -157,8 +160,20 @@ def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: 
             continue
         engine_cfg = RolloutConfig(sampling=sampling, max_turns=horizon,
                                    max_total_tokens=config.rollout.max_total_tokens)
+        bar = tqdm(total=len(tasks), desc=f"eval {env.name} (step {step})", unit="traj", leave=False,
+                   disable=not progress, dynamic_ncols=True)
+        successes = 0
+
+        def done(traj: Trajectory) -> None:
+            nonlocal successes
+            successes += int(traj.success)
+            bar.update(1)
+            bar.set_postfix(success=f"{successes}/{bar.n}")
+
         with RolloutEngine(backend, env.make_env, num_envs=min(env.config.max_concurrency, len(tasks)),
                            config=engine_cfg, env_name=env.name) as engine:
-            trajs += engine.run([EpisodeSpec(task_id=t, seed=None, category=env.categories.get(t)) for t in tasks])
+            trajs += engine.run([EpisodeSpec(task_id=t, seed=None, category=env.categories.get(t)) for t in tasks],
+                                on_done=done)
+        bar.close()
     metrics = summarize(trajs)
     return {"step": step, "horizon": horizon, "tasks": len(trajs), **metrics}
