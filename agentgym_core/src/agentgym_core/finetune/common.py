@@ -175,3 +175,11 @@ def restore(run_dir: Path, model: Any, optimizer: torch.optim.Optimizer | None, 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+def start_run(config: FinetuneConfig, run_dir: str | Path | None = None) -> Path:
+    """What every fine-tuning run does first: create its directory (default ``trainer.run_dir``), seed the RNGs."""
+    run_dir = Path(run_dir or config.trainer.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    seed_everything(config.trainer.seed)
+    return run_dir

@@ -21,32 +21,26 @@ used as rejected: their failure says nothing about the policy.
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from itertools import product
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from agentgym_core.finetune.common import (
     FinetuneResult,
-    open_evaluation,
     padded_mask,
-    restore,
-    save,
-    seed_everything,
     sequence_batches,
+    start_run,
     token_budget_chunks,
 )
-from agentgym_core.finetune.config import DPOOptions, FinetuneConfig, save_finetune_config
+from agentgym_core.finetune.config import DPOOptions, FinetuneConfig
 from agentgym_core.finetune.data import Example, TokenizerChat, load_examples
+from agentgym_core.finetune.loop import train_steps
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.forward import forward_tokens, mixed_precision
-from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rollout.chat import ChatFormat
 
 __all__ = ["dpo_loss", "make_pairs", "run_dpo", "sequence_logprobs"]
@@ -126,6 +120,10 @@ def _dpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, exampl
     return sums
 
 
+def _show_loss_and_accuracy(metrics: dict[str, float]) -> dict[str, str]:
+    return {"loss": f"{metrics['loss']:.3f}", "acc": f"{metrics['accuracy']:.2f}"}
+
+
 @torch.no_grad()
 def _reference_logprobs(model: Any, examples: Sequence[Example], opts: DPOOptions, pad_token_id: int) -> torch.Tensor:
     """Sequence log-probs of every example under the initial policy (LoRA: adapters off)."""
@@ -161,15 +159,13 @@ def run_dpo(
     ``model`` must hold the *initial* weights even with ``resume``: the reference log-probs are
     taken from it before the checkpoint's weights are loaded.
     """
-    from agentgym_core.rl.setup import build_optimizer, load_policy
+    from agentgym_core.rl.setup import load_policy
 
     pm = plugin_manager or get_plugin_manager()
     opts = config.dpo
-    run_dir = Path(config.trainer.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    seed_everything(config.trainer.seed)
+    run_dir = start_run(config)
 
-    # ---- setup: policy, pairs, frozen reference, optimizer, resume ----------------------------------
+    # ---- setup: policy, pairs, frozen reference ------------------------------------------------------
     if model is None:
         model, tokenizer = load_policy(config.model)
     pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
@@ -190,44 +186,13 @@ def run_dpo(
     ref = torch.zeros(len(examples))
     with mixed_precision(config.model.mixed_precision, model):  # the reference as the policy will be computed
         ref[used] = _reference_logprobs(model, [examples[i] for i in used], opts, pad_id)
-    total_steps = math.ceil(len(pairs) * opts.epochs / opts.batch_pairs)
-    optimizer, lr_schedule = build_optimizer([p for p in model.parameters() if p.requires_grad], [], config.optim,
-                                             total_steps)
-    start = int(restore(run_dir, model, optimizer, lr_schedule)["step"]) if resume else 0
-    save_finetune_config(config, run_dir / "config.yaml")
-    writer = MetricsWriter(run_dir, tensorboard=config.trainer.tensorboard, resume_step=start if resume else None)
-    result = FinetuneResult(run_dir=run_dir, steps=start)
 
-    with open_evaluation(pm, config, model, tokenizer) as evaluate_now:
-        if evaluate and config.trainer.eval_before and start == 0:
-            result.eval_before = evaluate_now(0)
-            if result.eval_before is not None:
-                writer.write(0, result.eval_before, kind="eval")
+    # ---- one optimizer step: a seeded per-epoch shuffle's slice of the pairs -------------------------
+    def train_step(step: int, optimizer: torch.optim.Optimizer) -> dict[str, float]:
+        batch = [pairs[k] for k in sequence_batches(len(pairs), opts.batch_pairs, step, config.trainer.seed, "dpo")]
+        return _dpo_update(model, optimizer, examples, batch, ref, opts, pad_id)
 
-        # ---- optimizer steps over seeded per-epoch shuffles of the pairs --------------------------
-        last = total_steps if stop_after is None else min(total_steps, start + stop_after)
-        bar = tqdm(range(start, last), initial=start, total=total_steps, desc="dpo",
-                   disable=not config.trainer.progress, dynamic_ncols=True)
-        for step in bar:
-            t0 = time.perf_counter()
-            batch = [pairs[k] for k in sequence_batches(len(pairs), opts.batch_pairs, step, config.trainer.seed, "dpo")]
-            with mixed_precision(config.model.mixed_precision, model):
-                metrics = _dpo_update(model, optimizer, examples, batch, ref, opts, pad_id)
-            lr_schedule.step()
-            metrics.update(lr=lr_schedule.get_last_lr()[0], time_step=time.perf_counter() - t0)
-            done = step + 1
-            writer.write(done, metrics)
-            bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.2f}")
-            result.final, result.steps = metrics, done
-            if done % config.trainer.save_every == 0 or done == total_steps:
-                result.checkpoint = save(run_dir, done, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                         lr_schedule=lr_schedule, config=config, keep=config.trainer.keep_checkpoints,
-                                         finished=done == total_steps)
-        bar.close()
-
-        if evaluate and result.steps == total_steps:
-            result.eval_after = evaluate_now(total_steps)
-            if result.eval_after is not None:
-                writer.write(total_steps, result.eval_after, kind="eval")
-    writer.close()
-    return result
+    return train_steps(pm, config, model=model, tokenizer=tokenizer, run_dir=run_dir,
+                       total_steps=math.ceil(len(pairs) * opts.epochs / opts.batch_pairs), train_step=train_step,
+                       label="dpo", resume=resume, stop_after=stop_after, evaluate=evaluate,
+                       postfix=_show_loss_and_accuracy)

@@ -19,14 +19,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from agentgym_core.finetune.common import (
     FinetuneResult,
     detach_dequantized_gguf,
-    seed_everything,
     select_examples,
+    start_run,
 )
 from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
 from agentgym_core.finetune.data import Example, TokenizerChat, load_examples
@@ -82,9 +81,7 @@ def run_rejection_sampling(
 
     pm = plugin_manager or get_plugin_manager()
     rs = config.rejection_sampling
-    run_dir = Path(config.trainer.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    seed_everything(config.trainer.seed)
+    run_dir = start_run(config)
     if model is None:
         model, tokenizer = load_policy(config.model)
     chat = ChatFormat(TokenizerChat.for_model(model, tokenizer))

@@ -14,30 +14,25 @@ optimizer step (``token_mean``) or the mean over sequences of their per-token me
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from agentgym_core.finetune.common import (
     FinetuneResult,
-    open_evaluation,
     padded_mask,
-    restore,
-    save,
-    seed_everything,
     select_examples,
     sequence_batches,
+    start_run,
     token_budget_chunks,
 )
-from agentgym_core.finetune.config import FinetuneConfig, SFTOptions, save_finetune_config
+from agentgym_core.finetune.config import FinetuneConfig, SFTOptions
 from agentgym_core.finetune.data import Example, TokenizerChat, load_examples
+from agentgym_core.finetune.loop import train_steps
 from agentgym_core.plugins import PluginManager, get_plugin_manager
-from agentgym_core.rl.forward import forward_tokens, mixed_precision
-from agentgym_core.rl.tracking import MetricsWriter
+from agentgym_core.rl.forward import forward_tokens
 from agentgym_core.rollout.chat import ChatFormat
 
 __all__ = ["run_sft", "sft_loss", "sft_update"]
@@ -109,15 +104,13 @@ def run_sft(
     runs one SFT per round in a subdirectory, ``checkpoint=False``: it saves per round itself). ``stop_after`` ends after that many optimizer steps
     of this call, as a kill would (tests).
     """
-    from agentgym_core.rl.setup import build_optimizer, load_policy
+    from agentgym_core.rl.setup import load_policy
 
     pm = plugin_manager or get_plugin_manager()
     opts = options or config.sft
-    run_dir = Path(run_dir or config.trainer.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    seed_everything(config.trainer.seed)
+    run_dir = start_run(config, run_dir)
 
-    # ---- setup: policy, data, optimizer, resume ----------------------------------------------------
+    # ---- setup: policy, data -------------------------------------------------------------------------
     if model is None:
         model, tokenizer = load_policy(config.model)
     pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
@@ -129,49 +122,16 @@ def run_sft(
         raise ValueError(f"SFT has no examples: {config.data.paths} hold no trajectory that passes the filters "
                          f"(only_successful={config.data.only_successful}, max_tokens={config.data.max_tokens}, "
                          f"env={config.data.env})")
-    total_steps = math.ceil(len(examples) * opts.epochs / opts.batch_size)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer, lr_schedule = build_optimizer(params, [], config.optim, total_steps)
-    start = int(restore(run_dir, model, optimizer, lr_schedule)["step"]) if resume else 0
-    save_finetune_config(config, run_dir / "config.yaml")
-    writer = MetricsWriter(run_dir, tensorboard=config.trainer.tensorboard, resume_step=start if resume else None)
-    result = FinetuneResult(run_dir=run_dir, steps=start)
 
-    with open_evaluation(pm, config, model, tokenizer) as evaluate_now:
-        # ---- evaluation before training ----------------------------------------------------------
-        if evaluate and config.trainer.eval_before and start == 0:
-            result.eval_before = evaluate_now(0)
-            if result.eval_before is not None:
-                writer.write(0, result.eval_before, kind="eval")
+    # ---- one optimizer step: a seeded per-epoch shuffle's slice of the examples ----------------------
+    def train_step(step: int, optimizer: torch.optim.Optimizer) -> dict[str, float]:
+        rows = sequence_batches(len(examples), opts.batch_size, step, config.trainer.seed, label)
+        metrics = sft_update(model, optimizer, [examples[r] for r in rows], opts, pad_token_id=pad_id)
+        return {**metrics, "epoch": (step + 1) * opts.batch_size / len(examples)}
 
-        # ---- optimizer steps over seeded per-epoch shuffles --------------------------------------
-        last = total_steps if stop_after is None else min(total_steps, start + stop_after)
-        bar = tqdm(range(start, last), initial=start, total=total_steps, desc=label,
-                   disable=not config.trainer.progress, dynamic_ncols=True)
-        for step in bar:
-            t0 = time.perf_counter()
-            rows = sequence_batches(len(examples), opts.batch_size, step, config.trainer.seed, label)
-            with mixed_precision(config.model.mixed_precision, model):
-                metrics = sft_update(model, optimizer, [examples[r] for r in rows], opts, pad_token_id=pad_id)
-            lr_schedule.step()
-            metrics.update(lr=lr_schedule.get_last_lr()[0], epoch=(step + 1) * opts.batch_size / len(examples),
-                           time_step=time.perf_counter() - t0)
-            done = step + 1
-            writer.write(done, metrics)
-            bar.set_postfix(loss=f"{metrics['loss']:.3f}")
-            result.final, result.steps = metrics, done
-            if checkpoint and (done % config.trainer.save_every == 0 or done == total_steps):
-                result.checkpoint = save(run_dir, done, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                         lr_schedule=lr_schedule, config=config, keep=config.trainer.keep_checkpoints,
-                                         finished=done == total_steps)
-        bar.close()
-
-        # ---- evaluation after training -----------------------------------------------------------
-        if evaluate and result.steps == total_steps:
-            result.eval_after = evaluate_now(total_steps)
-            if result.eval_after is not None:
-                writer.write(total_steps, result.eval_after, kind="eval")
-    writer.close()
+    result = train_steps(pm, config, model=model, tokenizer=tokenizer, run_dir=run_dir,
+                         total_steps=math.ceil(len(examples) * opts.epochs / opts.batch_size), train_step=train_step,
+                         label=label, resume=resume, stop_after=stop_after, evaluate=evaluate, checkpoint=checkpoint)
     if result.checkpoint is None:
         from agentgym_core.rl.checkpoint import latest_checkpoint
 
