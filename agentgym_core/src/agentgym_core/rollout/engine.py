@@ -28,94 +28,36 @@ thread returns) and a fresh one is created for the next episode.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from agentgym_core.env import Env, ResetResult, StepResult
+from agentgym_core.env import ResetResult, StepResult
 from agentgym_core.rollout.backend import (
     ContinuousBackend,
     RolloutBackend,
     RunningBatch,
     Sample,
-    SamplingParams,
     SessionBackend,
 )
 from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.rollout.episode import (
+    EngineBase,
+    EnvSlot,
+    EpisodeSpec,
+    RolloutConfig,
+    RolloutStats,
+    env_error_reason,
+    record_reset,
+    record_step,
+    timeout_reason,
+    truncate,
+)
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
-from agentgym_core.schedulers import RoundScheduler
 
 __all__ = ["EpisodeSpec", "RolloutConfig", "RolloutEngine", "RolloutStats"]
-
-
-class RolloutConfig(BaseModel):
-    """How episodes are rolled out."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sampling: SamplingParams = Field(default_factory=SamplingParams, description="Per-turn sampling settings.")
-    max_turns: int = Field(
-        default=20, ge=1, description="Turn budget per trajectory when no round scheduler is given."
-    )
-    max_total_tokens: int = Field(
-        default=4096, ge=16,
-        description="Token budget per trajectory (prompt + all turns); reaching it truncates with "
-        "truncation_reason='token_budget'.",
-    )
-    step_timeout_s: float = Field(default=60.0, gt=0, description="Limit on one env create/reset/step call.")
-    episode_timeout_s: float | None = Field(
-        default=None, gt=0, description="Wall-clock limit on one episode (None: no limit)."
-    )
-    env_workers: int = Field(default=16, ge=1, description="Threads running environment calls concurrently.")
-    instruction_role: str = Field(
-        default="system",
-        description="Where the env's instruction goes: 'system' message, or 'user' (prefixed to the first "
-        "observation) for templates without a system role.",
-    )
-    synchronous: bool = Field(
-        default=False, description="Round-synchronous baseline: every turn waits for the slowest trajectory."
-    )
-    reuse_kv_cache: bool = Field(
-        default=True,
-        description="Keep each trajectory's KV cache between its turns, so a turn prefills only its new tokens "
-        "(backends implementing SessionBackend); False re-reads the whole history every turn.",
-    )
-
-
-@dataclass(frozen=True)
-class EpisodeSpec:
-    """One episode to roll out: a task, its seed, and which sample of the task it is."""
-
-    task_id: int
-    seed: int | None = None
-    sample_index: int = 0
-    category: str | None = None
-
-
-@dataclass
-class RolloutStats:
-    """What one ``run`` did, for progress lines and benchmarks."""
-
-    trajectories: int = 0
-    failed: int = 0
-    failure_reasons: dict[str, int] = field(default_factory=dict)
-    generation_calls: int = 0  # backend generate calls, or decode steps of the running batch
-    sampled_tokens: int = 0
-    wall_seconds: float = 0.0
-    gen_seconds: float = 0.0
-
-
-@dataclass
-class _Slot:
-    """One environment instance (created lazily in the pool)."""
-
-    env: Env | None = None
-    broken: bool = False
 
 
 @dataclass
@@ -125,7 +67,7 @@ class _Live:
     spec: EpisodeSpec
     traj: Trajectory
     start: float = 0.0
-    slot: _Slot | None = None
+    slot: EnvSlot | None = None
     future: Future | None = None
     deadline: float = float("inf")
     with_system: bool = True
@@ -137,7 +79,7 @@ class _Live:
     cap: int = 0  # token cap of the current reply
 
 
-class RolloutEngine:
+class RolloutEngine(EngineBase[RolloutBackend]):
     """Runs episodes with one backend over a pool of environment instances.
 
     Args:
@@ -149,28 +91,9 @@ class RolloutEngine:
         env_name: recorded in trajectories (default: the env class's ``name``).
     """
 
-    def __init__(
-        self,
-        backend: RolloutBackend,
-        make_env: Callable[[], Env],
-        *,
-        num_envs: int = 8,
-        config: RolloutConfig | None = None,
-        scheduler: RoundScheduler | None = None,
-        env_name: str | None = None,
-    ) -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.backend = backend
-        self.make_env = make_env
-        self.num_envs = num_envs
-        self.config = config or RolloutConfig()
-        self.scheduler = scheduler
-        self.env_name = env_name
-        self.chat = ChatFormat(backend)
-        self.stats = RolloutStats()
-        self._idle: list[_Slot] = []
-        self._alive = 0
+    def _setup(self) -> None:
+        self.chat = ChatFormat(self.backend)
+        self._alive = 0  # instances in use or idle; broken ones leave the count
         self._runs = 0
         self._pool = ThreadPoolExecutor(max_workers=self.config.env_workers, thread_name_prefix="agentgym-env")
 
@@ -184,17 +107,11 @@ class RolloutEngine:
     ) -> list[Trajectory]:
         """Roll out every episode; returns trajectories in the order of ``episodes``."""
         cfg = self.config
-        max_turns = self.scheduler.horizon(step) if self.scheduler is not None else cfg.max_turns
+        max_turns = self._turn_budget(step)
         t0 = time.perf_counter()
         self._runs += 1
         sessions = self.config.reuse_kv_cache and isinstance(self.backend, SessionBackend)
-        lives = [
-            _Live(spec, Trajectory(
-                env=self.env_name or "", task_id=spec.task_id, seed=spec.seed, sample_index=spec.sample_index,
-                category=spec.category, max_turns=max_turns, temperature=cfg.sampling.logprob_temperature,
-            ))
-            for spec in episodes
-        ]
+        lives = [_Live(spec, self._new_trajectory(spec, max_turns, Trajectory)) for spec in episodes]
         for index, live in enumerate(lives):
             live.index = index
             if sessions:
@@ -213,11 +130,7 @@ class RolloutEngine:
             self._release(live)
             self._end_session(live)
             finished += 1
-            self.stats.trajectories += 1
-            if live.traj.failed:
-                self.stats.failed += 1
-                key = (live.traj.failure_reason or "").split(":")[0]
-                self.stats.failure_reasons[key] = self.stats.failure_reasons.get(key, 0) + 1
+            self._count(live.traj)
             if on_done is not None:
                 on_done(live.traj)
 
@@ -290,23 +203,10 @@ class RolloutEngine:
         timeout = max(0.0, min(live.deadline for live in in_env.values()) - time.perf_counter())
         wait(list(in_env), timeout=timeout, return_when=FIRST_COMPLETED)
 
-    def close(self) -> None:
-        """Close every idle environment instance and stop the thread pool."""
-        for slot in self._idle:
-            self._close_slot(slot)
-        self._idle.clear()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def __enter__(self) -> RolloutEngine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- environment side (runs in the pool) ------------------------------------------------------
-    def _new_slot(self) -> _Slot:
+    def _new_slot(self) -> EnvSlot:
         self._alive += 1
-        return _Slot()
+        return EnvSlot()
 
     def _reset_call(self, live: _Live) -> Callable[[], tuple[str, ResetResult, float]]:
         slot, spec = live.slot, live.spec
@@ -314,12 +214,8 @@ class RolloutEngine:
 
         def call() -> tuple[str, ResetResult, float]:
             t = time.perf_counter()
-            if slot.env is None:
-                slot.env = self.make_env()
-            if not self.env_name:
-                self.env_name = slot.env.name
-            result = slot.env.reset(spec.task_id, seed=spec.seed)
-            return slot.env.instruction, result, time.perf_counter() - t
+            instruction, result = self._reset_env(slot, spec)
+            return instruction, result, time.perf_counter() - t
 
         return call
 
@@ -347,51 +243,30 @@ class RolloutEngine:
         """Fold one environment answer (or its failure / timeout) into the trajectory."""
         traj, cfg = live.traj, self.config
         if not future.done():
-            budget = cfg.step_timeout_s
             episode_over = cfg.episode_timeout_s is not None and time.perf_counter() >= live.start + cfg.episode_timeout_s
-            what = f"episode timeout after {cfg.episode_timeout_s:g}s" if episode_over else f"env call timeout after {budget:g}s"
-            self._fail(live, f"timeout: {what}", running=future)
+            self._fail(live, timeout_reason(cfg, episode_over=episode_over), running=future)
             return
         error = future.exception()
         if error is not None:
-            phase = "reset" if not traj.turns else "step"
-            self._fail(live, f"env_error: {phase} raised {type(error).__name__}: {error}")
+            self._fail(live, env_error_reason("reset" if not traj.turns else "step", error))
             return
         if not traj.turns:  # reset answered
             instruction, reset, seconds = future.result()
-            traj.env = traj.env or self.env_name or ""
-            traj.env_seconds += seconds
-            if cfg.instruction_role == "system":
-                traj.messages = [{"role": "system", "content": instruction}, {"role": "user", "content": reset.observation}]
-            else:
-                traj.messages = [{"role": "user", "content": f"{instruction}\n\n{reset.observation}"}]
+            record_reset(traj, instruction, reset.observation, seconds=seconds, env_name=self.env_name,
+                         instruction_role=cfg.instruction_role)
             live.with_system = cfg.instruction_role == "system"
             live.pending_ids = self.chat.prompt_ids(traj.messages)
             if len(live.pending_ids) >= cfg.max_total_tokens:
-                self._truncate(live, "token_budget")
+                truncate(traj, "token_budget")
             return
         action, result, seconds = future.result()
-        turn = traj.turns[-1]
-        turn.action, turn.observation, turn.reward = action, result.observation, float(result.reward)
-        turn.success, turn.env_seconds, turn.info = result.success, seconds, dict(result.info)
-        traj.env_seconds += seconds
-        traj.outcome_reward += turn.reward
-        if result.success is not None:
-            traj.success = bool(result.success)
-        traj.messages.append({"role": "user", "content": result.observation})
-        if result.terminated:
-            traj.terminated = True
-        elif result.truncated:
-            self._truncate(live, "env_step_limit")
-        elif len(traj.turns) >= max_turns:
-            self._truncate(live, "max_turns")
-        else:
+        if record_step(traj, action, result, seconds, max_turns):
+            span = traj.turns[-1].action_span
             live.pending_ids = self.chat.turn_ids(
-                traj.token_ids[turn.action_span.start:turn.action_span.end], result.observation,
-                with_system=live.with_system,
+                traj.token_ids[span.start:span.end], result.observation, with_system=live.with_system,
             )
             if len(traj.token_ids) + len(live.pending_ids) >= cfg.max_total_tokens:
-                self._truncate(live, "token_budget")
+                truncate(traj, "token_budget")
 
     # -- model side (runs in the calling thread) -------------------------------------------------
     def _open_turn(self, live: _Live) -> tuple[list[int], int]:
@@ -426,7 +301,7 @@ class RolloutEngine:
         traj.gen_seconds += seconds
         traj.messages.append({"role": "assistant", "content": self.chat.reply_content(sample.token_ids)})
         if cfg.episode_timeout_s is not None and time.perf_counter() > live.start + cfg.episode_timeout_s:
-            self._fail(live, f"timeout: episode timeout after {cfg.episode_timeout_s:g}s")
+            self._fail(live, timeout_reason(cfg, episode_over=True))
 
     def _generate(self, batch: list[_Live]) -> list[_Live]:
         """One backend call samples a reply for every trajectory in ``batch`` (backends without open_batch)."""
@@ -455,17 +330,13 @@ class RolloutEngine:
             self.backend.release_session(live.session)  # type: ignore[attr-defined]
             live.session = None
 
-    def _truncate(self, live: _Live, reason: str) -> None:
-        live.traj.truncated = True
-        live.traj.truncation_reason = reason  # type: ignore[assignment]
-
     def _fail(self, live: _Live, reason: str, running: Future | None = None) -> None:
         live.traj.failed, live.traj.failure_reason = True, reason
         if live.slot is not None:
             live.slot.broken = True
             if running is not None:  # the call still runs in its thread: close once it returns
                 slot = live.slot
-                running.add_done_callback(lambda _f: self._close_slot(slot))
+                running.add_done_callback(lambda _f: slot.close())
 
     def _release(self, live: _Live) -> None:
         slot, live.slot = live.slot, None
@@ -474,12 +345,6 @@ class RolloutEngine:
         if slot.broken:
             self._alive -= 1
             if live.future is None or live.future.done():
-                self._close_slot(slot)
+                slot.close()
         else:
             self._idle.append(slot)
-
-    @staticmethod
-    def _close_slot(slot: _Slot) -> None:
-        if slot.env is not None:
-            with contextlib.suppress(Exception):  # closing a broken env may fail too; it is discarded anyway
-                slot.env.close()

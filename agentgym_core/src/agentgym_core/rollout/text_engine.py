@@ -24,7 +24,6 @@ keys: ``trainable: false`` and ``usage: {prompt_tokens, completion_tokens}`` (pe
 
 from __future__ import annotations
 
-import contextlib
 import json
 import queue
 import threading
@@ -38,10 +37,18 @@ from pydantic import BaseModel, Field
 
 from agentgym_core.env import Env
 from agentgym_core.rollout.backend import SamplingParams
-from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutStats
+from agentgym_core.rollout.episode import (
+    EngineBase,
+    EnvSlot,
+    EpisodeSpec,
+    env_error_reason,
+    record_reset,
+    record_step,
+    timeout_reason,
+    truncate,
+)
 from agentgym_core.rollout.logs import RolloutLogWriter, trajectory_log_record
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
-from agentgym_core.schedulers import RoundScheduler
 
 __all__ = [
     "ChatBackend",
@@ -147,15 +154,7 @@ class _EpisodeFailed(Exception):
         self.reason = reason
 
 
-class _Slot:
-    """One environment instance, owned by one worker at a time."""
-
-    def __init__(self) -> None:
-        self.env: Env | None = None
-        self.broken = False
-
-
-class TextRolloutEngine:
+class TextRolloutEngine(EngineBase[ChatBackend]):
     """Runs episodes with a :class:`ChatBackend` over a pool of environment instances.
 
     Same arguments and ``run`` contract as :class:`agentgym_core.rollout.RolloutEngine`
@@ -165,29 +164,13 @@ class TextRolloutEngine:
     counted in the next answer, so the last call may overshoot by one observation).
     """
 
-    def __init__(
-        self,
-        backend: ChatBackend,
-        make_env: Callable[[], Env],
-        *,
-        num_envs: int = 8,
-        config: RolloutConfig | None = None,
-        scheduler: RoundScheduler | None = None,
-        env_name: str | None = None,
-    ) -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        config = config or RolloutConfig()
-        if config.synchronous:
+    def _setup(self) -> None:
+        if self.config.synchronous:
             raise ValueError("the text engine has no round-synchronous mode; set synchronous=False")
-        self.backend, self.make_env, self.num_envs = backend, make_env, num_envs
-        self.config, self.scheduler, self.env_name = config, scheduler, env_name
-        self.stats = RolloutStats()
-        self._lock = threading.Lock()
-        self._idle: list[_Slot] = []
+        self._lock = threading.Lock()  # guards stats, the idle slots and on_done across worker threads
         # Env calls run here so a hung call can be abandoned at its timeout; the extra threads
         # leave room for calls that are still hanging after their episode gave up on them.
-        self._env_pool = ThreadPoolExecutor(max_workers=2 * num_envs, thread_name_prefix="agentgym-text-env")
+        self._pool = ThreadPoolExecutor(max_workers=2 * self.num_envs, thread_name_prefix="agentgym-text-env")
 
     # -- public ------------------------------------------------------------------------------
     def run(
@@ -201,21 +184,16 @@ class TextRolloutEngine:
 
         ``on_done`` is called once per finished trajectory, one call at a time.
         """
-        max_turns = self.scheduler.horizon(step) if self.scheduler is not None else self.config.max_turns
+        max_turns = self._turn_budget(step)
         t0 = time.perf_counter()
-        trajs: list[TextTrajectory] = [
-            TextTrajectory(env=self.env_name or "", task_id=s.task_id, seed=s.seed, sample_index=s.sample_index,
-                           category=s.category, max_turns=max_turns,
-                           temperature=self.config.sampling.logprob_temperature)
-            for s in episodes
-        ]
+        trajs = [self._new_trajectory(spec, max_turns, TextTrajectory) for spec in episodes]
         todo: queue.SimpleQueue[int] = queue.SimpleQueue()
         for index in range(len(episodes)):
             todo.put(index)
 
         def worker() -> None:
             with self._lock:
-                slot = self._idle.pop() if self._idle else _Slot()
+                slot = self._idle.pop() if self._idle else EnvSlot()
             while True:
                 try:
                     index = todo.get_nowait()
@@ -238,21 +216,8 @@ class TextRolloutEngine:
         self.stats.wall_seconds += time.perf_counter() - t0
         return list(trajs)
 
-    def close(self) -> None:
-        """Close idle environment instances and stop the env thread pool."""
-        for slot in self._idle:
-            self._close(slot)
-        self._idle.clear()
-        self._env_pool.shutdown(wait=False, cancel_futures=True)
-
-    def __enter__(self) -> TextRolloutEngine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- one episode (runs in a worker thread) ------------------------------------------------------
-    def _episode(self, slot: _Slot, spec: EpisodeSpec, index: int, traj: TextTrajectory, max_turns: int) -> _Slot:
+    def _episode(self, slot: EnvSlot, spec: EpisodeSpec, index: int, traj: TextTrajectory, max_turns: int) -> EnvSlot:
         """Play one episode into ``traj``; returns the slot for the next one (fresh if this one broke)."""
         cfg = self.config
         start = time.perf_counter()
@@ -263,38 +228,26 @@ class TextRolloutEngine:
             traj.failed, traj.failure_reason = True, failure.reason
         traj.wall_seconds = time.perf_counter() - start
         if slot.broken:
-            return _Slot()
+            return EnvSlot()
         return slot
 
-    def _play(self, slot: _Slot, spec: EpisodeSpec, index: int, traj: TextTrajectory, max_turns: int,
+    def _play(self, slot: EnvSlot, spec: EpisodeSpec, index: int, traj: TextTrajectory, max_turns: int,
               deadline: float) -> None:
         cfg = self.config
-
-        def reset() -> tuple[str, Any]:
-            if slot.env is None:
-                slot.env = self.make_env()
-            if not self.env_name:
-                self.env_name = slot.env.name
-            return slot.env.instruction, slot.env.reset(spec.task_id, seed=spec.seed)
-
-        (instruction, first), seconds = self._env_call(slot, reset, "reset", deadline)
-        traj.env = traj.env or self.env_name or ""
-        traj.env_seconds += seconds
-        if cfg.instruction_role == "system":
-            traj.messages = [{"role": "system", "content": instruction}, {"role": "user", "content": first.observation}]
-        else:
-            traj.messages = [{"role": "user", "content": f"{instruction}\n\n{first.observation}"}]
+        (instruction, first), seconds = self._env_call(slot, lambda: self._reset_env(slot, spec), "reset", deadline)
+        record_reset(traj, instruction, first.observation, seconds=seconds, env_name=self.env_name,
+                     instruction_role=cfg.instruction_role)
         used = 0  # tokens of the conversation so far, as the server counts them
         while True:
             if time.perf_counter() >= deadline:
-                raise _EpisodeFailed(f"timeout: episode timeout after {cfg.episode_timeout_s:g}s")
+                raise _EpisodeFailed(timeout_reason(cfg, episode_over=True))
             room = cfg.max_total_tokens - used
             if room <= 0:
-                self._truncate(traj, "token_budget")
+                truncate(traj, "token_budget")
                 return
             reply, gen_seconds = self._chat(traj, index, min(cfg.sampling.max_new_tokens, room))
             if reply is None:  # the server said the conversation no longer fits the model
-                self._truncate(traj, "token_budget")
+                truncate(traj, "token_budget")
                 return
             if reply.prompt_tokens is not None and reply.completion_tokens is not None:
                 used = reply.prompt_tokens + reply.completion_tokens
@@ -315,24 +268,10 @@ class TextRolloutEngine:
                 return action, env.step(action)
 
             (action, result), seconds = self._env_call(slot, step, "step", deadline)
-            turn.action, turn.observation, turn.reward = action, result.observation, float(result.reward)
-            turn.success, turn.env_seconds, turn.info = result.success, seconds, dict(result.info)
-            traj.env_seconds += seconds
-            traj.outcome_reward += turn.reward
-            if result.success is not None:
-                traj.success = bool(result.success)
-            traj.messages.append({"role": "user", "content": result.observation})
-            if result.terminated:
-                traj.terminated = True
-                return
-            if result.truncated:
-                self._truncate(traj, "env_step_limit")
-                return
-            if len(traj.turns) >= max_turns:
-                self._truncate(traj, "max_turns")
+            if not record_step(traj, action, result, seconds, max_turns):
                 return
             if used >= cfg.max_total_tokens:
-                self._truncate(traj, "token_budget")
+                truncate(traj, "token_budget")
                 return
 
     def _chat(self, traj: TextTrajectory, index: int, cap: int) -> tuple[ChatReply | None, float]:
@@ -365,44 +304,21 @@ class TextRolloutEngine:
                 self.stats.sampled_tokens += reply.completion_tokens or 0
         return reply, seconds
 
-    def _env_call(self, slot: _Slot, call: Callable[[], Any], phase: str, deadline: float) -> tuple[Any, float]:
+    def _env_call(self, slot: EnvSlot, call: Callable[[], Any], phase: str, deadline: float) -> tuple[Any, float]:
         """Run ``call`` in the env pool; a timeout or exception breaks the slot and fails the episode."""
         cfg = self.config
         t = time.perf_counter()
         if t >= deadline:  # checked first, so an env that is merely late is not discarded as broken
-            raise _EpisodeFailed(f"timeout: episode timeout after {cfg.episode_timeout_s:g}s")
-        future: Future = self._env_pool.submit(call)
+            raise _EpisodeFailed(timeout_reason(cfg, episode_over=True))
+        future: Future = self._pool.submit(call)
         limit = min(cfg.step_timeout_s, max(0.0, deadline - t))
         try:
             return future.result(timeout=limit), time.perf_counter() - t
         except FutureTimeout:
             slot.broken = True
-            future.add_done_callback(lambda _f: self._close(slot))  # closed once the stuck call returns
-            episode_over = deadline - t <= cfg.step_timeout_s
-            what = (f"episode timeout after {cfg.episode_timeout_s:g}s" if episode_over
-                    else f"env call timeout after {cfg.step_timeout_s:g}s")
-            raise _EpisodeFailed(f"timeout: {what}") from None
+            future.add_done_callback(lambda _f: slot.close())  # closed once the stuck call returns
+            raise _EpisodeFailed(timeout_reason(cfg, episode_over=deadline - t <= cfg.step_timeout_s)) from None
         except Exception as exc:  # noqa: BLE001 -- recorded as the episode's failure reason
             slot.broken = True
-            self._close(slot)
-            raise _EpisodeFailed(f"env_error: {phase} raised {type(exc).__name__}: {exc}") from exc
-
-    # -- endings ---------------------------------------------------------------------------------
-    @staticmethod
-    def _truncate(traj: Trajectory, reason: str) -> None:
-        traj.truncated = True
-        traj.truncation_reason = reason  # type: ignore[assignment]
-
-    def _count(self, traj: Trajectory) -> None:
-        self.stats.trajectories += 1
-        if traj.failed:
-            self.stats.failed += 1
-            key = (traj.failure_reason or "").split(":")[0]
-            self.stats.failure_reasons[key] = self.stats.failure_reasons.get(key, 0) + 1
-
-    @staticmethod
-    def _close(slot: _Slot) -> None:
-        if slot.env is not None:
-            with contextlib.suppress(Exception):  # a broken env may fail to close; it is discarded anyway
-                slot.env.close()
-            slot.env = None
+            slot.close()
+            raise _EpisodeFailed(env_error_reason(phase, exc)) from exc
