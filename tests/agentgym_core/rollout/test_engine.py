@@ -165,3 +165,42 @@ def test_same_seed_same_trajectories_with_or_without_the_round_barrier(tiny_back
     for free, barrier in zip(runs[False], runs[True], strict=True):
         assert free.token_ids == barrier.token_ids
         assert free.logprobs == pytest.approx(barrier.logprobs, abs=1e-4)
+
+
+def test_the_environment_gets_the_action_without_the_end_of_turn_token():
+    """A reply that ends with the model's end-of-turn token is parsed without it (regression: the env
+    once received 'guess 3<|im_end|>' and answered every well-formed reply as an invalid action)."""
+    import torch
+
+    from agentgym_backend_transformers import TransformersBackend
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    class Recording(GuessEnv):
+        actions: list[str] = []
+
+        def step(self, action):
+            Recording.actions.append(action)
+            return super().step(action)
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    backend = TransformersBackend(model, tokenizer)
+    env = Recording()
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "system", "content": env.instruction}, {"role": "user", "content": env.reset(0).observation}],
+        tokenize=False, add_generation_prompt=True)
+    reply = tokenizer.encode("Action: guess 3", add_special_tokens=False) + [tokenizer.eos_token_id]
+    ids = torch.tensor([tokenizer.encode(prompt, add_special_tokens=False) + reply])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(150):  # overfit the tiny model on this one reply, so greedy decoding says it and stops
+        logits = model(input_ids=ids[:, :-1]).logits[0, -len(reply):]
+        loss = torch.nn.functional.cross_entropy(logits, ids[0, -len(reply):])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    config = _config(sampling=SamplingParams(temperature=0.0, max_new_tokens=16, seed=0), max_turns=1)
+    with RolloutEngine(backend, Recording, num_envs=1, config=config) as engine:
+        traj, = engine.run([EpisodeSpec(task_id=0)])
+    assert traj.turns[0].finish_reason == "eos" and traj.token_ids[-1] == tokenizer.eos_token_id
+    assert Recording.actions == ["guess 3"] and traj.turns[0].action == "guess 3"
+    assert traj.messages[-2]["content"] == "Action: guess 3"

@@ -220,7 +220,9 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         return call
 
     def _step_call(self, live: _Live) -> Callable[[], tuple[str, StepResult, float]]:
-        slot, text = live.slot, live.traj.turns[-1].text
+        # The reply as the model said it: its message content, without the end-of-turn token that
+        # turns[-1].text keeps (an action "turn left<|im_end|>" would be invalid).
+        slot, text = live.slot, live.traj.messages[-1]["content"]
         assert slot is not None and slot.env is not None
         env = slot.env
 
