@@ -105,7 +105,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", default="scaling_inter,fixed")
     parser.add_argument("--override", action="append", default=[], help="extra dotted recipe override")
+    parser.add_argument("--out", default=str(RESULTS / "learn_babyai.json"), help="results JSON (PNG next to it)")
+    parser.add_argument("--combine", nargs="+", default=None, metavar="JSON",
+                        help="no training: merge the arms of earlier runs' JSON files (arms run as separate "
+                        "processes, e.g. side by side) into --out, its PNG and the summary table")
     args = parser.parse_args()
+    if args.combine:
+        runs = [json.loads(Path(f).read_text()) for f in args.combine]
+        report = [arm for run in runs for arm in run["arms"]]
+        Path(args.out).write_text(json.dumps({"combined": args.combine, "runs": runs, "arms": report}, indent=2))
+        summarize(report, args.eval_tasks, Path(args.out))
+        return
 
     from agentgym_core.rl.config import load_config
 
@@ -130,28 +140,33 @@ def main() -> None:
             overrides = ["algorithm.rounds_ctrl.type=fixed", f"algorithm.rounds_ctrl.rounds=[{rounds[-1]}]",
                          "warm_start=null", f"model.path={sft[-1] / 'model'}"]
             first = report[0] if report else None
-            if first and first["eval_sft"]:  # same weights, tasks and horizon: evaluated already
+            if first and first["eval_before"]:  # same weights, tasks and horizon: evaluated already
                 overrides.append("trainer.eval_before=false")
         else:
             raise SystemExit(f"unknown arm {arm!r}: scaling_inter or fixed")
         row = run_arm(arm, args, overrides)
         if arm == "fixed" and row["eval_before"] is None and report:
-            row["eval_before"] = report[0]["eval_sft"]
+            row["eval_before"] = report[0]["eval_before"]
         report.append(row)
-        (RESULTS / "learn_babyai.json").write_text(json.dumps(
+        Path(args.out).write_text(json.dumps(
             {"command": "python bench/learn_babyai.py " + " ".join(sys.argv[1:]), "load_avg_1m_start": load,
              "total_minutes": (time.perf_counter() - started) / 60, "arms": report}, indent=2))
 
+    print(f"total {(time.perf_counter() - started) / 60:.1f} min")
+    summarize(report, args.eval_tasks, Path(args.out))
+
+
+def summarize(report: list[dict], eval_tasks: int, out: Path) -> None:
     fmt = lambda e: "   -  " if not e else f"{100 * e['success']:5.1f}%"  # noqa: E731
-    base = report[0].get("eval_base")
-    print(f"\nheld-out success ({args.eval_tasks} BabyAI test tasks, greedy):")
-    print(f"  base model            {fmt(base)}")
-    print(f"  after SFT             {fmt(report[0].get('eval_sft'))}")
+    first = report[0]
+    print(f"\nheld-out success ({eval_tasks} BabyAI test tasks, greedy):")
+    print(f"  base model            {fmt(first.get('eval_base'))}")
+    print(f"  after SFT             {fmt(first.get('eval_sft') or first.get('eval_before'))}")
     for row in report:
         print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({row['minutes']:.1f} min)")
-    print(f"total {(time.perf_counter() - started) / 60:.1f} min; results in {RESULTS / 'learn_babyai.json'}")
-    if plot(report, RESULTS / "learn_babyai.png"):
-        print(f"curves: {RESULTS / 'learn_babyai.png'}")
+    print(f"results in {out}")
+    if plot(report, out.with_suffix(".png")):
+        print(f"curves: {out.with_suffix('.png')}")
     else:
         print("matplotlib not installed (pip install -e .[bench]): no PNG; the curves are in the JSON")
 
