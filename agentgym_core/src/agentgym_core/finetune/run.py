@@ -54,8 +54,9 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
     run_dir = Path(train_config.trainer.run_dir) / "warm_start"
     run_dir.mkdir(parents=True, exist_ok=True)
     done = latest_checkpoint(run_dir)
-    if done is not None and load_trainer_state(done).get("finished"):
-        result = FinetuneResult(run_dir=run_dir, steps=int(load_trainer_state(done)["step"]), checkpoint=done)
+    state = load_trainer_state(done) if done is not None else {}  # holds the optimizer: read it once
+    if state.get("finished"):
+        result = FinetuneResult(run_dir=run_dir, steps=int(state["step"]), checkpoint=done)
         metrics = run_dir / "metrics.jsonl"
         logged = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.exists() else []
         evals = [{k: v for k, v in e.items() if k != "kind"} for e in logged if e.get("kind") == "eval"]
