@@ -37,7 +37,7 @@ def mixed_precision(mode: str, model: torch.nn.Module) -> contextlib.AbstractCon
 
     Weights, gradients and optimizer state keep their dtype; matmuls run in bfloat16. ``auto``
     picks bf16 on CUDA devices that support it and on CPUs with native bf16 instructions
-    (AVX512-BF16 or AMX), where oneDNN runs bf16 matmuls about 2.5x faster than float32.
+    (AVX512-BF16 or AMX), where the update runs about 3x faster than in float32 (bench/train_step.py).
     """
     device = next(model.parameters()).device
     if mode == "auto":

@@ -162,13 +162,10 @@ def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: 
                                    max_total_tokens=config.rollout.max_total_tokens)
         bar = tqdm(total=len(tasks), desc=f"eval {env.name} (step {step})", unit="traj", leave=False,
                    disable=not progress, dynamic_ncols=True)
-        successes = 0
-
-        def done(traj: Trajectory) -> None:
-            nonlocal successes
-            successes += int(traj.success)
+        def done(traj: Trajectory, bar: Any = bar, counts: list[int] = [0]) -> None:  # noqa: B006 - per env
+            counts[0] += int(traj.success)
             bar.update(1)
-            bar.set_postfix(success=f"{successes}/{bar.n}")
+            bar.set_postfix(success=f"{counts[0]}/{bar.n}")
 
         with RolloutEngine(backend, env.make_env, num_envs=min(env.config.max_concurrency, len(tasks)),
                            config=engine_cfg, env_name=env.name) as engine:
