@@ -5,17 +5,18 @@ sampling at temperature 1 with a fixed seed, the same turn budget and token caps
 backend -- is rolled out once per mode, in this run:
 
 * ``engine``: the engine as designed: a trajectory is sampled again as soon as its own environment
-  answers (no round barrier), and it keeps its KV cache between turns (only new tokens prefilled).
+  answers (no round barrier), it keeps its KV cache between turns (only new tokens prefilled), and
+  a prompt prefix several trajectories start with (the instruction) is read once per rollout.
 * ``round-sync``: the same, but every turn waits for the slowest trajectory before anyone samples
   (the anchor's round barrier). Only the scheduling differs from ``engine``.
-* ``round-sync-reread``: the round barrier AND the whole history re-read (prefilled) every turn, as
-  a round-synchronous loop that re-renders the conversation each round does (the anchor; also
-  this engine before sessions existed).
+* ``round-sync-reread``: the anchor's rollout: the round barrier AND every prompt read in full every
+  turn (no KV cache kept between turns, no shared prefix), as a round-synchronous loop that
+  re-renders the conversation each round does (also this engine before sessions existed).
 
 Prints trajectories/min and sampled tokens/s per mode and the speedups of ``engine`` over each
 baseline, with the 1-minute load average, and writes bench/results/rollout.json.
 
-    python bench/rollout.py --threads 1                       # SmolLM2-135M on BabyAI, P = 1, 8, 32
+    python bench/rollout.py --threads 1                       # SmolLM2-135M on BabyAI, P = 1, 8, 32, 8 turns
     python bench/rollout.py --model tiny --parallel 1 8       # a quick smoke run with a tiny random model
 """
 
@@ -33,22 +34,23 @@ from agentgym_backend_transformers import TransformersBackend, make_backend
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
 
-MODES = {  # name -> (synchronous, reuse_kv_cache)
-    "engine": (False, True),
-    "round-sync": (True, True),
-    "round-sync-reread": (True, False),
+MODES = {  # name -> (synchronous, reuse_kv_cache, share_prefixes)
+    "engine": (False, True, True),
+    "round-sync": (True, True, True),
+    "round-sync-reread": (True, False, False),
 }
 
 
 def run_once(backend, env_cls, tasks, *, mode: str, args) -> dict[str, float]:
-    synchronous, reuse = MODES[mode]
+    synchronous, reuse, share = MODES[mode]
+    backend.share_prefixes = share
     config = RolloutConfig(
         sampling=SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed),
         max_turns=args.max_rounds, synchronous=synchronous, reuse_kv_cache=reuse, env_workers=32,
         step_timeout_s=600,
     )
     stats = backend.sessions.stats
-    prefilled, reused = stats.prefilled_tokens, stats.reused_tokens
+    prefilled, reused, shared = stats.prefilled_tokens, stats.reused_tokens, stats.shared_prefix_tokens
     load = os.getloadavg()[0]
     with RolloutEngine(backend, env_cls, num_envs=len(tasks), config=config, env_name="babyai") as engine:
         start = time.perf_counter()
@@ -61,6 +63,7 @@ def run_once(backend, env_cls, tasks, *, mode: str, args) -> dict[str, float]:
         "gen_s": engine.stats.gen_seconds, "turns": sum(t.num_turns for t in trajs), "failed": engine.stats.failed,
         "successes": sum(t.success for t in trajs),
         "prefilled_tokens": stats.prefilled_tokens - prefilled, "reused_tokens": stats.reused_tokens - reused,
+        "shared_prefix_tokens": stats.shared_prefix_tokens - shared,
         "load_avg_1m_start": load, "load_avg_1m_end": os.getloadavg()[0],
     }
 
@@ -70,7 +73,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model spec, or 'tiny' (random tiny Llama)")
     parser.add_argument("--parallel", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    parser.add_argument("--max-rounds", type=int, default=4)
+    parser.add_argument("--max-rounds", type=int, default=8, help="turn budget (the recipes evaluate at 8)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (use 1 on a shared machine)")
     parser.add_argument("--device", default="auto")
@@ -89,7 +92,7 @@ def main() -> None:
     test = env_cls.tasks().split("test")
     results = {"model": args.model, "device": str(backend.device), "torch_threads": torch.get_num_threads(),
                "cpu_count": os.cpu_count(), "max_rounds": args.max_rounds, "max_new_tokens": args.max_new_tokens,
-               "modes": {m: {"synchronous": s, "reuse_kv_cache": r} for m, (s, r) in MODES.items()}, "runs": []}
+               "modes": {m: {"synchronous": s, "reuse_kv_cache": r, "share_prefixes": p} for m, (s, r, p) in MODES.items()}, "runs": []}
     print(f"{'P':>3} {'mode':>18} {'traj/min':>9} {'tok/s':>7} {'wall s':>7} {'turns':>5} {'prefilled':>9} "
           f"{'reused':>7} {'load':>5}")
     out = Path(args.out)

@@ -50,7 +50,8 @@ class TransformersBackend:
     name = "transformers"
 
     def __init__(
-        self, model: Any, tokenizer: Any, *, max_batch_size: int = 64, session_cache_mb: float = 1024.0
+        self, model: Any, tokenizer: Any, *, max_batch_size: int = 64, session_cache_mb: float = 1024.0,
+        share_prefixes: bool = True,
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat_template; the backend renders turns with the model's own template")
@@ -67,6 +68,7 @@ class TransformersBackend:
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else min(self.eos_token_ids))
         self.sessions = SessionStore(int(session_cache_mb * 2**20))
+        self.share_prefixes = share_prefixes  # read a prompt prefix common to several rows once (decoding.py)
 
     @classmethod
     def from_config(cls, config: TransformersBackendConfig) -> TransformersBackend:
@@ -74,7 +76,8 @@ class TransformersBackend:
             torch.set_num_threads(config.threads)
         model, tokenizer = load_pretrained(config.model, device=pick_device(config.device), dtype=config.dtype)
         return cls(
-            model, tokenizer, max_batch_size=config.max_batch_size, session_cache_mb=config.session_cache_mb
+            model, tokenizer, max_batch_size=config.max_batch_size, session_cache_mb=config.session_cache_mb,
+            share_prefixes=config.share_prefixes,
         )
 
     @property

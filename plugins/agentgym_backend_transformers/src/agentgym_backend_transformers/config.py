@@ -30,4 +30,9 @@ class TransformersBackendConfig(BaseModel):
         description="Memory budget for KV caches kept between a trajectory's turns (least recently used are "
         "dropped beyond it, then re-read in full); 0 turns reuse off.",
     )
+    share_prefixes: bool = Field(
+        default=True,
+        description="Read a prompt prefix that several trajectories start with (the instruction, a GRPO group's "
+        "first prompt) once per rollout and reuse its KV cache; false reads every prompt in full.",
+    )
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: torch's default).")

@@ -20,6 +20,13 @@ environments' timing (keys that are ints or tuples of ints hash the same in ever
 Sessions: a row added with a session key starts from the KV cache kept for that key (only the part
 of the prompt after the cached tokens is prefilled) and, when it finishes, keeps its own keys and
 values under that key for the next turn (:mod:`agentgym_backend_transformers.sessions`).
+
+Shared prompt prefixes: rows that start a conversation (no session cache yet) usually share a
+long prefix -- the environment's instruction, or the whole first prompt within a GRPO group.
+Their common prefix is read once, kept for the life of the batch (one engine run: the weights
+cannot change under it) and laid into each such row like a session cache; a row that arrives
+later starts from the longest kept prefix it shares. ``backend.share_prefixes = False`` turns it
+off (every prompt is read in full, as a loop that re-renders each prompt does).
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ if TYPE_CHECKING:
     from agentgym_backend_transformers.backend import TransformersBackend
 
 __all__ = ["DecodeBatch", "filter_logits"]
+
+MIN_SHARED_PREFIX = 16  # tokens: a shorter common prefix is not worth its own forward pass
+MAX_KEPT_PREFIXES = 8  # prompt prefixes a batch keeps (least recently used go first)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -89,6 +99,7 @@ class DecodeBatch:
         self._next_position: torch.Tensor | None = None  # (B,)
         self._logits: torch.Tensor | None = None  # (B, V) logits of each row's next token
         self._plain: bool | None = None  # full-attention cache layers only: rows may merge and be trimmed
+        self._prefixes: list[SessionKV] = []  # prompt prefixes read for this batch, most recently used last
 
     @property
     def active(self) -> int:
@@ -183,6 +194,9 @@ class DecodeBatch:
             store.stats.hits += sum(kv is not None for kv in cached)
             store.stats.misses += sum(kv is None and r.session is not None for kv, r in zip(cached, joining, strict=True))
         reuse = [0 if kv is None else kv.usable_length(row.prompt) for kv, row in zip(cached, joining, strict=True)]
+        keep_prompts: list[int] = []
+        if self._plain and getattr(backend, "share_prefixes", False):
+            keep_prompts = self._share_prefixes(joining, cached, reuse)
         batch, width_c = len(joining), max(reuse)
         width_s = max(len(row.prompt) - c for row, c in zip(joining, reuse, strict=True))
         attention = torch.zeros((batch, width_c + width_s), dtype=torch.long, device=device)
@@ -212,7 +226,55 @@ class DecodeBatch:
             input_ids=input_ids, attention_mask=attention, position_ids=positions,
             past_key_values=cache, use_cache=True, logits_to_keep=1,
         ).logits[:, -1, :]  # (b, V)
+        for b in keep_prompts:  # rows no kept prefix covered: later arrivals may share their prompt
+            self._keep_prefix(SessionKV(token_ids=list(joining[b].prompt), layers=_row_kv(cache, attention, b)))
         self._merge(joining, cache, attention, positions[:, -1] + 1, logits)
+
+    def _share_prefixes(self, joining: list[_Row], cached: list[SessionKV | None], reuse: list[int]) -> list[int]:
+        """Give rows without a usable session cache a shared prompt prefix (in place); returns the rows
+        still uncovered, whose prompts are kept once prefilled (see the module docstring)."""
+        fresh = [b for b, c in enumerate(reuse) if c < MIN_SHARED_PREFIX]
+        uncovered: list[int] = []
+        for b in fresh:
+            best, length = None, 0
+            for kv in self._prefixes:
+                n = kv.usable_length(joining[b].prompt)
+                if n > length:
+                    best, length = kv, n
+            if best is not None and length >= MIN_SHARED_PREFIX:
+                cached[b], reuse[b] = best, length
+                self.backend.sessions.stats.shared_prefix_tokens += length
+                self._prefixes.remove(best)
+                self._prefixes.append(best)
+            else:
+                uncovered.append(b)
+        if len(uncovered) >= 2:  # rows arriving together: read their common prefix once
+            common = _common_prefix([joining[b].prompt[:-1] for b in uncovered])
+            if len(common) >= MIN_SHARED_PREFIX:
+                kv = self._read_prefix(common)
+                for b in uncovered:
+                    cached[b], reuse[b] = kv, len(common)
+                self.backend.sessions.stats.shared_prefix_tokens += len(common) * len(uncovered)
+                return []
+        return uncovered
+
+    def _read_prefix(self, tokens: list[int]) -> SessionKV:
+        """Prefill ``tokens`` alone (positions 0..n-1) and keep their keys and values."""
+        from transformers import DynamicCache
+
+        backend = self.backend
+        cache = DynamicCache(config=backend.model.config)
+        ids = torch.tensor([tokens], dtype=torch.long, device=backend.device)
+        backend.model(input_ids=ids, position_ids=torch.arange(len(tokens), device=backend.device)[None],
+                      past_key_values=cache, use_cache=True, logits_to_keep=1)
+        backend.sessions.stats.prefilled_tokens += len(tokens)
+        kv = SessionKV(token_ids=list(tokens), layers=[(layer.keys[0], layer.values[0]) for layer in cache.layers])
+        self._keep_prefix(kv)
+        return kv
+
+    def _keep_prefix(self, kv: SessionKV) -> None:
+        self._prefixes.append(kv)
+        del self._prefixes[:-MAX_KEPT_PREFIXES]
 
     def _merge(self, joining: list[_Row], cache: Any, attention: torch.Tensor, nxt: torch.Tensor,
                logits: torch.Tensor) -> None:
@@ -253,11 +315,26 @@ class DecodeBatch:
 
     def _save_session(self, b: int, session: Hashable, token_ids: list[int]) -> None:
         assert self._attention is not None
-        columns = self._attention[b].nonzero().squeeze(-1)  # (n,)
-        if columns.numel() != len(token_ids):  # never keep a cache that does not match its tokens
-            raise RuntimeError(f"session cache of {columns.numel()} columns for {len(token_ids)} tokens")
-        layers = [(layer.keys[b][:, columns], layer.values[b][:, columns]) for layer in self._cache.layers]
+        layers = _row_kv(self._cache, self._attention, b)
+        if layers[0][0].shape[1] != len(token_ids):  # never keep a cache that does not match its tokens
+            raise RuntimeError(f"session cache of {layers[0][0].shape[1]} columns for {len(token_ids)} tokens")
         self.backend.sessions.put(session, SessionKV(token_ids=token_ids, layers=layers))
+
+
+def _row_kv(cache: Any, attention: torch.Tensor, b: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Row ``b``'s keys and values on its real (unmasked) columns, per layer: (heads, n, head_dim)."""
+    columns = attention[b].nonzero().squeeze(-1)  # (n,)
+    return [(layer.keys[b][:, columns], layer.values[b][:, columns]) for layer in cache.layers]
+
+
+def _common_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:
+    """The longest list of tokens every sequence starts with."""
+    first = sequences[0]
+    n = min(len(s) for s in sequences)
+    for i in range(n):
+        if any(s[i] != first[i] for s in sequences[1:]):
+            return list(first[:i])
+    return list(first[:n])
 
 
 def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:

@@ -60,8 +60,9 @@ class SessionStats:
 
     hits: int = 0
     misses: int = 0
-    reused_tokens: int = 0
-    prefilled_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens read from a kept cache (sessions and shared prefixes)
+    prefilled_tokens: int = 0  # prompt tokens run through the model
+    shared_prefix_tokens: int = 0  # of reused_tokens: from a prompt prefix shared between trajectories
     evictions: int = 0
     released: int = 0
 
