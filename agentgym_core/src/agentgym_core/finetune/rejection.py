@@ -21,6 +21,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from tqdm import tqdm
+
 from agentgym_core.finetune.common import (
     FinetuneResult,
     detach_dequantized_gguf,
@@ -127,7 +129,19 @@ def run_rejection_sampling(
             if not shares:
                 backend.load_weights(model.state_dict())
             sampled: list[Trajectory] = []
-            with RolloutLogWriter(round_dir / "samples.jsonl", step=r + 1, include_tokens=True) as log:
+            total = rs.tasks_per_round * rs.samples_per_task * len(envs)
+            with RolloutLogWriter(round_dir / "samples.jsonl", step=r + 1, include_tokens=True) as log, \
+                    tqdm(total=total, desc=f"round {r + 1} sampling", unit="traj", leave=False,
+                         dynamic_ncols=True) as bar:
+                successes = 0
+
+                def sampled_one(traj: Trajectory) -> None:
+                    nonlocal successes
+                    log.write(traj)
+                    successes += bool(traj.success)
+                    bar.update(1)
+                    bar.set_postfix(success=f"{successes}/{bar.n}")
+
                 for env in envs:
                     tasks = tasks_for_step(env.train_tasks, rs.tasks_per_round, r, config.trainer.seed, env.name)
                     sampling = SamplingParams(temperature=rs.temperature, max_new_tokens=config.rollout.max_new_tokens,
@@ -138,7 +152,7 @@ def run_rejection_sampling(
                                        env_name=env.name) as engine:
                         episodes = [EpisodeSpec(task_id=t, sample_index=k, category=env.categories.get(t))
                                     for t in tasks for k in range(rs.samples_per_task)]
-                        sampled += engine.run(episodes, step=r, on_done=log.write)
+                        sampled += engine.run(episodes, step=r, on_done=sampled_one)
             # ---- 2. keep the successes (fewest turns first) -----------------------------------------
             kept = keep_successes(sampled, rs.keep_per_task)
             with RolloutLogWriter(round_dir / "kept.jsonl", step=r + 1, include_tokens=True) as log:
