@@ -77,6 +77,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (use 1 on a shared machine)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--prefill", default="auto", choices=["auto", "batched", "per_row"],
+                        help="how rows joining the batch are read (backend option; auto = per_row on CPU)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/rollout.json")
     args = parser.parse_args()
@@ -85,13 +87,15 @@ def main() -> None:
     if args.model == "tiny":
         from agentgym_core.testing.tiny_model import tiny_chat_model
 
-        backend = TransformersBackend(*tiny_chat_model())
+        backend = TransformersBackend(*tiny_chat_model(), prefill=args.prefill)
     else:
-        backend = make_backend({"model": args.model, "threads": args.threads, "device": args.device})
+        backend = make_backend({"model": args.model, "threads": args.threads, "device": args.device,
+                                "prefill": args.prefill})
     env_cls = PluginManager(autoload=True, allow=["babyai"]).env_class("babyai")
     test = env_cls.tasks().split("test")
     results = {"model": args.model, "device": str(backend.device), "torch_threads": torch.get_num_threads(),
                "cpu_count": os.cpu_count(), "max_rounds": args.max_rounds, "max_new_tokens": args.max_new_tokens,
+               "prefill": args.prefill,
                "modes": {m: {"synchronous": s, "reuse_kv_cache": r, "share_prefixes": p} for m, (s, r, p) in MODES.items()}, "runs": []}
     print(f"{'P':>3} {'mode':>18} {'traj/min':>9} {'tok/s':>7} {'wall s':>7} {'turns':>5} {'prefilled':>9} "
           f"{'reused':>7} {'load':>5}")

@@ -99,3 +99,31 @@ def test_new_weights_drop_the_caches(tiny_backend):
     assert len(tiny_backend.sessions) == 1
     tiny_backend.load_weights(dict(tiny_backend.model.state_dict()))
     assert len(tiny_backend.sessions) == 0
+
+
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=1.0, max_new_tokens=8, seed=5)])
+def test_rows_read_one_by_one_or_padded_together_sample_the_same(tiny_backend, params):
+    """prefill='per_row' (the CPU default) and 'batched' differ only in how joining rows are computed."""
+    runs = {}
+    for mode in ("per_row", "batched"):
+        tiny_backend.prefill = mode
+        try:
+            tiny_backend.sessions.clear()
+            runs[mode] = _multi_turn(tiny_backend, params, sessions=True)
+        finally:
+            tiny_backend.prefill = "auto"
+            for i in range(3):
+                tiny_backend.release_session(("t", i))
+    (hist_a, replies_a, _), (hist_b, replies_b, _) = runs["per_row"], runs["batched"]
+    assert hist_a == hist_b
+    for turn_a, turn_b in zip(replies_a, replies_b, strict=True):
+        for a, b in zip(turn_a, turn_b, strict=True):
+            assert a.token_ids == b.token_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_an_unknown_prefill_mode_is_refused(tiny_backend):
+    from agentgym_backend_transformers import TransformersBackend
+
+    with pytest.raises(ValueError, match="per_row"):
+        TransformersBackend(tiny_backend.model, tiny_backend.tokenizer, prefill="rows")

@@ -64,7 +64,7 @@ def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: 
         return factory(options, model=model, tokenizer=tokenizer), True
     backend_cls = getattr(factory, "__globals__", {}).get("TransformersBackend")
     if backend_cls is not None:  # the transformers backend can wrap a live module directly
-        own = ("max_batch_size", "session_cache_mb", "share_prefixes")  # options that apply to a live module
+        own = ("max_batch_size", "session_cache_mb", "share_prefixes", "prefill")  # options that apply to a live module
         return backend_cls(model, tokenizer, **{k: v for k, v in config.rollout.backend_options.items()
                                                 if k in own}), True
     return factory(options), False

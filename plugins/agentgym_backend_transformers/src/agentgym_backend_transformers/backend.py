@@ -51,7 +51,7 @@ class TransformersBackend:
 
     def __init__(
         self, model: Any, tokenizer: Any, *, max_batch_size: int = 64, session_cache_mb: float = 1024.0,
-        share_prefixes: bool = True,
+        share_prefixes: bool = True, prefill: str = "auto",
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat_template; the backend renders turns with the model's own template")
@@ -69,6 +69,9 @@ class TransformersBackend:
         self.pad_token_id = int(pad if pad is not None else min(self.eos_token_ids))
         self.sessions = SessionStore(int(session_cache_mb * 2**20))
         self.share_prefixes = share_prefixes  # read a prompt prefix common to several rows once (decoding.py)
+        if prefill not in ("auto", "batched", "per_row"):
+            raise ValueError(f"prefill={prefill!r}: use 'auto', 'batched' or 'per_row'")
+        self.prefill = prefill  # how joining rows are read: per_row (no padding computed) or batched
 
     @classmethod
     def from_config(cls, config: TransformersBackendConfig) -> TransformersBackend:
@@ -77,7 +80,7 @@ class TransformersBackend:
         model, tokenizer = load_pretrained(config.model, device=pick_device(config.device), dtype=config.dtype)
         return cls(
             model, tokenizer, max_batch_size=config.max_batch_size, session_cache_mb=config.session_cache_mb,
-            share_prefixes=config.share_prefixes,
+            share_prefixes=config.share_prefixes, prefill=config.prefill,
         )
 
     @property

@@ -35,4 +35,10 @@ class TransformersBackendConfig(BaseModel):
         description="Read a prompt prefix that several trajectories start with (the instruction, a GRPO group's "
         "first prompt) once per rollout and reuse its KV cache; false reads every prompt in full.",
     )
+    prefill: Literal["auto", "batched", "per_row"] = Field(
+        default="auto",
+        description="How prompts joining the batch together are read: 'per_row' runs each alone (no padding "
+        "computed; faster on a CPU, where cost follows tokens), 'batched' in one padded forward pass; "
+        "'auto' = per_row on CPU, batched on CUDA.",
+    )
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: torch's default).")
