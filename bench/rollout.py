@@ -16,7 +16,7 @@ backend -- is rolled out once per mode, in this run:
 Prints trajectories/min and sampled tokens/s per mode and the speedups of ``engine`` over each
 baseline, with the 1-minute load average, and writes bench/results/rollout.json.
 
-    python bench/rollout.py --threads 1                       # SmolLM2-135M on BabyAI, P = 1, 8, 32, 8 turns
+    python bench/rollout.py --threads 1                       # SmolLM2-135M on BabyAI, P = 1, 8, 32, 4 turns
     python bench/rollout.py --model tiny --parallel 1 8       # a quick smoke run with a tiny random model
 """
 
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model spec, or 'tiny' (random tiny Llama)")
     parser.add_argument("--parallel", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    parser.add_argument("--max-rounds", type=int, default=8, help="turn budget (the recipes evaluate at 8)")
+    parser.add_argument("--max-rounds", type=int, default=4, help="turn budget per trajectory (the BabyAI recipe starts at 4)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (use 1 on a shared machine)")
     parser.add_argument("--device", default="auto")
