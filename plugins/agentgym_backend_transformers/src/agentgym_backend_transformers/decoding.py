@@ -1,11 +1,15 @@
 """The running decode batch: rows join between decode steps and leave as soon as they finish.
 
 :class:`DecodeBatch` holds one batched KV cache. ``add`` queues a prompt; ``step`` first reads
-(prefills) every queued prompt in one forward pass and merges those rows into the batch, then
+(prefills) every queued prompt and merges those rows into the batch, then
 samples one token for every row, lets finished rows go (end-of-turn token, stop string, token cap),
 and feeds the remaining rows' tokens through the model. So a trajectory whose environment answers
 while others are still decoding joins at the next step instead of waiting for the whole batch
 (continuous batching at the step level), and the batch stays full.
+
+Rows joining at the same step are read in one padded forward pass (``prefill='batched'``) or one
+forward pass each (``'per_row'``, the CPU default: there a forward pass costs what its tokens cost,
+padding included), then laid side by side.
 
 Row layout inside the batch: ``[pad | cached prefix | pad | new suffix | decoded tokens]``, every
 pad column masked out; positions are explicit per row, and cached keys carry their rotary
