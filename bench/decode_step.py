@@ -13,12 +13,11 @@ bench/results/decode_step.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
-from pathlib import Path
 
 import torch
+from common import write_json
 from transformers import DynamicCache
 
 from agentgym_core.models import load_pretrained
@@ -75,10 +74,7 @@ def main() -> None:
     }
     for key, value in result.items():
         print(f"{key:>40}: {value:.3f}" if isinstance(value, float) else f"{key:>40}: {value}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {write_json(args.out, result)}")
 
 
 if __name__ == "__main__":

@@ -14,15 +14,13 @@ alternating, best of ``--repeats``. Writes bench/results/prefill.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import time
-from pathlib import Path
 
 import torch
+from common import load_backend, write_json
 
-from agentgym_backend_transformers import TransformersBackend, make_backend
 from agentgym_core.rollout import SamplingParams
 
 ONE_TOKEN = SamplingParams(temperature=0, max_new_tokens=1)
@@ -57,14 +55,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/prefill.json")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.model == "tiny":
-        from agentgym_core.testing.tiny_model import tiny_chat_model
-
-        backend = TransformersBackend(*tiny_chat_model())
-    else:
-        backend = make_backend({"model": args.model, "threads": args.threads, "device": "cpu"})
+    backend = load_backend(args.model, threads=args.threads, device="cpu")
     rng = random.Random(args.seed)
     vocab = backend.model.config.vocab_size
     lengths = [(rng.randint(*args.cached), rng.randint(*args.new)) for _ in range(args.rows)]
@@ -85,10 +76,7 @@ def main() -> None:
     print(f"rows (cached, new): {lengths}")
     print(f"{new_tokens} new tokens ({result['padded_new_tokens']} when padded): batched {best['batched']:.2f} s, "
           f"per_row {best['per_row']:.2f} s, x{result['speedup_per_row_vs_batched']:.2f}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {write_json(args.out, result)}")
 
 
 if __name__ == "__main__":

@@ -23,14 +23,13 @@ baseline, with the 1-minute load average, and writes bench/results/rollout.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 
 import torch
+from common import load_backend, write_json
 
-from agentgym_backend_transformers import TransformersBackend, make_backend
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
 
@@ -82,15 +81,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/rollout.json")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.model == "tiny":
-        from agentgym_core.testing.tiny_model import tiny_chat_model
-
-        backend = TransformersBackend(*tiny_chat_model(), prefill=args.prefill)
-    else:
-        backend = make_backend({"model": args.model, "threads": args.threads, "device": args.device,
-                                "prefill": args.prefill})
+    backend = load_backend(args.model, threads=args.threads, device=args.device, prefill=args.prefill)
     env_cls = PluginManager(autoload=True, allow=["babyai"]).env_class("babyai")
     test = env_cls.tasks().split("test")
     results = {"model": args.model, "device": str(backend.device), "torch_threads": torch.get_num_threads(),
@@ -117,7 +108,7 @@ def main() -> None:
                 print(f"{p:>3} engine vs {base}: x{speedup:.2f} traj/min, "
                       f"x{row['engine']['tokens_per_s'] / row[base]['tokens_per_s']:.2f} tok/s", flush=True)
         results["runs"].append(row)
-        out.write_text(json.dumps(results, indent=2) + "\n")  # partial results survive an interrupted run
+        write_json(out, results)  # partial results survive an interrupted run
     print(f"wrote {out}")
 
 

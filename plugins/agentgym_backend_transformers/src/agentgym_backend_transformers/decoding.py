@@ -187,7 +187,8 @@ class DecodeBatch:
         from transformers import DynamicCache
 
         backend = self.backend
-        self._plain = backend.reuses_sessions(DynamicCache(config=backend.model.config))
+        if self._plain is None:  # a property of the model's cache layers: decided once per batch
+            self._plain = backend.reuses_sessions(DynamicCache(config=backend.model.config))
         store = backend.sessions if self._plain else None
         cached: list[SessionKV | None] = [
             None if store is None or row.session is None else store.take(row.session) for row in joining
