@@ -15,6 +15,9 @@ Row layout inside the batch: ``[pad | cached prefix | pad | new suffix | decoded
 pad column masked out; positions are explicit per row, and cached keys carry their rotary
 positions, so each row computes what a forward pass over its own history computes. Merging two
 batches left-pads the narrower one; columns that no row needs any more are trimmed when rows leave.
+The cache layers are :class:`~agentgym_backend_transformers.kv_cache.GrowingLayer`s (full-attention
+models): a decode step writes its column into spare ones in place, and merges and trims write the
+new layout straight into a fresh buffer, instead of concatenating every layer at every step.
 
 Seeded sampling draws each row from its own random stream, seeded by (the batch seed, the row's
 key, how many times that key was added), so a trajectory's samples do not depend on which other
@@ -41,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from agentgym_backend_transformers.kv_cache import GrowingLayer, fill_holes, growing_cache
 from agentgym_backend_transformers.sessions import SessionKV
 from agentgym_core.rollout.backend import Sample, SamplingParams
 
@@ -98,7 +102,7 @@ class DecodeBatch:
         self._added: dict[Hashable, int] = {}  # key -> how many prompts it added (a new stream per turn)
         self.queue: list[_Row] = []
         self.rows: list[_Row] = []  # batch row b -> its reply
-        self._cache: Any = None  # transformers DynamicCache over self.rows
+        self._cache: Any = None  # a DynamicCache over self.rows (GrowingLayers when _plain)
         self._attention: torch.Tensor | None = None  # (B, C) 1 on real columns
         self._next_position: torch.Tensor | None = None  # (B,)
         self._logits: torch.Tensor | None = None  # (B, V) logits of each row's next token
@@ -165,8 +169,8 @@ class DecodeBatch:
                 self._save_session(b, row.session, [*row.prompt, *row.tokens[:-1]])
             done.append((row.key, Sample(token_ids=row.tokens, logprobs=row.logprobs, finish_reason=row.reason)))  # type: ignore[arg-type]
         if len(keep) < len(self.rows):
-            self._select(keep)
-            chosen = chosen[torch.tensor(keep, dtype=torch.long, device=chosen.device)] if keep else chosen[:0]
+            order = self._select(keep)
+            chosen = chosen[torch.tensor(order, dtype=torch.long, device=chosen.device)] if order else chosen[:0]
         if self.rows:  # feed the sampled tokens of the rows that go on
             self._attention = torch.cat([self._attention, self._attention.new_ones((len(self.rows), 1))], dim=-1)
             self._logits = backend.model(
@@ -225,7 +229,7 @@ class DecodeBatch:
 
         backend = self.backend
         device = backend.device
-        cache = DynamicCache(config=backend.model.config)
+        cache = growing_cache(backend.model.config, self.max_rows) if self._plain else DynamicCache(config=backend.model.config)
         batch, width_c = len(joining), max(reuse)
         width_s = max(len(row.prompt) - c for row, c in zip(joining, reuse, strict=True))
         attention = torch.zeros((batch, width_c + width_s), dtype=torch.long, device=device)
@@ -263,17 +267,16 @@ class DecodeBatch:
         reading them one at a time computes only real tokens. ``bench/prefill.py`` (SmolLM2-135M,
         8 rows, 735-1445 cached and 45-137 new tokens, 1 thread): 14.9 s one by one vs 17.3 s padded.
         """
-        from transformers import DynamicCache
-
         backend = self.backend
         model, device = backend.model, backend.device
         width = max(len(row.prompt) for row in joining)
         attention = torch.zeros((len(joining), width), dtype=torch.long, device=device)
         logits: list[torch.Tensor] = []
+        cache = growing_cache(model.config, self.max_rows)  # the joining rows side by side, written in place
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         for b, (row, kv, c) in enumerate(zip(joining, cached, reuse, strict=True)):
-            own = DynamicCache(config=model.config)
+            own = growing_cache(model.config)  # the suffix's keys are appended without copying the prefix
             if c:
                 assert kv is not None
                 for index, (k, v) in enumerate(kv.layers):
@@ -287,13 +290,11 @@ class DecodeBatch:
             attention[b, width - n:] = 1
             for index, layer in enumerate(own.layers):
                 if b == 0:
-                    keys.append(layer.keys.new_zeros((len(joining), *layer.keys.shape[1:2], width, layer.keys.shape[-1])))
-                    values.append(layer.values.new_zeros(keys[-1].shape))
+                    k, v = cache.layers[index].reserve(layer.keys, len(joining), width)
+                    keys.append(k)
+                    values.append(v)
                 keys[index][b, :, width - n:] = layer.keys[0]
                 values[index][b, :, width - n:] = layer.values[0]
-        cache = DynamicCache(config=model.config)
-        for index, (k, v) in enumerate(zip(keys, values, strict=True)):
-            cache.update(k, v, index)
         return cache, attention, torch.cat(logits)
 
     def _share_prefixes(self, joining: list[_Row], cached: list[SessionKV | None], reuse: list[int]) -> list[int]:
@@ -352,32 +353,40 @@ class DecodeBatch:
         old_w, new_w = self._attention.shape[1], attention.shape[1]
         width = max(old_w, new_w)
         for mine, theirs in zip(self._cache.layers, cache.layers, strict=True):
-            mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)], dim=0)
-            mine.values = torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)], dim=0)
+            if isinstance(mine, GrowingLayer):  # the new rows are written below the others, in place
+                mine.append_rows(theirs.keys, theirs.values)
+            else:
+                mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)], dim=0)
+                mine.values = torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)], dim=0)
         self._attention = torch.cat([_left_pad(self._attention, width), _left_pad(attention, width)], dim=0)
         self._next_position = torch.cat([self._next_position, nxt])
         self._logits = torch.cat([self._logits, logits])
         self.rows = [*self.rows, *joining]
 
-    def _select(self, keep: list[int]) -> None:
-        """Keep only batch rows ``keep``; trim leading columns no remaining row uses."""
+    def _select(self, keep: list[int]) -> list[int]:
+        """Keep only batch rows ``keep`` (ascending); trim leading columns no remaining row uses.
+        Returns the new row order (old indices): rows from the end fill the places of rows that left."""
         assert self._attention is not None and self._next_position is not None
-        self.rows = [self.rows[b] for b in keep]
         if not keep:
+            self.rows = []
             self._cache = self._attention = self._next_position = self._logits = None
-            return
-        index = torch.tensor(keep, dtype=torch.long, device=self._attention.device)
+            return []
         if not self._plain:
+            index = torch.tensor(keep, dtype=torch.long, device=self._attention.device)
+            self.rows = [self.rows[b] for b in keep]
             self._cache.batch_select_indices(index)
             self._attention, self._next_position = self._attention[index], self._next_position[index]
-            return
+            return keep
+        order = fill_holes(keep)
+        index = torch.tensor(order, dtype=torch.long, device=self._attention.device)
+        self.rows = [self.rows[b] for b in order]
         attention = self._attention[index]
         first = int(attention.any(0).nonzero()[0])  # columns before it are padding in every row
         for layer in self._cache.layers:
-            layer.keys = layer.keys[index, :, first:]
-            layer.values = layer.values[index, :, first:]
+            layer.keep_rows(order, first)
         self._attention = attention[:, first:]
         self._next_position = self._next_position[index]
+        return order
 
     def _save_session(self, b: int, session: Hashable, token_ids: list[int]) -> None:
         assert self._attention is not None
