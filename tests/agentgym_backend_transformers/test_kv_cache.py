@@ -107,8 +107,9 @@ def test_decode_steps_of_the_batch_write_the_cache_in_place(tiny_backend):
 
 def test_rows_join_and_leave_in_place_keeping_every_rows_contents():
     """What the decode batch does between steps: each row's real columns (right-aligned; the rest is
-    padding the attention mask hides) stay exactly its keys and values, and nothing is reallocated."""
-    layer = GrowingLayer(rows_hint=8)
+    padding the attention mask hides) stay exactly its keys and values; decode steps and rows
+    leaving never reallocate, and the buffer never holds more than max_rows rows."""
+    layer = GrowingLayer(max_rows=8)
     k, v = _kv(3, 10, seed=0)
     layer.update(k, v)
     rows = [(k[b], v[b]) for b in range(3)]  # reference: each row's real keys and values, (heads, n, dim)
@@ -119,21 +120,24 @@ def test_rows_join_and_leave_in_place_keeping_every_rows_contents():
             n = rk.shape[1]
             assert torch.equal(layer.keys[b, :, -n:], rk) and torch.equal(layer.values[b, :, -n:], rv)
 
-    pointer = layer._k.data_ptr()
     for step, (joining, width) in enumerate([(2, 6), (1, 14), (2, 4)]):  # narrower, wider, narrower newcomers
         nk, nv = _kv(joining, width, seed=10 + step)
         layer.append_rows(nk, nv)
         rows += [(nk[b], nv[b]) for b in range(joining)]
         assert layer.keys.shape[2] == max(r[0].shape[1] for r in rows)
         check()
+        assert layer.capacity[0] <= 8
         dk, dv = _kv(len(rows), 1, seed=20 + step)  # a decode step
+        pointer = layer._k.data_ptr()
         layer.update(dk, dv)
+        assert layer._k.data_ptr() == pointer
         rows = [(torch.cat([rk, dk[b]], dim=1), torch.cat([rv, dv[b]], dim=1)) for b, (rk, rv) in enumerate(rows)]
         check()
     keep = [0, 2, 5, 7]
     order = fill_holes(keep)
     assert order == [0, 5, 2, 7]  # row 5 fills the hole at 1; 7 fills 3 (its own place)
     drop = layer.keys.shape[2] - max(rows[b][0].shape[1] for b in keep)  # padding in every kept row
+    pointer = layer._k.data_ptr()
     layer.keep_rows(order, drop)
     rows = [rows[b] for b in order]
     check()
@@ -141,7 +145,7 @@ def test_rows_join_and_leave_in_place_keeping_every_rows_contents():
     layer.update(dk, dv)
     rows = [(torch.cat([rk, dk[b]], dim=1), torch.cat([rv, dv[b]], dim=1)) for b, (rk, rv) in enumerate(rows)]
     check()
-    assert layer._k.data_ptr() == pointer  # 8 rows and 15+4 columns fit the first buffer's headroom
+    assert layer._k.data_ptr() == pointer
 
 
 def test_fill_holes_moves_only_rows_from_the_end():

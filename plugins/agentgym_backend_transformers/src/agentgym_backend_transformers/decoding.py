@@ -229,7 +229,7 @@ class DecodeBatch:
 
         backend = self.backend
         device = backend.device
-        cache = growing_cache(backend.model.config, self.max_rows) if self._plain else DynamicCache(config=backend.model.config)
+        cache = growing_cache(backend.model.config) if self._plain else DynamicCache(config=backend.model.config)
         batch, width_c = len(joining), max(reuse)
         width_s = max(len(row.prompt) - c for row, c in zip(joining, reuse, strict=True))
         attention = torch.zeros((batch, width_c + width_s), dtype=torch.long, device=device)
@@ -267,12 +267,14 @@ class DecodeBatch:
         reading them one at a time computes only real tokens. ``bench/prefill.py`` (SmolLM2-135M,
         8 rows, 735-1445 cached and 45-137 new tokens, 1 thread): 14.9 s one by one vs 17.3 s padded.
         """
+        from transformers import DynamicCache
+
         backend = self.backend
         model, device = backend.model, backend.device
         width = max(len(row.prompt) for row in joining)
         attention = torch.zeros((len(joining), width), dtype=torch.long, device=device)
         logits: list[torch.Tensor] = []
-        cache = growing_cache(model.config, self.max_rows)  # the joining rows side by side, written in place
+        cache = DynamicCache(config=model.config)  # the joining rows side by side (read, then appended to the batch)
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         for b, (row, kv, c) in enumerate(zip(joining, cached, reuse, strict=True)):
@@ -290,9 +292,10 @@ class DecodeBatch:
             attention[b, width - n:] = 1
             for index, layer in enumerate(own.layers):
                 if b == 0:
-                    k, v = cache.layers[index].reserve(layer.keys, len(joining), width)
-                    keys.append(k)
-                    values.append(v)
+                    keys.append(layer.keys.new_zeros((len(joining), layer.keys.shape[1], width, layer.keys.shape[-1])))
+                    values.append(torch.zeros_like(keys[-1]))
+                    cache.layers[index].keys, cache.layers[index].values = keys[-1], values[-1]
+                    cache.layers[index].is_initialized = True
                 keys[index][b, :, width - n:] = layer.keys[0]
                 values[index][b, :, width - n:] = layer.values[0]
         return cache, attention, torch.cat(logits)
@@ -345,7 +348,11 @@ class DecodeBatch:
 
     def _merge(self, joining: list[_Row], cache: Any, attention: torch.Tensor, nxt: torch.Tensor,
                logits: torch.Tensor) -> None:
-        if not self.rows:
+        if self._plain and not self.rows:  # the batch's own cache (kept while the batch is empty)
+            if self._cache is None:
+                self._cache = growing_cache(self.backend.model.config, max_rows=self.max_rows)
+            self._attention, self._next_position, self._logits = attention[:0, :0], nxt[:0], logits[:0]
+        elif not self.rows:
             self.rows, self._cache, self._attention, self._next_position, self._logits = (
                 joining, cache, attention, nxt, logits)
             return
@@ -369,7 +376,12 @@ class DecodeBatch:
         assert self._attention is not None and self._next_position is not None
         if not keep:
             self.rows = []
-            self._cache = self._attention = self._next_position = self._logits = None
+            if self._plain:  # keep the buffers for the rows of the next turn
+                for layer in self._cache.layers:
+                    layer.keep_rows([], self._attention.shape[1])
+            else:
+                self._cache = None
+            self._attention = self._next_position = self._logits = None
             return []
         if not self._plain:
             index = torch.tensor(keep, dtype=torch.long, device=self._attention.device)

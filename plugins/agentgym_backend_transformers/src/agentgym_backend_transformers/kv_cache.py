@@ -18,8 +18,10 @@ views ``keys``/``values`` the model reads. Then:
 * rows leaving are replaced by rows from the end of the batch, one row copy per row that left, and
   leading columns no row needs are dropped by moving ``start`` right (``keep_rows``).
 
-Only when a buffer runs out of rows or columns is it reallocated, with ``HEADROOM`` spare columns
-on each side. Columns and rows outside a row's own content hold zeros or stale keys and values --
+Only when a buffer runs out of rows or columns is it reallocated, with spare columns on each side
+(at least ``HEADROOM``): half the window's width on the left, as trajectories rejoining a decode
+batch come back wider by a reply and an observation every turn, and an eighth on the right, where
+decode steps write. Columns and rows outside a row's own content hold zeros or stale keys and values --
 finite numbers the attention mask hides -- so the model computes exactly what it computes over a
 ``DynamicLayer`` holding the same contents (the same tokens and log-probs). Code that replaces
 ``keys``/``values`` with tensors of its own is noticed on the next ``update``, which adopts them.
@@ -35,20 +37,21 @@ from transformers.cache_utils import DynamicLayer
 
 __all__ = ["HEADROOM", "GrowingLayer", "fill_holes", "growing_cache"]
 
-HEADROOM = 128  # spare columns on each side of a new buffer: decode steps until the next reallocation
+HEADROOM = 128  # least spare columns on each side of a new buffer
 
 
 class GrowingLayer(DynamicLayer):
     """A full-attention cache layer, ``(rows, kv_heads, columns, head_dim)``, grown in place.
 
     Args:
-        rows_hint: rows to allocate room for at once (the decode batch's row limit), so rows
-            joining later do not force a reallocation.
+        max_rows: the most rows it will hold (the decode batch's limit), if known: a buffer gets a
+            quarter more rows than it needs, up to that, so rows joining later seldom force a
+            reallocation.
     """
 
-    def __init__(self, rows_hint: int = 1, **kwargs: Any) -> None:
+    def __init__(self, max_rows: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.rows_hint = rows_hint
+        self.max_rows = max_rows
         self._k: torch.Tensor | None = None  # (row capacity, kv_heads, column capacity, head_dim)
         self._v: torch.Tensor | None = None
         self._rows = self._start = self._end = 0  # the window in use: rows [0, rows), columns [start, end)
@@ -73,12 +76,12 @@ class GrowingLayer(DynamicLayer):
         self._adopt_outside_contents()
         new = key_states.shape[-2]
         if self._k is None:
-            self._reallocate(key_states, rows=key_states.shape[0], right=new + HEADROOM)
+            self._reallocate(key_states, rows=key_states.shape[0], right=new)
             self._rows = key_states.shape[0]
         elif key_states.shape[0] != self._rows:
             raise ValueError(f"GrowingLayer.update: {key_states.shape[0]} rows of new keys for {self._rows} rows")
         elif self._end + new > self._k.shape[-2]:
-            self._reallocate(key_states, rows=self._rows, right=new + HEADROOM)
+            self._reallocate(key_states, rows=self._rows, right=new)
         assert self._k is not None and self._v is not None
         self._k[:self._rows, :, self._end:self._end + new] = key_states
         self._v[:self._rows, :, self._end:self._end + new] = value_states
@@ -106,7 +109,7 @@ class GrowingLayer(DynamicLayer):
         buffers; returns (keys, values) for the caller to fill."""
         self._k = self._v = None
         self._rows = self._start = self._end = 0
-        self._reallocate(like, rows=rows, right=HEADROOM, width=width)
+        self._reallocate(like, rows=rows, width=width)
         self._rows = rows
         self._publish()
         return self.keys, self.values
@@ -123,7 +126,7 @@ class GrowingLayer(DynamicLayer):
             return
         rows, width = self._rows + keys.shape[0], max(self.width, keys.shape[-2])
         if rows > self._k.shape[0] or self._end - width < 0:
-            self._reallocate(keys, rows=rows, right=HEADROOM, width=width)
+            self._reallocate(keys, rows=rows, width=width)
         assert self._k is not None and self._v is not None
         self._start = self._end - width
         self._k[self._rows:rows, :, self._end - keys.shape[-2]:self._end] = keys
@@ -173,14 +176,16 @@ class GrowingLayer(DynamicLayer):
             self.keys.copy_(keys)
             self.values.copy_(values)
 
-    def _reallocate(self, like: torch.Tensor, *, rows: int, right: int, width: int | None = None) -> None:
-        """New zero buffers: ``HEADROOM`` columns, the window (``width`` columns, at least the current
-        one, the current rows' contents right-aligned in it), ``right`` spare columns; room for
-        ``rows`` rows. The row count in use is the caller's to change."""
+    def _reallocate(self, like: torch.Tensor, *, rows: int, width: int | None = None, right: int = 0) -> None:
+        """New zero buffers: spare columns, the window (``width`` columns, at least the current one,
+        the current rows' contents right-aligned in it), ``right`` columns more and spare ones; room
+        for ``rows`` rows and some spare ones. The row count in use is the caller's to change."""
         width = self.width if width is None else max(width, self.width)
-        shape = (max(rows, self.rows_hint), like.shape[1], HEADROOM + width + right, like.shape[-1])
+        left, right = max(HEADROOM, width // 2), right + max(HEADROOM, width // 8)
+        spare_rows = 0 if self.max_rows is None else max(0, min(rows // 4, self.max_rows - rows))
+        shape = (rows + spare_rows, like.shape[1], left + width + right, like.shape[-1])
         k, v = like.new_zeros(shape), like.new_zeros(shape)
-        end = HEADROOM + width
+        end = left + width
         if self._k is not None and self._v is not None and self.width:
             k[:self._rows, :, end - self.width:end] = self._k[:self._rows, :, self._start:self._end]
             v[:self._rows, :, end - self.width:end] = self._v[:self._rows, :, self._start:self._end]
@@ -199,7 +204,7 @@ def fill_holes(keep: Sequence[int]) -> list[int]:
     return [j if j in kept else next(movers) for j in range(n)]
 
 
-def growing_cache(config: Any, rows_hint: int = 1) -> Any:
+def growing_cache(config: Any, max_rows: int | None = None) -> Any:
     """A ``DynamicCache`` for ``config`` whose layers are :class:`GrowingLayer`s.
 
     Only for models whose cache layers are all plain full-attention ``DynamicLayer``s (a sliding
@@ -209,5 +214,5 @@ def growing_cache(config: Any, rows_hint: int = 1) -> Any:
     cache = DynamicCache(config=config)
     if not all(type(layer) is DynamicLayer for layer in cache.layers):
         raise ValueError("growing_cache: the model has non full-attention cache layers (sliding windows?)")
-    cache.layers = [GrowingLayer(rows_hint=rows_hint) for _ in cache.layers]
+    cache.layers = [GrowingLayer(max_rows=max_rows) for _ in cache.layers]
     return cache
