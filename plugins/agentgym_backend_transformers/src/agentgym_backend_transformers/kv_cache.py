@@ -18,10 +18,11 @@ views ``keys``/``values`` the model reads. Then:
 * rows leaving are replaced by rows from the end of the batch, one row copy per row that left, and
   leading columns no row needs are dropped by moving ``start`` right (``keep_rows``).
 
-Only when a buffer runs out of rows or columns is it reallocated, with spare columns on each side
-(at least ``HEADROOM``): half the window's width on the left, as trajectories rejoining a decode
-batch come back wider by a reply and an observation every turn, and an eighth on the right, where
-decode steps write. Columns and rows outside a row's own content hold zeros or stale keys and values --
+Only when a buffer runs out of rows or columns is it reallocated (one layer at a time, so the
+old and new buffers coexist for one layer only), with spare columns on each side (at least
+``HEADROOM``): a quarter of the window's width on the left, as trajectories rejoining a decode
+batch come back wider by a reply and an observation every turn, and a sixteenth on the right,
+where decode steps write. The buffers thus hold about 1.3x the window. Columns and rows outside a row's own content hold zeros or stale keys and values --
 finite numbers the attention mask hides -- so the model computes exactly what it computes over a
 ``DynamicLayer`` holding the same contents (the same tokens and log-probs). Code that replaces
 ``keys``/``values`` with tensors of its own is noticed on the next ``update``, which adopts them.
@@ -181,7 +182,7 @@ class GrowingLayer(DynamicLayer):
         the current rows' contents right-aligned in it), ``right`` columns more and spare ones; room
         for ``rows`` rows and some spare ones. The row count in use is the caller's to change."""
         width = self.width if width is None else max(width, self.width)
-        left, right = max(HEADROOM, width // 2), right + max(HEADROOM, width // 8)
+        left, right = max(HEADROOM, width // 4), right + max(HEADROOM, width // 16)
         spare_rows = 0 if self.max_rows is None else max(0, min(rows // 4, self.max_rows - rows))
         shape = (rows + spare_rows, like.shape[1], left + width + right, like.shape[-1])
         k, v = like.new_zeros(shape), like.new_zeros(shape)
