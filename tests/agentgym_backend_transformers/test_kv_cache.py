@@ -154,3 +154,28 @@ def test_fill_holes_moves_only_rows_from_the_end():
     assert fill_holes([0, 4]) == [0, 4]
     assert fill_holes([0, 2, 5, 7]) == [0, 5, 2, 7]
     assert fill_holes([]) == []
+
+
+def test_a_batch_reused_after_emptying_samples_what_a_fresh_batch_samples(tiny_backend):
+    """The batch keeps its buffers while empty between turns; what the last rows left there (stale
+    keys and values in padding columns and spare rows) must not change the next rows' samples."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=5)
+    first = {0: [5, 9, 23, 41, 7, 8, 9, 10, 11, 12, 13, 14], 1: [5, 9, 60]}
+    second = {2: [5, 9, 23], 3: [7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7]}
+
+    def run(batch, prompts):
+        for key, prompt in prompts.items():
+            batch.add(key, prompt, max_new_tokens=6)
+        out = {}
+        while batch.active:
+            out.update(batch.step())
+        return out
+
+    reused = tiny_backend.open_batch(params)
+    run(reused, first)
+    assert isinstance(reused._cache.layers[0], GrowingLayer) and reused._cache.layers[0].capacity[0] >= 2
+    again = run(reused, second)
+    fresh = run(tiny_backend.open_batch(params), second)
+    for key in second:
+        assert again[key].token_ids == fresh[key].token_ids
+        assert again[key].logprobs == pytest.approx(fresh[key].logprobs, abs=1e-5)
