@@ -16,8 +16,9 @@ pad column masked out; positions are explicit per row, and cached keys carry the
 positions, so each row computes what a forward pass over its own history computes. Merging two
 batches left-pads the narrower one; columns that no row needs any more are trimmed when rows leave.
 The cache layers are :class:`~agentgym_backend_transformers.kv_cache.GrowingLayer`s (full-attention
-models): a decode step writes its column into spare ones in place, and merges and trims write the
-new layout straight into a fresh buffer, instead of concatenating every layer at every step.
+models), all in place: a decode step writes its column into spare ones, joining rows are written
+below the others, a leaving row is replaced by one from the end (so rows change places), and the
+buffers outlive an empty batch for the next turn's rows.
 
 Seeded sampling draws each row from its own random stream, seeded by (the batch seed, the row's
 key, how many times that key was added), so a trajectory's samples do not depend on which other
