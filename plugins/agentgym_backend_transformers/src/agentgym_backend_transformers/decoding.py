@@ -208,7 +208,8 @@ class DecodeBatch:
         stats = backend.sessions.stats
         stats.reused_tokens += sum(reuse)
         stats.prefilled_tokens += sum(len(row.prompt) for row in joining) - sum(reuse)
-        if self._plain and len(joining) > 1 and self._prefill_per_row():
+        placed = self._plain and len(joining) > 1 and self._prefill_per_row()
+        if placed:  # straight into the batch's own buffers
             cache, attention, logits = self._prefill_rows(joining, cached, reuse)
         else:
             cache, attention, logits = self._prefill_batched(joining, cached, reuse)
@@ -216,7 +217,7 @@ class DecodeBatch:
         for b in keep_prompts:  # rows no kept prefix covered: later arrivals may share their prompt
             self._keep_prefix(SessionKV(token_ids=list(joining[b].prompt), layers=_row_kv(cache, attention, b)))
         after = torch.tensor([len(row.prompt) for row in joining], dtype=torch.long, device=attention.device)
-        self._merge(joining, cache, attention, after, logits)
+        self._merge(joining, cache, attention, after, logits, placed=placed)
 
     def _prefill_per_row(self) -> bool:
         mode = getattr(self.backend, "prefill", "auto")
@@ -261,7 +262,9 @@ class DecodeBatch:
     def _prefill_rows(
         self, joining: list[_Row], cached: list[SessionKV | None], reuse: list[int]
     ) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """Each row in its own forward pass, then laid side by side, right-aligned: ``[pad | prompt]``.
+        """Each row in its own forward pass, then laid side by side, right-aligned: ``[pad | prompt]``,
+        written straight into new rows of the batch's buffers (returned as a cache of views for the
+        caller to read; ``_merge(placed=True)`` then adds only the rows' bookkeeping).
 
         On a CPU a forward pass costs what its tokens cost, padding included; rows joining together
         differ in suffix and cached length (one 45-token observation beside a 137-token one), so
@@ -275,7 +278,9 @@ class DecodeBatch:
         width = max(len(row.prompt) for row in joining)
         attention = torch.zeros((len(joining), width), dtype=torch.long, device=device)
         logits: list[torch.Tensor] = []
-        cache = DynamicCache(config=model.config)  # the joining rows side by side (read, then appended to the batch)
+        cache = DynamicCache(config=model.config)  # views of the joining rows inside the batch's buffers
+        if self._cache is None:
+            self._cache = growing_cache(model.config, max_rows=self.max_rows)
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         for b, (row, kv, c) in enumerate(zip(joining, cached, reuse, strict=True)):
@@ -293,9 +298,10 @@ class DecodeBatch:
             attention[b, width - n:] = 1
             for index, layer in enumerate(own.layers):
                 if b == 0:
-                    keys.append(layer.keys.new_zeros((len(joining), layer.keys.shape[1], width, layer.keys.shape[-1])))
-                    values.append(torch.zeros_like(keys[-1]))
-                    cache.layers[index].keys, cache.layers[index].values = keys[-1], values[-1]
+                    k, v = self._cache.layers[index].open_rows(layer.keys, len(joining), width)
+                    keys.append(k)
+                    values.append(v)
+                    cache.layers[index].keys, cache.layers[index].values = k, v
                     cache.layers[index].is_initialized = True
                 keys[index][b, :, width - n:] = layer.keys[0]
                 values[index][b, :, width - n:] = layer.values[0]
@@ -348,7 +354,8 @@ class DecodeBatch:
         del self._prefixes[:-MAX_KEPT_PREFIXES]
 
     def _merge(self, joining: list[_Row], cache: Any, attention: torch.Tensor, nxt: torch.Tensor,
-               logits: torch.Tensor) -> None:
+               logits: torch.Tensor, *, placed: bool = False) -> None:
+        """Add the joining rows to the batch (``placed``: their keys and values are already in its buffers)."""
         if self._plain and not self.rows:  # the batch's own cache (kept while the batch is empty)
             if self._cache is None:
                 self._cache = growing_cache(self.backend.model.config, max_rows=self.max_rows)
@@ -361,6 +368,8 @@ class DecodeBatch:
         old_w, new_w = self._attention.shape[1], attention.shape[1]
         width = max(old_w, new_w)
         for mine, theirs in zip(self._cache.layers, cache.layers, strict=True):
+            if placed:
+                break
             if isinstance(mine, GrowingLayer):  # the new rows are written below the others, in place
                 mine.append_rows(theirs.keys, theirs.values)
             else:

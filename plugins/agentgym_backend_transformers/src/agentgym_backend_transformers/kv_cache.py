@@ -119,21 +119,27 @@ class GrowingLayer(DynamicLayer):
         """Add rows ``(n, kv_heads, w, head_dim)`` below the current ones, right-aligned with them; a
         wider newcomer widens the window to the left (the caller's attention mask hides what the
         old rows did not have there)."""
+        new_keys, new_values = self.open_rows(keys, keys.shape[0], keys.shape[-2])
+        new_keys.copy_(keys)
+        new_values.copy_(values)
+
+    def open_rows(self, like: torch.Tensor, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add ``rows`` rows below the current ones and widen the window to at least ``width``;
+        returns the new rows' last ``width`` columns, (rows, kv_heads, width, head_dim) views, for the
+        caller to fill (they hold zeros or stale values: what the caller does not write, its
+        attention mask must hide)."""
         self._adopt_outside_contents()
         if self._k is None:
-            self.reserve(keys, keys.shape[0], keys.shape[-2])
-            self.keys.copy_(keys)
-            self.values.copy_(values)
-            return
-        rows, width = self._rows + keys.shape[0], max(self.width, keys.shape[-2])
-        if rows > self._k.shape[0] or self._end - width < 0:
-            self._reallocate(keys, rows=rows, width=width)
+            return self.reserve(like, rows, width)
+        total, window = self._rows + rows, max(self.width, width)
+        if total > self._k.shape[0] or self._end - window < 0:
+            self._reallocate(like, rows=total, width=window)
         assert self._k is not None and self._v is not None
-        self._start = self._end - width
-        self._k[self._rows:rows, :, self._end - keys.shape[-2]:self._end] = keys
-        self._v[self._rows:rows, :, self._end - keys.shape[-2]:self._end] = values
-        self._rows = rows
+        first = self._rows
+        self._start, self._rows = self._end - window, total
         self._publish()
+        return (self._k[first:total, :, self._end - width:self._end],
+                self._v[first:total, :, self._end - width:self._end])
 
     def keep_rows(self, order: Sequence[int], drop_columns: int = 0) -> None:
         """Keep rows ``order`` (new row j is old row ``order[j]``; make it with :func:`fill_holes` so
