@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentgym_backend_transformers.kv_cache import GrowingLayer, fill_holes, growing_cache
+from agentgym_backend_transformers.kv_cache import fill_holes, growing_cache
 from agentgym_backend_transformers.sessions import SessionKV
 from agentgym_core.rollout.backend import Sample, SamplingParams
 
@@ -279,10 +279,7 @@ class DecodeBatch:
         attention = torch.zeros((len(joining), width), dtype=torch.long, device=device)
         logits: list[torch.Tensor] = []
         cache = DynamicCache(config=model.config)  # views of the joining rows inside the batch's buffers
-        if self._cache is None:
-            self._cache = growing_cache(model.config, max_rows=self.max_rows)
-        keys: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
+        batch_layers = self._batch_cache().layers
         for b, (row, kv, c) in enumerate(zip(joining, cached, reuse, strict=True)):
             own = growing_cache(model.config)  # the suffix's keys are appended without copying the prefix
             if c:
@@ -296,15 +293,12 @@ class DecodeBatch:
                 logits_to_keep=1,
             ).logits[:, -1, :])  # (1, V)
             attention[b, width - n:] = 1
-            for index, layer in enumerate(own.layers):
+            for index, (layer, view) in enumerate(zip(own.layers, cache.layers, strict=True)):
                 if b == 0:
-                    k, v = self._cache.layers[index].open_rows(layer.keys, len(joining), width)
-                    keys.append(k)
-                    values.append(v)
-                    cache.layers[index].keys, cache.layers[index].values = k, v
-                    cache.layers[index].is_initialized = True
-                keys[index][b, :, width - n:] = layer.keys[0]
-                values[index][b, :, width - n:] = layer.values[0]
+                    view.keys, view.values = batch_layers[index].open_rows(layer.keys, len(joining), width)
+                    view.is_initialized = True
+                view.keys[b, :, width - n:] = layer.keys[0]
+                view.values[b, :, width - n:] = layer.values[0]
         return cache, attention, torch.cat(logits)
 
     def _share_prefixes(self, joining: list[_Row], cached: list[SessionKV | None], reuse: list[int]) -> list[int]:
@@ -357,8 +351,7 @@ class DecodeBatch:
                logits: torch.Tensor, *, placed: bool = False) -> None:
         """Add the joining rows to the batch (``placed``: their keys and values are already in its buffers)."""
         if self._plain and not self.rows:  # the batch's own cache (kept while the batch is empty)
-            if self._cache is None:
-                self._cache = growing_cache(self.backend.model.config, max_rows=self.max_rows)
+            self._batch_cache()
             self._attention, self._next_position, self._logits = attention[:0, :0], nxt[:0], logits[:0]
         elif not self.rows:
             self.rows, self._cache, self._attention, self._next_position, self._logits = (
@@ -367,18 +360,23 @@ class DecodeBatch:
         assert self._attention is not None and self._next_position is not None and self._logits is not None
         old_w, new_w = self._attention.shape[1], attention.shape[1]
         width = max(old_w, new_w)
-        for mine, theirs in zip(self._cache.layers, cache.layers, strict=True):
-            if placed:
-                break
-            if isinstance(mine, GrowingLayer):  # the new rows are written below the others, in place
+        if self._plain and not placed:  # GrowingLayers: the new rows are written below the others, in place
+            for mine, theirs in zip(self._cache.layers, cache.layers, strict=True):
                 mine.append_rows(theirs.keys, theirs.values)
-            else:
+        elif not self._plain:
+            for mine, theirs in zip(self._cache.layers, cache.layers, strict=True):
                 mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)], dim=0)
                 mine.values = torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)], dim=0)
         self._attention = torch.cat([_left_pad(self._attention, width), _left_pad(attention, width)], dim=0)
         self._next_position = torch.cat([self._next_position, nxt])
         self._logits = torch.cat([self._logits, logits])
         self.rows = [*self.rows, *joining]
+
+    def _batch_cache(self) -> Any:
+        """The batch's own in-place cache (full-attention models), created on first use."""
+        if self._cache is None:
+            self._cache = growing_cache(self.backend.model.config, max_rows=self.max_rows)
+        return self._cache
 
     def _select(self, keep: list[int]) -> list[int]:
         """Keep only batch rows ``keep`` (ascending); trim leading columns no remaining row uses.
