@@ -85,6 +85,18 @@ def agentgym_register_round_schedulers(register: Register) -> None:
     """
 
 
+@hookspec
+def agentgym_register_experts(register: Register) -> None:
+    """Register expert policies, keyed by the name of the environment they play.
+
+    ``obj`` is an :class:`agentgym_core.experts.ExpertSpec`: ``play(env, task_id)`` plays one
+    episode through ``env.reset``/``env.step`` only (so it works in-process and over HTTP), plus
+    the constructor options it needs from the environment and an optional thought writer.
+    ``agentgym collect --policy expert`` and a recipe's ``warm_start.expert`` use it. Any package
+    may register the expert of any environment (one per environment name).
+    """
+
+
 # --------------------------------------------------------------------------------------------
 # Observer hooks: called at the lifecycle points of a training or evaluation run.
 # --------------------------------------------------------------------------------------------
@@ -120,6 +132,7 @@ CATALOG_HOOKS: dict[str, str] = {
     "advantage_estimator": "agentgym_register_advantage_estimators",
     "rollout_backend": "agentgym_register_rollout_backends",
     "round_scheduler": "agentgym_register_round_schedulers",
+    "expert": "agentgym_register_experts",
 }
 """Catalog kind -> the hook that fills it."""
 

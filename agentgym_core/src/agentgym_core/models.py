@@ -16,7 +16,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["NAMED_MODELS", "ModelNotFoundError", "ResolvedModel", "load_pretrained", "resolve_model"]
+__all__ = [
+    "NAMED_MODELS", "ModelNotFoundError", "ResolvedModel", "detach_dequantized_gguf", "load_pretrained", "resolve_model",
+]
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,6 @@ def load_pretrained(
     model.to(device).eval()
     # A GGUF file is dequantized to float on load, but transformers keeps its GGUF quantizer and then
     # refuses save_pretrained, so every checkpoint of a run on the default model would fail.
-    from agentgym_core.finetune.common import detach_dequantized_gguf
-
     detach_dequantized_gguf(model)
     if tokenizer.chat_template is None:
         raise ModelNotFoundError(
@@ -135,3 +135,24 @@ def load_pretrained(
             "model's own template. Use an instruct/chat model or set tokenizer.chat_template and save it."
         )
     return model, tokenizer
+
+
+def detach_dequantized_gguf(model: Any) -> None:
+    """Let a model loaded from a GGUF file (and dequantized to float) be saved as a plain HF model.
+
+    transformers keeps a GGUF "quantizer" on such a model and refuses ``save_pretrained`` although
+    its weights are ordinary float tensors; dropping the quantizer (only when nothing is left in GGUF
+    blocks, as with transformers' dequantizing loader on CPU) makes
+    the checkpoint a normal HF directory, loadable as ``model.path``.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    quantizer = getattr(base, "hf_quantizer", None)
+    qconfig = getattr(quantizer, "quantization_config", None)
+    method = getattr(getattr(qconfig, "quant_method", None), "value", getattr(qconfig, "quant_method", None))
+    # Dequantized: every weight is a float tensor in a stock module (no GGUF block module left).
+    plain = all(p.is_floating_point() for p in base.parameters()) and not any(
+        "gguf" in type(m).__module__ for m in base.modules())
+    if quantizer is not None and method == "gguf" and plain:
+        base.hf_quantizer = None
+        if hasattr(base.config, "quantization_config"):
+            del base.config.quantization_config

@@ -62,6 +62,7 @@ _KIND_LABELS = {
     "advantage_estimator": "advantage estimator",
     "rollout_backend": "rollout backend",
     "round_scheduler": "round scheduler",
+    "expert": "expert policy",
 }
 
 

@@ -177,3 +177,35 @@ def solve(env: Env, task_id: int, *, max_turns: int = 2000) -> ExpertResult:
         return result
     finally:
         expert.close()
+
+
+def play_with_lookahead(env: Env, task_id: int) -> None:
+    """The expert agentgym trains from: :class:`ExpertPolicy` with a one-step lookahead.
+
+    The bot only emits primitive moves (``turn left``, ``move forward``), so "go to the red ball"
+    takes it eight turns where the agent's macro ``go to red ball 1`` takes one. Before each of
+    the bot's moves, every listed action is tried on a copy of the expert's replica; one that
+    completes the mission at once (the highest reward, the list's order on ties) is taken instead.
+    Demonstrations then show the macro an agent should use, and stay short enough to train on.
+    """
+    import copy
+
+    expert = ExpertPolicy(task_id)
+    try:
+        env.reset(task_id)
+        while True:
+            best, best_reward = None, 0.0
+            for action in expert.replica.available_actions() or []:
+                trial = copy.deepcopy(expert.replica).step(action)
+                if trial.success and trial.reward > best_reward:
+                    best, best_reward = action, trial.reward
+            action = best if best is not None else expert.act()
+            if action is None:
+                return
+            result = env.step(action)
+            expert.observe(action, result.observation)
+            if result.done:
+                return
+    finally:
+        expert.close()
+

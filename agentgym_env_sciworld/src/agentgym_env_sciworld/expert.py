@@ -50,3 +50,8 @@ class GoldPathExpert:
             if episode.final.done:
                 break
         return episode
+
+
+def play_gold_path(env: Env, task_id: int) -> ExpertEpisode:
+    """:meth:`GoldPathExpert.play` as the ``play(env, task_id)`` function an expert registration takes."""
+    return GoldPathExpert().play(env, task_id)

@@ -45,7 +45,7 @@ def test_collect_without_an_expert_says_how_to_add_one(monkeypatch, capsys, pm):
     monkeypatch.setattr(collect_mod, "get_plugin_manager", lambda: pm)
     args = _parse(collect_cmd, ["collect", "--env", "letter", "--n", "1"])
     assert args.func(args) == 2
-    assert "agentgym_expert = ExpertSpec" in capsys.readouterr().err
+    assert "def agentgym_register_experts(register)" in capsys.readouterr().err
 
 
 def test_finetune_cli_rejects_unknown_keys(tmp_path, capsys):

@@ -27,7 +27,7 @@ def _runs(mask):
     return runs
 
 
-def test_expert_trajectories_pass_the_rl_trajectory_audit(tiny):
+def test_expert_trajectories_pass_the_rl_trajectory_audit(tiny, pm):
     """Expert trajectories are laid out as the engine lays out sampled ones (spans, mask, template)."""
     from agentgym_backend_transformers import TransformersBackend
     from agentgym_core.finetune.experts import expert_trajectory, get_expert, play_expert
@@ -38,7 +38,7 @@ def test_expert_trajectories_pass_the_rl_trajectory_audit(tiny):
     backend = TransformersBackend(model, tokenizer)
     chat = ChatFormat(backend)  # the engine's own ChatFormat over the real backend
     for task in (0, 1, 905):
-        recording, error = play_expert(get_expert("guess"), GuessEnv(), task)
+        recording, error = play_expert(get_expert("guess", pm), GuessEnv(), task)
         traj = expert_trajectory(recording, chat, env_name="guess", error=error)
         assert error is None and traj.success and traj.terminated and traj.num_turns >= 1
         report = check_trajectory(traj, backend, recompute_logprobs=False)
@@ -48,12 +48,12 @@ def test_expert_trajectories_pass_the_rl_trajectory_audit(tiny):
                                   for i in range(len(traj.token_ids))]
 
 
-def test_expert_turn_budget_truncates(tiny):
+def test_expert_turn_budget_truncates(tiny, pm):
     from agentgym_core.finetune.experts import expert_trajectory, get_expert, play_expert
     from agentgym_env_guess.env import GuessEnv
 
     _, tokenizer = tiny
-    recording, error = play_expert(get_expert("guess"), GuessEnv(), 3, max_turns=2)
+    recording, error = play_expert(get_expert("guess", pm), GuessEnv(), 3, max_turns=2)
     traj = expert_trajectory(recording, ChatFormat(TokenizerChat(tokenizer)), env_name="guess", error=error)
     assert error == "max_turns" and traj.num_turns == 2 and traj.truncation_reason == "max_turns"
     assert not traj.success and not traj.failed
@@ -158,8 +158,10 @@ def test_babyai_expert_thoughts_restate_the_mission(tiny):
     from agentgym_core.finetune.experts import expert_trajectory, get_expert, play_expert
     from agentgym_env_babyai import BabyAIEnv
 
+    from agentgym_core.plugins import PluginManager
+
     _, tokenizer = tiny
-    expert = get_expert("babyai")
+    expert = get_expert("babyai", PluginManager(autoload=True, allow=["babyai"]))
     recording, error = play_expert(expert, BabyAIEnv(), 1804, max_turns=6)
     traj = expert_trajectory(recording, ChatFormat(TokenizerChat(tokenizer)), env_name="babyai", error=error,
                              thought=expert.thought)

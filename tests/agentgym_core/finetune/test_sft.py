@@ -146,7 +146,7 @@ def test_warm_start_inside_an_rl_recipe(tmp_path):
 def test_warm_start_needs_data_or_expert():
     from pydantic import ValidationError
 
-    from agentgym_core.finetune.options import WarmStartConfig
+    from agentgym_core.finetune_options import WarmStartConfig
 
     with pytest.raises(ValidationError, match="data.paths.*or expert"):
         WarmStartConfig.model_validate({"lr": 1e-5})

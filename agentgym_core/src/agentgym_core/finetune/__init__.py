@@ -8,8 +8,7 @@ checkpoint layout and held-out evaluation as :mod:`agentgym_core.rl`; ``run_sft`
 ``run_rejection_sampling`` each return a :class:`FinetuneResult` whose ``model_path`` an RL run
 can start from (``warm_start_sft`` does that for an RL recipe with a ``warm_start`` section).
 
-Every name is imported on first use, so :mod:`agentgym_core.rl.config` can import
-:mod:`agentgym_core.finetune.options` without an import cycle.
+Every name is imported on first use, so importing one paradigm costs no import of the others.
 """
 
 from __future__ import annotations
@@ -20,11 +19,12 @@ from typing import Any
 _WHERE = {
     "CollectConfig": "config", "FinetuneConfig": "config", "FinetuneTrainerConfig": "config",
     "load_finetune_config": "config", "save_finetune_config": "config",
-    "DPOOptions": "options", "DataConfig": "options", "RejectionOptions": "options", "SFTOptions": "options",
-    "WarmStartConfig": "options",
+    "DPOOptions": "agentgym_core.finetune_options", "DataConfig": "agentgym_core.finetune_options",
+    "RejectionOptions": "agentgym_core.finetune_options", "SFTOptions": "agentgym_core.finetune_options",
+    "WarmStartConfig": "agentgym_core.finetune_options",
     "DataFormatError": "data", "Example": "data", "TokenizerChat": "data", "agenttraj_messages": "data",
     "load_examples": "data", "load_tokenizer": "data", "tokenize_messages": "data",
-    "BUILTIN_EXPERTS": "experts", "ExpertSpec": "experts", "NoExpertError": "experts", "get_expert": "experts",
+    "ExpertSpec": "experts", "NoExpertError": "experts", "get_expert": "experts",
     "CollectResult": "collect", "collect": "collect",
     "FinetuneResult": "common",
     "run_sft": "sft", "sft_loss": "sft", "run_dpo": "dpo", "dpo_loss": "dpo",
@@ -37,7 +37,9 @@ __all__ = sorted(_WHERE)
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
-        return getattr(importlib.import_module(f"agentgym_core.finetune.{_WHERE[name]}"), name)
+        where = _WHERE[name]
+        module = where if "." in where else f"agentgym_core.finetune.{where}"
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'agentgym_core.finetune' has no attribute {name!r}")
 
 

@@ -80,8 +80,7 @@ def collect(
     env_kwargs = dict(config.env_kwargs)
     env_cls = None
     if config.policy == "expert":
-        env_cls = pm.env_class(config.env) if make_env is None and not config.env_url else None
-        expert = get_expert(config.env, env_cls)
+        expert = get_expert(config.env, pm)
         env_kwargs = {**expert.env_kwargs, **env_kwargs}
     if make_env is None:
         make_env, catalog, env_cls = _env_factory(config, pm, env_kwargs)

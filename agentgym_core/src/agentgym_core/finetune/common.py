@@ -20,6 +20,7 @@ import torch
 
 from agentgym_core.finetune.config import DataConfig, FinetuneConfig
 from agentgym_core.finetune.data import Example
+from agentgym_core.models import detach_dequantized_gguf
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.checkpoint import (
     latest_checkpoint,
@@ -124,27 +125,6 @@ def evaluate_policy(pm: PluginManager, config: FinetuneConfig, model: Any, token
     """One held-out evaluation of the current weights (None when no env or no eval tasks)."""
     with open_evaluation(pm, config, model, tokenizer) as run:
         return run(step)
-
-
-def detach_dequantized_gguf(model: Any) -> None:
-    """Let a model loaded from a GGUF file (and dequantized to float) be saved as a plain HF model.
-
-    transformers keeps a GGUF "quantizer" on such a model and refuses ``save_pretrained`` although
-    its weights are ordinary float tensors; dropping the quantizer (only when nothing is left in GGUF
-    blocks, as with transformers' dequantizing loader on CPU) makes
-    the checkpoint a normal HF directory, loadable as ``model.path``.
-    """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    quantizer = getattr(base, "hf_quantizer", None)
-    qconfig = getattr(quantizer, "quantization_config", None)
-    method = getattr(getattr(qconfig, "quant_method", None), "value", getattr(qconfig, "quant_method", None))
-    # Dequantized: every weight is a float tensor in a stock module (no GGUF block module left).
-    plain = all(p.is_floating_point() for p in base.parameters()) and not any(
-        "gguf" in type(m).__module__ for m in base.modules())
-    if quantizer is not None and method == "gguf" and plain:
-        base.hf_quantizer = None
-        if hasattr(base.config, "quantization_config"):
-            del base.config.quantization_config
 
 
 def save(run_dir: Path, step: int, *, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer, lr_schedule: Any,

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from agentgym_core.finetune.options import DataConfig, DPOOptions, RejectionOptions, SFTOptions, _Section
+from agentgym_core.finetune_options import DataConfig, DPOOptions, RejectionOptions, SFTOptions, _Section
 from agentgym_core.rl.config import (
     ConfigError,
     EnvConfig,

@@ -1,16 +1,9 @@
-"""Expert policies per environment, and expert episodes as trainable trajectories.
+"""Expert episodes as trainable trajectories.
 
-Convention. An expert is a function ``play(env, task_id) -> Any`` that plays one episode of
-``env`` only through ``env.reset`` / ``env.step`` (so it works in-process and over
-:class:`agentgym_core.client.HTTPEnv`); what it returns is ignored, because every step is recorded
-on the way. An environment offers one by a class attribute::
-
-    class MyEnv(Env):
-        agentgym_expert: ClassVar[ExpertSpec] = ExpertSpec(play=my_solver, env_kwargs={...})
-
-:func:`get_expert` looks there first, then in :data:`BUILTIN_EXPERTS`, the adapters for the
-environments that ship a solver of their own (babyai, textcraft, sciworld, guess), kept here so
-those packages need no change.
+Experts come from plugins: an environment package registers an
+:class:`agentgym_core.experts.ExpertSpec` under its environment's name through the
+``agentgym_register_experts`` hook; :func:`get_expert` looks it up. The expert plays through
+``env.reset``/``env.step`` and :class:`RecordingEnv` records every step on the way.
 
 Expert trajectories. The expert's actions become replies ``"Thought: <thought>\\nAction: <action>"``
 (the ReAct format every environment's instruction asks for and ``parse_react_action`` reads), and
@@ -22,21 +15,20 @@ The expert's tokens were not sampled: their ``logprobs`` are 0.0 (no importance 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym_core.env import Env, ResetResult, StepResult
+from agentgym_core.experts import ExpertSpec, NoExpertError
 from agentgym_core.finetune.data import tokenize_messages
+from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 
 __all__ = [
-    "BUILTIN_EXPERTS",
     "ExpertSpec",
     "NoExpertError",
     "RecordingEnv",
@@ -47,100 +39,22 @@ __all__ = [
 ]
 
 
-class NoExpertError(LookupError):
-    """The environment has no expert policy; the message says how to give it one."""
-
-
-@dataclass(frozen=True)
-class ExpertSpec:
-    """How to play an environment expertly: the player, and constructor options it needs."""
-
-    play: Callable[[Env, int], Any]
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    summary: str = ""
-    thought: Callable[[ResetResult, str], str] | None = None
-    """The thought written before ``action`` (given the episode's reset); None: ``I will <action>.``"""
-
-
-def _lazy(module: str, attribute: str) -> Callable[[Env, int], Any]:
-    """A player imported on first use (the env package is only needed when its expert runs)."""
-    def play(env: Env, task_id: int) -> Any:
-        return getattr(importlib.import_module(module), attribute)(env, task_id)
-
-    return play
-
-
-def _babyai(env: Env, task_id: int) -> None:
-    """minigrid's BabyAIBot (through :class:`agentgym_env_babyai.expert.ExpertPolicy`) with a one-step lookahead.
-
-    The bot only emits primitive moves (``turn left``, ``move forward``), so "go to the red ball"
-    takes it eight turns where the agent's macro ``go to red ball 1`` takes one. Before each of
-    the bot's moves, every listed action is tried on a copy of the expert's replica; one that
-    completes the mission at once (the highest reward, the list's order on ties) is taken instead.
-    Demonstrations then show the macro an agent should use, and stay short enough to train on.
-    """
-    import copy
-
-    from agentgym_env_babyai.expert import ExpertPolicy
-
-    expert = ExpertPolicy(task_id)
-    try:
-        env.reset(task_id)
-        while True:
-            best, best_reward = None, 0.0
-            for action in expert.replica.available_actions() or []:
-                trial = copy.deepcopy(expert.replica).step(action)
-                if trial.success and trial.reward > best_reward:
-                    best, best_reward = action, trial.reward
-            action = best if best is not None else expert.act()
-            if action is None:
-                return
-            result = env.step(action)
-            expert.observe(action, result.observation)
-            if result.done:
-                return
-    finally:
-        expert.close()
-
-
-def _sciworld(env: Env, task_id: int) -> Any:
-    from agentgym_env_sciworld.expert import GoldPathExpert
-
-    return GoldPathExpert().play(env, task_id)
-
-
-def _babyai_thought(reset: ResetResult, action: str) -> str:
-    """Restate the mission before every action: a small model then reads the goal right where it
-    picks the object to act on (SFT on bare ``I will <action>`` thoughts taught SmolLM2-135M the
-    format but not to follow the mission: it went to the first object listed)."""
-    mission = reset.info.get("mission")
-    return f"My goal is to {mission}. I will {action}." if mission else f"I will {action}."
-
-
-BUILTIN_EXPERTS: dict[str, ExpertSpec] = {
-    "babyai": ExpertSpec(_babyai, summary="minigrid's BabyAIBot through text actions, taking any one action "
-                         "that completes the mission at once", thought=_babyai_thought),
-    "textcraft": ExpertSpec(_lazy("agentgym_env_textcraft.expert", "solve"),
-                            summary="recipe planner reading only the observation (agentgym_env_textcraft.expert)"),
-    "sciworld": ExpertSpec(_sciworld, env_kwargs={"include_gold_path": True},
-                           summary="ScienceWorld's gold action path (needs include_gold_path=True on a server)"),
-    "guess": ExpertSpec(_lazy("agentgym_env_guess.env", "solve"), summary="binary search"),
-}
-"""Adapters for the environments that ship a solver; an Env's own ``agentgym_expert`` wins."""
-
-
-def get_expert(env_name: str, env_cls: type[Env] | None = None) -> ExpertSpec:
-    """The expert of an environment: ``env_cls.agentgym_expert``, else the builtin adapter."""
-    own = getattr(env_cls, "agentgym_expert", None) if env_cls is not None else None
-    if own is not None:
-        return own if isinstance(own, ExpertSpec) else ExpertSpec(own)
-    if env_name in BUILTIN_EXPERTS:
-        return BUILTIN_EXPERTS[env_name]
+def get_expert(env_name: str, plugin_manager: PluginManager | None = None) -> ExpertSpec:
+    """The expert registered for environment ``env_name`` (``agentgym_register_experts``)."""
+    pm = plugin_manager or get_plugin_manager()
+    experts = pm.catalog("expert")
+    if env_name in experts:
+        spec = experts[env_name].obj
+        if not isinstance(spec, ExpertSpec):
+            raise TypeError(f"the expert registered for {env_name!r} by plugin {experts[env_name].plugin!r} "
+                            f"is a {type(spec).__name__}, expected agentgym_core.experts.ExpertSpec")
+        return spec
+    known = ", ".join(sorted(experts)) or "none"
     raise NoExpertError(
-        f"environment {env_name!r} has no expert policy. Known experts: {', '.join(sorted(BUILTIN_EXPERTS))}. "
-        "Give the Env class one: `agentgym_expert = ExpertSpec(play=fn)` where fn(env, task_id) plays one "
-        "episode through env.reset/env.step (from agentgym_core.finetune.experts import ExpertSpec); "
-        "or collect with a model: --policy MODEL."
+        f"environment {env_name!r} has no expert policy (environments with one: {known}). "
+        "Register one from the environment's package: `@hookimpl def agentgym_register_experts(register): "
+        f"register({env_name!r}, ExpertSpec(play=fn))` where fn(env, task_id) plays one episode through "
+        "env.reset/env.step (from agentgym_core.experts import ExpertSpec); or collect with a model: --policy MODEL."
     )
 
 

@@ -38,7 +38,7 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
     """SFT before RL: fine-tune ``train_config.model`` on ``train_config.warm_start``, in place when ``model`` is given.
 
     ``train_config`` is an RL ``TrainConfig`` with a ``warm_start`` section
-    (:class:`agentgym_core.finetune.options.WarmStartConfig`). Everything lives in
+    (:class:`agentgym_core.finetune_options.WarmStartConfig`). Everything lives in
     ``<trainer.run_dir>/warm_start``: the expert demonstrations (``expert.jsonl``, collected first
     when ``warm_start.expert`` is set), the SFT metrics and its checkpoint. The held-out evaluation
     before and after SFT uses the RL run's envs, eval tasks and final horizon, so the three figures

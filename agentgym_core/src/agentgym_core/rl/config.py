@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agentgym_core.finetune.options import WarmStartConfig
+from agentgym_core.finetune_options import WarmStartConfig
 from agentgym_core.rl.estimator_api import AdvantageConfig
 from agentgym_core.rl.losses import Aggregation, KLEstimator
 from agentgym_core.schedulers import RoundsConfig

@@ -1,7 +1,8 @@
 """The fine-tuning sections an RL recipe can carry too (``data``, ``sft``, ``dpo``, ``rejection_sampling``).
 
-This module imports nothing from the trainer, so :mod:`agentgym_core.rl.config` can use these
-classes for ``trainer.kind: sft|dpo|rejection_sampling`` and a ``warm_start`` without an import cycle.
+It sits outside both :mod:`agentgym_core.rl` and :mod:`agentgym_core.finetune` and imports neither,
+so an RL recipe's ``warm_start`` section can be typed without ``rl`` depending on ``finetune``
+(``finetune`` builds on ``rl``'s stack, never the reverse).
 """
 
 from __future__ import annotations
