@@ -32,9 +32,9 @@ RECIPE = Path(__file__).parents[1] / "examples" / "babyai_grpo_cpu.yaml"
 
 
 def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
+    from agentgym_core.pipeline import run_rl_recipe as train
     from agentgym_core.plugins import get_plugin_manager
     from agentgym_core.rl.config import load_config
-    from agentgym_core.rl.trainer import train
 
     run_dir = RESULTS / "learn_babyai" / name
     config = load_config(args.recipe, [

@@ -31,7 +31,7 @@ import torch
 from common import load_backend, write_json
 
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
+from agentgym_core.rollout import EngineConfig, EpisodeSpec, RolloutEngine, SamplingParams
 
 MODES = {  # name -> (synchronous, reuse_kv_cache, share_prefixes)
     "engine": (False, True, True),
@@ -43,7 +43,7 @@ MODES = {  # name -> (synchronous, reuse_kv_cache, share_prefixes)
 def run_once(backend, env_cls, tasks, *, mode: str, args) -> dict[str, float]:
     synchronous, reuse, share = MODES[mode]
     backend.share_prefixes = share
-    config = RolloutConfig(
+    config = EngineConfig(
         sampling=SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed),
         max_turns=args.max_rounds, synchronous=synchronous, reuse_kv_cache=reuse, env_workers=32,
         step_timeout_s=600,

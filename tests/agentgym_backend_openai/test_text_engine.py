@@ -15,7 +15,7 @@ import pytest
 from openai_test_support import SERVED_NAME
 
 from agentgym_backend_openai import make_backend
-from agentgym_core.rollout import EpisodeSpec, RolloutConfig, SamplingParams
+from agentgym_core.rollout import EngineConfig, EpisodeSpec, SamplingParams
 from agentgym_core.rollout.text_engine import (
     ChatReply,
     TextRolloutEngine,
@@ -80,7 +80,7 @@ def _specs(*tasks):
 
 
 def test_scripted_player_succeeds_and_rewards_are_recorded():
-    config = RolloutConfig(max_turns=10, sampling=SamplingParams(max_new_tokens=16))
+    config = EngineConfig(max_turns=10, sampling=SamplingParams(max_new_tokens=16))
     with TextRolloutEngine(BinarySearchPlayer(), GuessEnv, num_envs=3, config=config) as engine:
         trajs = engine.run(_specs(900, 901, 902, 903))
     assert [t.task_id for t in trajs] == [900, 901, 902, 903]
@@ -96,7 +96,7 @@ def test_scripted_player_succeeds_and_rewards_are_recorded():
 
 def test_no_round_barrier_episodes_run_concurrently():
     player = BinarySearchPlayer(delay_s=0.05)
-    config = RolloutConfig(max_turns=10)
+    config = EngineConfig(max_turns=10)
     start = time.perf_counter()
     with TextRolloutEngine(player, GuessEnv, num_envs=4, config=config) as engine:
         trajs = engine.run(_specs(900, 901, 902, 903))
@@ -107,7 +107,7 @@ def test_no_round_barrier_episodes_run_concurrently():
 
 
 def test_env_failure_ends_only_that_trajectory():
-    config = RolloutConfig(max_turns=10)
+    config = EngineConfig(max_turns=10)
     with TextRolloutEngine(BinarySearchPlayer(), lambda: FaultyGuess(fail_task=901), num_envs=2,
                            config=config) as engine:
         trajs = engine.run(_specs(900, 901, 902))
@@ -119,7 +119,7 @@ def test_env_failure_ends_only_that_trajectory():
 
 
 def test_step_timeout_is_recorded():
-    config = RolloutConfig(max_turns=10, step_timeout_s=0.3)
+    config = EngineConfig(max_turns=10, step_timeout_s=0.3)
     start = time.perf_counter()
     with TextRolloutEngine(BinarySearchPlayer(), lambda: FaultyGuess(slow_task=900, stall_s=1.5), num_envs=2,
                            config=config) as engine:
@@ -130,7 +130,7 @@ def test_step_timeout_is_recorded():
 
 
 def test_episode_timeout_is_recorded():
-    config = RolloutConfig(max_turns=10, episode_timeout_s=0.25)
+    config = EngineConfig(max_turns=10, episode_timeout_s=0.25)
     with TextRolloutEngine(BinarySearchPlayer(delay_s=0.1), GuessEnv, num_envs=1, config=config) as engine:
         (traj,) = engine.run(_specs(900))
     assert traj.failed and traj.failure_reason == "timeout: episode timeout after 0.25s"
@@ -138,7 +138,7 @@ def test_episode_timeout_is_recorded():
 
 
 def test_turn_budget_and_env_step_limit():
-    with TextRolloutEngine(BinarySearchPlayer(), GuessEnv, num_envs=1, config=RolloutConfig(max_turns=2)) as engine:
+    with TextRolloutEngine(BinarySearchPlayer(), GuessEnv, num_envs=1, config=EngineConfig(max_turns=2)) as engine:
         (short,) = engine.run(_specs(900))
     assert short.truncated and short.truncation_reason == "max_turns" and short.num_turns == 2
 
@@ -146,7 +146,7 @@ def test_turn_budget_and_env_step_limit():
         def chat(self, messages, params):
             return ChatReply(text="Action: guess 0", finish_reason="eos")
 
-    with TextRolloutEngine(Hopeless(), GuessEnv, num_envs=1, config=RolloutConfig(max_turns=50)) as engine:
+    with TextRolloutEngine(Hopeless(), GuessEnv, num_envs=1, config=EngineConfig(max_turns=50)) as engine:
         (capped,) = engine.run(_specs(900))
     assert capped.truncation_reason == "env_step_limit" and capped.num_turns == GuessEnv.max_episode_steps
 
@@ -154,7 +154,7 @@ def test_turn_budget_and_env_step_limit():
 def test_token_budget_from_the_servers_usage(api_url):
     backend = make_backend({"model": SERVED_NAME, "base_url": api_url})
     budget = 260  # the tiny tokenizer spends ~150 tokens on the first prompt
-    config = RolloutConfig(max_turns=10, max_total_tokens=budget, sampling=SamplingParams(max_new_tokens=30, seed=3))
+    config = EngineConfig(max_turns=10, max_total_tokens=budget, sampling=SamplingParams(max_new_tokens=30, seed=3))
     with TextRolloutEngine(backend, GuessEnv, num_envs=2, config=config) as engine:
         trajs = engine.run(_specs(900, 901))
     for traj in trajs:
@@ -172,7 +172,7 @@ def test_context_length_refusal_truncates(tiny_backend):
     app = create_model_app(tiny_backend, {"model_name": SERVED_NAME, "max_context_tokens": 150})
     with serve_app(app) as url:
         backend = make_backend({"model": SERVED_NAME, "base_url": url})
-        config = RolloutConfig(max_turns=20, max_total_tokens=10_000, sampling=SamplingParams(max_new_tokens=40, seed=0))
+        config = EngineConfig(max_turns=20, max_total_tokens=10_000, sampling=SamplingParams(max_new_tokens=40, seed=0))
         with TextRolloutEngine(backend, GuessEnv, num_envs=1, config=config) as engine:
             (traj,) = engine.run(_specs(900))
     assert traj.truncation_reason == "token_budget" and not traj.failed
@@ -181,7 +181,7 @@ def test_context_length_refusal_truncates(tiny_backend):
 
 def test_same_seed_same_run(api_url):
     backend = make_backend({"model": SERVED_NAME, "base_url": api_url})
-    config = RolloutConfig(max_turns=3, sampling=SamplingParams(temperature=1.0, max_new_tokens=6, seed=11))
+    config = EngineConfig(max_turns=3, sampling=SamplingParams(temperature=1.0, max_new_tokens=6, seed=11))
 
     def texts():
         with TextRolloutEngine(backend, GuessEnv, num_envs=3, config=config) as engine:
@@ -194,4 +194,4 @@ def test_same_seed_same_run(api_url):
 
 def test_synchronous_mode_is_refused():
     with pytest.raises(ValueError, match="synchronous"):
-        TextRolloutEngine(BinarySearchPlayer(), GuessEnv, config=RolloutConfig(synchronous=True))
+        TextRolloutEngine(BinarySearchPlayer(), GuessEnv, config=EngineConfig(synchronous=True))

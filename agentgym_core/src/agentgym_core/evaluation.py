@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.env import Env
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
-from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
 from agentgym_core.rollout.text_engine import (
     ChatBackend,
@@ -201,7 +201,7 @@ def evaluate(
         backend.preflight()  # a wrong model name or key fails here, before any episode
     run_dir = Path(config.out_dir or f"runs/eval-{config.env}-{datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)
-    rollout = RolloutConfig(
+    rollout = EngineConfig(
         sampling=SamplingParams(temperature=config.temperature, top_p=config.top_p,
                                 max_new_tokens=config.max_new_tokens, seed=config.seed),
         max_turns=config.max_rounds, max_total_tokens=config.max_total_tokens,

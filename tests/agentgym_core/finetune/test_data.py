@@ -156,9 +156,8 @@ def test_babyai_expert_thoughts_restate_the_mission(tiny):
     """BabyAI demonstrations say the goal before each action (what a small model must attend to)."""
     pytest.importorskip("agentgym_env_babyai")
     from agentgym_core.finetune.experts import expert_trajectory, get_expert, play_expert
-    from agentgym_env_babyai import BabyAIEnv
-
     from agentgym_core.plugins import PluginManager
+    from agentgym_env_babyai import BabyAIEnv
 
     _, tokenizer = tiny
     expert = get_expert("babyai", PluginManager(autoload=True, allow=["babyai"]))

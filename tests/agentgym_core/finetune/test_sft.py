@@ -103,9 +103,9 @@ def test_warm_start_inside_an_rl_recipe(tmp_path):
     """`warm_start` in an RL TrainConfig: expert demos collected, SFT, evaluated, then RL from the SFT weights."""
     import json
 
+    from agentgym_core.pipeline import run_rl_recipe as train
     from agentgym_core.plugins import PluginManager
     from agentgym_core.rl.config import load_config
-    from agentgym_core.rl.trainer import train
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     pytest.importorskip("agentgym_estimators")

@@ -8,15 +8,15 @@ import time
 import pytest
 from guess_env import GuessEnv
 
-from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
+from agentgym_core.rollout import EngineConfig, EpisodeSpec, RolloutEngine, SamplingParams
 from agentgym_core.schedulers import FixedRounds
 from agentgym_core.testing.trajectory import check_trajectory
 
 
-def _config(**overrides) -> RolloutConfig:
+def _config(**overrides) -> EngineConfig:
     fields = {"sampling": SamplingParams(max_new_tokens=10, seed=0), "max_turns": 4, "step_timeout_s": 10.0}
     fields.update(overrides)
-    return RolloutConfig(**fields)
+    return EngineConfig(**fields)
 
 
 def test_multi_turn_trajectories_pass_the_auditor(tiny_backend):

@@ -9,12 +9,12 @@ from guess_env import GuessEnv
 
 from agentgym_core.commands.eval import render_table
 from agentgym_core.evaluation import EvalConfig, evaluate, summarize
-from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
+from agentgym_core.rollout import EngineConfig, EpisodeSpec, RolloutEngine, SamplingParams
 from agentgym_core.rollout.logs import RolloutLogWriter, read_rollout_log
 
 
 def test_log_lines_round_trip(tiny_backend, tmp_path):
-    config = RolloutConfig(sampling=SamplingParams(max_new_tokens=8, seed=1), max_turns=3)
+    config = EngineConfig(sampling=SamplingParams(max_new_tokens=8, seed=1), max_turns=3)
     with RolloutEngine(tiny_backend, GuessEnv, num_envs=2, config=config) as engine:
         trajs = engine.run([EpisodeSpec(task_id=2), EpisodeSpec(task_id=3)])
     with RolloutLogWriter(tmp_path / "t.jsonl", step=7, include_tokens=True) as log:

@@ -7,7 +7,7 @@ from guess_env import GuessEnv
 
 from agentgym_core import models
 from agentgym_core.models import ModelNotFoundError, load_pretrained, resolve_model
-from agentgym_core.rollout import EpisodeSpec, RolloutConfig, RolloutEngine, SamplingParams
+from agentgym_core.rollout import EngineConfig, EpisodeSpec, RolloutEngine, SamplingParams
 from agentgym_core.testing.trajectory import TrajectoryCheckError, check_trajectory
 
 
@@ -48,7 +48,7 @@ def test_hf_directory_and_bad_paths(tmp_path):
 
 @pytest.fixture(scope="module")
 def trajectory(tiny_backend):
-    config = RolloutConfig(sampling=SamplingParams(max_new_tokens=8, seed=3), max_turns=3)
+    config = EngineConfig(sampling=SamplingParams(max_new_tokens=8, seed=3), max_turns=3)
     with RolloutEngine(tiny_backend, GuessEnv, num_envs=1, config=config) as engine:
         (traj,) = engine.run([EpisodeSpec(task_id=9)])
     check_trajectory(traj, tiny_backend)

@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
         return 0
 
-    from agentgym_core.rl.trainer import train
+    from agentgym_core.pipeline import run_rl_recipe
 
-    results = train(config, resume=args.resume is not None)
+    results = run_rl_recipe(config, resume=args.resume is not None)
     table = _success_table(results)
     print(f"\nrun directory: {config.trainer.run_dir}")
     if table:

@@ -21,7 +21,7 @@ from agentgym_core.finetune.experts import expert_trajectory, get_expert, play_e
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.chat import ChatFormat
-from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
 from agentgym_core.rollout.trajectory import Trajectory
 
@@ -138,7 +138,7 @@ def collect(
                 if config.threads:
                     options["threads"] = config.threads
                 backend = pm.get("rollout_backend", config.backend)(options)
-            rollout = RolloutConfig(
+            rollout = EngineConfig(
                 sampling=SamplingParams(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                                         seed=config.seed),
                 max_turns=config.max_turns, max_total_tokens=config.max_total_tokens,

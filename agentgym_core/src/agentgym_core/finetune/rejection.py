@@ -42,7 +42,7 @@ from agentgym_core.rl.checkpoint import (
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.chat import ChatFormat
-from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
 from agentgym_core.rollout.trajectory import Trajectory
 
@@ -146,7 +146,7 @@ def run_rejection_sampling(
                     tasks = tasks_for_step(env.train_tasks, rs.tasks_per_round, r, config.trainer.seed, env.name)
                     sampling = SamplingParams(temperature=rs.temperature, max_new_tokens=config.rollout.max_new_tokens,
                                               seed=step_seed(config.trainer.seed, "rejection", env.name, r))
-                    engine_cfg = RolloutConfig(sampling=sampling, max_turns=rs.max_turns,
+                    engine_cfg = EngineConfig(sampling=sampling, max_turns=rs.max_turns,
                                                max_total_tokens=config.rollout.max_total_tokens)
                     with RolloutEngine(backend, env.make_env, num_envs=env.config.max_concurrency, config=engine_cfg,
                                        env_name=env.name) as engine:

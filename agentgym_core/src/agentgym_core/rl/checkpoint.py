@@ -46,9 +46,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _export_model(model: Any, tokenizer: Any, directory: Path) -> None:
-    """Save plain HF weights; for a peft model, the merged weights plus the adapter."""
-    if hasattr(model, "peft_config"):
+def _export_model(model: Any, tokenizer: Any, directory: Path, state_dict: dict[str, Any] | None = None) -> None:
+    """Save plain HF weights; for a peft model, the merged weights plus the adapter.
+
+    ``state_dict``: the full weights of a sharded model (gathered by the caller), saved with its config.
+    """
+    if state_dict is not None:
+        model.save_pretrained(directory, state_dict=state_dict)
+    elif hasattr(model, "peft_config"):
         model.save_pretrained(directory.parent / "adapter")
         # merge_and_unload is destructive: merge a copy so the training model keeps its adapters.
         copy.deepcopy(model).merge_and_unload().save_pretrained(directory)
@@ -59,15 +64,19 @@ def _export_model(model: Any, tokenizer: Any, directory: Path) -> None:
 
 
 def save_checkpoint(
-    run_dir: str | Path, step: int, *, model: Any, tokenizer: Any, trainer_state: dict[str, Any], keep: int = 2
+    run_dir: str | Path, step: int, *, model: Any, tokenizer: Any, trainer_state: dict[str, Any], keep: int = 2,
+    state_dict: dict[str, Any] | None = None,
 ) -> Path:
-    """Write checkpoint ``step`` (the number of completed steps) atomically; prune old ones."""
+    """Write checkpoint ``step`` (the number of completed steps) atomically; prune old ones.
+
+    ``state_dict`` replaces ``model.state_dict()`` (the gathered weights of a sharded model).
+    """
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     (tmp / "model").mkdir(parents=True)
-    _export_model(model, tokenizer, tmp / "model")
+    _export_model(model, tokenizer, tmp / "model", state_dict)
     torch.save(trainer_state, tmp / "trainer_state.pt")
     (tmp / "DONE").write_text(str(step))
     if final.exists():

@@ -169,12 +169,18 @@ class OptimConfig(_Section):
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in training steps.")
     schedule: Literal["constant", "cosine"] = Field("constant", description="Decay after warm-up.")
     critic_lr: float | None = Field(None, gt=0.0, description="Value head learning rate (None: 10 x lr).")
+    low_precision_params: bool = Field(
+        False, description="Let AdamW update bfloat16/float16 weights directly (warns). Off: trainable weights are "
+        "float32 masters whatever model.dtype loads, and model.mixed_precision=bf16 runs the matmuls in bf16.")
 
 
 class TrainerConfig(_Section):
     """``trainer``: the run itself."""
 
     steps: int = Field(100, ge=1, description="Training steps (one batch of rollouts + one update each).")
+    learners: int = Field(
+        1, ge=1, description="Learner ranks (FSDP2 shards of the policy; gloo on CPU, NCCL on CUDA). N > 1 spawns N "
+        "processes on this machine, or joins the ranks torchrun started.")
     seed: int = Field(0, description="Seed of task order, sampling and initialisation.")
     run_dir: str = Field("runs/run", description="Where config, metrics, checkpoints and trajectories go.")
     eval_every: int = Field(0, ge=0, description="Evaluate on held-out tasks every N steps (0: only before/after).")

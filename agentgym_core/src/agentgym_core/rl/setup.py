@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,22 +13,30 @@ import torch
 from agentgym_core.client import EnvClient, HTTPEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
-from agentgym_core.rollout.backend import SamplingParams
-from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from agentgym_core.rollout.backend import SamplingParams, capabilities_of
+from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["EnvHandle", "build_optimizer", "evaluate", "load_policy", "make_backend", "open_envs", "summarize"]
+__all__ = [
+    "EnvHandle", "build_optimizer", "evaluate", "load_policy", "make_backend", "open_envs", "resolve_device", "summarize",
+]
 
 
-def load_policy(config: ModelConfig) -> tuple[Any, Any]:
-    """(model, tokenizer) from ``config.path``; with LoRA enabled, wrapped with fresh peft adapters."""
+def resolve_device(device: str) -> torch.device:
+    """``model.device`` as a torch device: ``auto`` is CUDA when present, else the CPU."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(device)
+
+
+def load_policy(config: ModelConfig, device: str | torch.device | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) from ``config.path`` on ``device`` (default ``config.device``); with LoRA
+    enabled, wrapped with fresh peft adapters."""
     from agentgym_core.models import load_pretrained
 
     if config.threads:
         torch.set_num_threads(config.threads)
-    device = config.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(config.device) if device is None else torch.device(device)
     model, tokenizer = load_pretrained(config.path, device=device, dtype=config.dtype)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -54,19 +61,13 @@ def wrap_lora(model: Any, config: ModelConfig) -> Any:
 def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, bool]:
     """The rollout backend, and whether it shares the trainer's module (no weight copy needed).
 
-    A backend factory that accepts ``model=`` and ``tokenizer=`` keyword arguments is handed the
-    trainer's own module; otherwise it loads its own copy and receives weights every step.
+    A backend whose factory declares ``capabilities.shares_trainer_module`` is lent ``model`` (when
+    one is given); any other loads its own copy from ``model.path`` and receives weights every step.
     """
     factory = pm.get("rollout_backend", config.rollout.backend)
     options = {"model": config.model.path, **config.rollout.backend_options}
-    params = inspect.signature(factory).parameters
-    if "model" in params and "tokenizer" in params and len(params) > 2:
+    if model is not None and capabilities_of(factory).shares_trainer_module:
         return factory(options, model=model, tokenizer=tokenizer), True
-    backend_cls = getattr(factory, "__globals__", {}).get("TransformersBackend")
-    if backend_cls is not None:  # the transformers backend can wrap a live module directly
-        own = ("max_batch_size", "session_cache_mb", "share_prefixes", "prefill")  # options that apply to a live module
-        return backend_cls(model, tokenizer, **{k: v for k, v in config.rollout.backend_options.items()
-                                                if k in own}), True
     return factory(options), False
 
 
@@ -159,7 +160,7 @@ def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: 
         tasks = env.test_tasks[: config.trainer.eval_tasks]
         if not tasks:
             continue
-        engine_cfg = RolloutConfig(sampling=sampling, max_turns=horizon,
+        engine_cfg = EngineConfig(sampling=sampling, max_turns=horizon,
                                    max_total_tokens=config.rollout.max_total_tokens)
         bar = tqdm(total=len(tasks), desc=f"eval {env.name} (step {step})", unit="traj", leave=False,
                    disable=not progress, dynamic_ncols=True)

@@ -1,21 +1,30 @@
-"""`train(config)`: the whole online-RL loop in one function, top to bottom.
+"""`train(config)`: the online-RL loop, top to bottom, driving two roles.
 
     for step in steps:
-        sample tasks -> rollouts -> rewards -> advantages (estimator plugin)
-        -> policy (and critic) update -> weights to the rollout backend -> log
-        -> periodic evaluation -> checkpoint
+        rollout worker: sample tasks -> trajectories
+        learner:        score (old/reference log-probs) -> advantages (estimator plugin) -> update
+        rollout worker: new weights
+        driver:         log -> periodic evaluation -> checkpoint
 
-Everything else (losses, estimators, schedulers, batching, checkpoint files) lives in small
+The roles live next to this file: :class:`~agentgym_core.rl.learner.Learner` (weights, optimizer,
+checkpoints; FSDP2-sharded over ``trainer.learners`` ranks) and
+:class:`~agentgym_core.rl.rollout_worker.RolloutWorker` (backend, engines, environment clients).
+Rank 0 is the driver: it owns the rollout worker, the logs and the checkpoint files; the other
+ranks only take part in the learner's collective calls, receiving each step's trajectories and
+advantages from rank 0. Everything else (losses, estimators, schedulers, batching) lives in small
 modules next to this one; this file is the order in which they are used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import os
+import pickle
 import random
+import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +32,17 @@ import torch
 from tqdm import tqdm
 
 from agentgym_core.plugins import PluginManager, get_plugin_manager
-from agentgym_core.rl.batch import allocate_tasks, build_batch, step_seed, tasks_for_step
-from agentgym_core.rl.checkpoint import (
-    latest_checkpoint,
-    load_policy_weights,
-    load_trainer_state,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from agentgym_core.rl.batch import build_batch, step_seed
+from agentgym_core.rl.checkpoint import latest_checkpoint, set_rng_state
 from agentgym_core.rl.config import TrainConfig, save_config
+from agentgym_core.rl.distributed import broadcast_object, init_from_environment, spawn
 from agentgym_core.rl.estimator_api import AdvantageBatch
-from agentgym_core.rl.forward import ValueHead, forward_tokens, mixed_precision
-from agentgym_core.rl.losses import kl_penalty, masked_mean
-from agentgym_core.rl.setup import build_optimizer, evaluate, load_policy, make_backend, open_envs, summarize
+from agentgym_core.rl.learner import Learner
+from agentgym_core.rl.losses import masked_mean
+from agentgym_core.rl.rollout_worker import RolloutWorker
+from agentgym_core.rl.setup import load_policy, make_backend, open_envs, resolve_device, summarize
 from agentgym_core.rl.tracking import MetricsWriter
-from agentgym_core.rl.update import UpdateInputs, ppo_update
-from agentgym_core.rollout.backend import SamplingParams
-from agentgym_core.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, RolloutStats
+from agentgym_core.rl.update import UpdateInputs
 
 __all__ = ["train"]
 
@@ -53,235 +55,273 @@ def train(
     model: Any = None,
     tokenizer: Any = None,
     stop_after: int | None = None,
+    eval_before: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train the policy as ``config`` says; returns ``{"final": metrics, "eval_before", "eval_after"}``.
 
-    With a ``warm_start`` section also ``eval_base`` (the model before SFT) and ``eval_sft`` (after
-    SFT, which is RL's ``eval_before``).
-
     ``model``/``tokenizer`` replace loading ``config.model.path`` (tests, notebooks).
     ``stop_after`` ends the run after that many steps of this call, as a kill would (tests).
+    ``eval_before`` is a held-out evaluation of the starting policy made elsewhere (a warm start's,
+    on the same tasks and horizon), used instead of evaluating again.
+
+    With ``trainer.learners = N > 1`` and no process group yet, N learner processes are spawned on
+    this machine (each loads the model from ``config.model.path`` and discovers plugins itself);
+    under ``torchrun`` every rank calls ``train`` and rank 0 returns the results.
     """
+    ranks_running = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if config.trainer.learners > 1 and not ranks_running:
+        if model is not None or plugin_manager is not None:
+            raise ValueError("trainer.learners > 1 spawns fresh processes: they load config.model.path and installed "
+                             "plugins themselves, so model=/plugin_manager= cannot be passed (or start the ranks "
+                             "yourself with torchrun and call train() in each)")
+        return _spawn_learners(config, resume=resume, stop_after=stop_after, eval_before=eval_before)
     pm = plugin_manager or get_plugin_manager()
+    return _train(config, pm, resume=resume, model=model, tokenizer=tokenizer, stop_after=stop_after,
+                  eval_before=eval_before)
+
+
+def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, tokenizer: Any,
+           stop_after: int | None, eval_before: dict[str, Any] | None) -> dict[str, Any]:
     cfg, alg = config, config.algorithm
     run_dir = Path(cfg.trainer.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-
-    # ---- setup: plugins, policy, reference, critic, optimizer -----------------------------------
-    estimate = pm.get("advantage_estimator", alg.estimator)
-    scheduler = pm.get("round_scheduler", alg.rounds_ctrl.type)(alg.rounds_ctrl)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if resume and checkpoint is None:
-        raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints; start without --resume")
-    random.seed(cfg.trainer.seed)
-    torch.manual_seed(cfg.trainer.seed)
-    results: dict[str, Any] = {}
-    if model is None:
-        model, tokenizer = load_policy(cfg.model)  # the initial weights: the KL reference is taken from them
-    if cfg.warm_start is not None:  # SFT first (or read back when it finished before): RL starts from it
-        from agentgym_core.finetune.run import warm_start_sft
-
-        warm = warm_start_sft(cfg, plugin_manager=pm, model=model, tokenizer=tokenizer)
-        load_policy_weights(model, warm.checkpoint)  # a no-op after training in place; a resumed run needs it
-        results.update(eval_base=warm.eval_before, eval_sft=warm.eval_after)
-    reference = None
-    if alg.kl.coef > 0 and not cfg.model.lora.enabled:  # LoRA: the reference is the model with adapters off
-        reference = copy.deepcopy(model).eval().requires_grad_(False)
-    if checkpoint is not None:
-        load_policy_weights(model, checkpoint)
-    hidden = model.get_output_embeddings().weight.shape[1]
-    value_head = ValueHead(hidden).to(next(model.parameters()).device) if alg.critic.enabled else None
-    policy_params = [p for p in model.parameters() if p.requires_grad]
-    optimizer, lr_schedule = build_optimizer(
-        policy_params, list(value_head.parameters()) if value_head else [], cfg.optim, cfg.trainer.steps)
-    start_step = 0
-    if checkpoint is not None:
-        state = load_trainer_state(checkpoint)
-        optimizer.load_state_dict(state["optimizer"])
-        lr_schedule.load_state_dict(state["lr_schedule"])
-        scheduler.load_state_dict(state["round_scheduler"])
-        if value_head is not None:
-            value_head.load_state_dict(state["value_head"])
-        set_rng_state(state["rng"])
-        start_step = int(state["step"])
-    backend, shares_module = make_backend(pm, cfg, model, tokenizer)
-    pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
-
-    save_config(cfg, run_dir / "config.yaml")
-    writer = MetricsWriter(run_dir, tensorboard=cfg.trainer.tensorboard, wandb_project=cfg.trainer.wandb_project,
-                           config=cfg.model_dump(mode="json"), resume_step=start_step if resume else None)
-    pm.hook.agentgym_observe_run_start(run_dir=str(run_dir), config=cfg.model_dump(mode="json"))
-    final_horizon = max(alg.rounds_ctrl.stages)
+    ctx = init_from_environment(resolve_device(cfg.model.device))
+    if ctx.distributed and ctx.world_size != cfg.trainer.learners:
+        raise ValueError(f"trainer.learners={cfg.trainer.learners} but {ctx.world_size} ranks were started")
+    error: BaseException | None = None
     metrics: dict[str, float] = {}
+    try:
+        # ---- setup: plugins, policy, learner (reference, critic, optimizer) ------------------------
+        estimate = pm.get("advantage_estimator", alg.estimator) if ctx.is_main else None
+        scheduler = pm.get("round_scheduler", alg.rounds_ctrl.type)(alg.rounds_ctrl)
+        checkpoint = latest_checkpoint(run_dir) if resume else None
+        if resume and checkpoint is None:
+            raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints; "
+                                    "start without --resume")
+        random.seed(cfg.trainer.seed)
+        torch.manual_seed(cfg.trainer.seed)
+        if model is None:
+            model, tokenizer = load_policy(cfg.model, device=ctx.device)
+        # The rollout side samples from the learner's own module on one process; sharded learners
+        # hand it a full copy of the initial weights, then new weights after every update.
+        rollout_model = copy.deepcopy(model) if ctx.distributed and ctx.is_main else model
+        learner = Learner(cfg, model, ctx=ctx)  # the KL reference is taken from the initial weights here
+        learner.pad_token_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
+        start_step = 0
+        if checkpoint is not None:
+            state = learner.load(checkpoint)
+            scheduler.load_state_dict(state["round_scheduler"])
+            set_rng_state(state["rng"])
+            start_step = int(state["step"])
+        # A resumed run's rollout side must sample from the restored weights, not the initial ones.
+        resumed_weights = learner.policy_state_dict() if checkpoint is not None else None  # collective
+        results: dict[str, Any] = {}
+        with contextlib.ExitStack() as stack:
+            worker = writer = None
+            if ctx.is_main:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                backend, shares = make_backend(pm, cfg, rollout_model, tokenizer)
+                envs = stack.enter_context(open_envs(pm, cfg.envs))
+                worker = RolloutWorker(cfg, envs, backend, scheduler=scheduler,
+                                       receives_weights=ctx.distributed or not shares)
+                stack.callback(worker.close)
+                if resumed_weights is not None:
+                    worker.load_weights(resumed_weights)
+                del resumed_weights
+                save_config(cfg, run_dir / "config.yaml")
+                writer = MetricsWriter(run_dir, tensorboard=cfg.trainer.tensorboard,
+                                       wandb_project=cfg.trainer.wandb_project, config=cfg.model_dump(mode="json"),
+                                       resume_step=start_step if resume else None)
+                stack.callback(writer.close)
+                pm.hook.agentgym_observe_run_start(run_dir=str(run_dir), config=cfg.model_dump(mode="json"))
+            final_horizon = max(alg.rounds_ctrl.stages)
 
-    with open_envs(pm, cfg.envs) as envs:
-        engines = {
-            env.name: RolloutEngine(
-                backend, env.make_env, num_envs=env.config.max_concurrency, scheduler=scheduler, env_name=env.name,
-                config=RolloutConfig(max_total_tokens=cfg.rollout.max_total_tokens,
-                                     sampling=SamplingParams(temperature=cfg.rollout.temperature,
-                                                             top_p=cfg.rollout.top_p,
-                                                             max_new_tokens=cfg.rollout.max_new_tokens)))
-            for env in envs
-        }
-        counts = allocate_tasks(cfg.rollout.tasks_per_step, [e.config.weight for e in envs])
+            # ---- evaluation before training (a resumed run reads it back from its log) ---------------
+            if ctx.is_main:
+                results.update(_evaluate_before(cfg, worker, writer, pm, start_step, final_horizon, eval_before))
 
-        # ---- evaluation before training (a resumed run reads it back from its log) ------------------
-        if start_step > 0 and writer.path.exists():
-            logged = [json.loads(x) for x in writer.path.read_text().splitlines() if x.strip()]
-            before = [x for x in logged if x.get("kind") == "eval" and x.get("step") == 0]
-            if before:
-                results["eval_before"] = before[-1]
-        if cfg.trainer.eval_before and cfg.trainer.eval_tasks and start_step == 0:
-            # After a warm start, RL starts from the model SFT just evaluated on the same tasks and horizon.
-            sft = results.get("eval_sft")
-            results["eval_before"] = {**sft, "step": 0} if sft else evaluate(backend, envs, cfg, final_horizon, step=0)
-            writer.write(0, results["eval_before"], kind="eval")
-            pm.hook.agentgym_observe_evaluation(step=0, results=results["eval_before"])
+            last_step = cfg.trainer.steps if stop_after is None else min(cfg.trainer.steps, start_step + stop_after)
+            bar = tqdm(range(start_step, last_step), initial=start_step, total=cfg.trainer.steps,
+                       disable=not (cfg.trainer.progress and ctx.is_main), desc="train", dynamic_ncols=True)
+            for step in bar:
+                t_step = time.perf_counter()
+                # ---- 1-2. rollouts: group_size samples per task, per env, horizon from the scheduler --
+                rollout = worker.collect(step) if ctx.is_main else None
+                if ctx.is_main:
+                    pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
+                trained = broadcast_object(
+                    [t for t in rollout.trajectories if t.num_sampled_tokens > 0] if ctx.is_main else None, ctx)
 
-        last_step = cfg.trainer.steps if stop_after is None else min(cfg.trainer.steps, start_step + stop_after)
-        bar = tqdm(range(start_step, last_step), initial=start_step, total=cfg.trainer.steps,
-                   disable=not cfg.trainer.progress, desc="train", dynamic_ncols=True)
-        for step in bar:
-            t_step = time.perf_counter()
-            # ---- 1. sample tasks: a pure function of (seed, step), so resume sees the same order ----
-            # ---- 2. rollouts: group_size samples per task, per env, horizon from the scheduler ------
-            trajectories = []
-            t0 = time.perf_counter()
-            for env, n in zip(envs, counts, strict=True):
-                tasks = tasks_for_step(env.train_tasks, n, step, cfg.trainer.seed, env.name)
-                episodes = [EpisodeSpec(task_id=t, seed=None, sample_index=k, category=env.categories.get(t))
-                            for t in tasks for k in range(cfg.rollout.group_size)]
-                engine = engines[env.name]
-                engine.config.sampling.seed = step_seed(cfg.trainer.seed, "sampling", env.name, step)
-                # Per-step stats; the engine also offsets its seed by its call count, which must
-                # restart each step for a resumed run to sample what an uninterrupted one did.
-                engine.stats = RolloutStats()
-                trajectories += engine.run(episodes, step=step)
-            rollout_seconds = time.perf_counter() - t0
-            pm.hook.agentgym_observe_rollout(step=step, trajectories=trajectories, metrics={})
+                # ---- 3. rewards on policy tokens, old and reference log-probs (the learner) -----------
+                batch = build_batch(trained)
+                scored = learner.score(batch, temperature=cfg.rollout.temperature)
 
-            # ---- 3. rewards on policy tokens: each turn's reward on its last sampled token ----------
-            batch = build_batch([t for t in trajectories if t.num_sampled_tokens > 0])
-            precision = mixed_precision(cfg.model.mixed_precision, model)  # old, reference and new alike
-            with torch.no_grad(), precision:
-                old = forward_tokens(model, batch.sequences, batch.mask, temperature=cfg.rollout.temperature,
-                                     packing=alg.packing, max_tokens=alg.micro_batch_tokens, with_entropy=True,
-                                     value_head=value_head, pad_token_id=pad_id)
-                ref_logprobs = None
-                if alg.kl.coef > 0:
-                    if reference is not None:
-                        ref = forward_tokens(reference, batch.sequences, batch.mask,
-                                             temperature=cfg.rollout.temperature, packing=alg.packing,
-                                             max_tokens=alg.micro_batch_tokens, pad_token_id=pad_id)
-                    else:
-                        with model.disable_adapter():
-                            ref = forward_tokens(model, batch.sequences, batch.mask,
-                                                 temperature=cfg.rollout.temperature, packing=alg.packing,
-                                                 max_tokens=alg.micro_batch_tokens, pad_token_id=pad_id)
-                    ref_logprobs = ref.logprobs
-                    token_kl = kl_penalty(old.logprobs, ref_logprobs, alg.kl.estimator) * batch.mask  # (B, T)
-                token_rewards = batch.token_rewards
-                if ref_logprobs is not None and alg.kl.in_reward:
-                    token_rewards = token_rewards - alg.kl.coef * token_kl
+                # ---- 4. advantages from the estimator plugin (rank 0; the others receive them) --------
+                inputs = keep = adv = None
+                if ctx.is_main:
+                    adv = estimate(AdvantageBatch(token_rewards=scored.token_rewards, response_mask=scored.mask > 0,
+                                                  group_ids=batch.group_ids.to(scored.mask.device),
+                                                  values=scored.old.values), alg.advantage)
+                    keep = list(range(len(batch.sequences)))
+                    if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
+                        keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
+                    inputs = _update_inputs(batch.sequences, scored, adv, keep) if keep else None
+                inputs = broadcast_object(_to_cpu(inputs), ctx)
 
-            # ---- 4. advantages from the estimator plugin ---------------------------------------------
-            adv = estimate(AdvantageBatch(token_rewards=token_rewards, response_mask=batch.mask > 0,
-                                          group_ids=batch.group_ids, values=old.values), alg.advantage)
-            keep = list(range(len(batch.sequences)))
-            if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
-                keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
+                # ---- 5. policy (and critic) update --------------------------------------------------------
+                update_metrics: dict[str, float] = {}
+                if inputs is not None:
+                    generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, "minibatch", step))
+                    update_metrics = learner.update(_to_device(inputs, learner.device),
+                                                    temperature=cfg.rollout.temperature, generator=generator)
+                learner.step_schedule()
 
-            # ---- 5. policy (and critic) update -------------------------------------------------------
-            update_metrics: dict[str, float] = {}
-            if keep:
-                idx = torch.tensor(keep)
-                inputs = UpdateInputs(
-                    sequences=[batch.sequences[i] for i in keep], mask=batch.mask[idx],
-                    advantages=adv.advantages[idx], returns=adv.returns[idx], old_logprobs=old.logprobs[idx],
-                    ref_logprobs=ref_logprobs[idx] if ref_logprobs is not None else None,
-                    old_values=old.values[idx] if old.values is not None else None)
-                generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, "minibatch", step))
-                with precision:
-                    update_metrics = ppo_update(model, optimizer, inputs, alg, temperature=cfg.rollout.temperature,
-                                                generator=generator, value_head=value_head,
-                                                norm_length=cfg.rollout.max_total_tokens, pad_token_id=pad_id)
-            with warnings.catch_warnings():  # a step whose groups all tie makes no optimizer step
-                warnings.simplefilter("ignore", UserWarning)
-                lr_schedule.step()
-            pm.hook.agentgym_observe_update(step=step, metrics=update_metrics)
+                # ---- 6. weights to the rollout backend ---------------------------------------------------
+                if ctx.distributed or (ctx.is_main and worker.receives_weights):
+                    weights = learner.policy_state_dict()
+                    if ctx.is_main:
+                        worker.load_weights(weights)
+                    del weights
+                if not ctx.is_main:
+                    _checkpoint_if_due(cfg, learner, None, tokenizer, scheduler, step + 1, run_dir)
+                    continue
+                pm.hook.agentgym_observe_update(step=step, metrics=update_metrics)
 
-            # ---- 6. weights to the rollout backend ---------------------------------------------------
-            if not shares_module:
-                backend.load_weights(model.state_dict())
+                # ---- 7. log ---------------------------------------------------------------------------------
+                horizon = scheduler.horizon(step)
+                trajectories = rollout.trajectories
+                metrics = {
+                    **summarize(trajectories),
+                    **update_metrics,
+                    "horizon": float(horizon),
+                    "lr": learner.lr,
+                    "trajectories": float(len(trajectories)),
+                    "trained_trajectories": float(len(keep)),
+                    "sampled_tokens": float(scored.mask.sum()),
+                    "entropy": float(masked_mean(scored.old.entropy, scored.mask)) if scored.old.entropy is not None
+                    else 0.0,
+                    "kl": float(masked_mean(scored.token_kl, scored.mask)) if scored.token_kl is not None else 0.0,
+                    "rollout_logprob_gap": float(masked_mean((scored.old.logprobs - scored.rollout_logprobs).abs(),
+                                                             scored.mask)),
+                    "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
+                    "time_rollout": rollout.seconds,
+                    # Wall time in generation calls, and env time summed over (concurrent) trajectories.
+                    "time_generation": rollout.generation_seconds,
+                    "time_env": sum(t.env_seconds for t in trajectories),
+                    "generation_calls": float(rollout.generation_calls),
+                    "time_step": time.perf_counter() - t_step,
+                }
+                scheduler.update(step, metrics)
+                writer.write(step + 1, metrics)
+                bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
+                                turns=f"{metrics['turns']:.1f}", horizon=horizon)
+                if cfg.trainer.save_trajectories:
+                    _save_trajectories(run_dir, step, trajectories, batch.trajectories, adv.advantages)
 
-            # ---- 7. log -----------------------------------------------------------------------------
-            horizon = scheduler.horizon(step)
-            metrics = {
-                **summarize(trajectories),
-                **update_metrics,
-                "horizon": float(horizon),
-                "lr": lr_schedule.get_last_lr()[0],
-                "trajectories": float(len(trajectories)),
-                "trained_trajectories": float(len(keep)),
-                "sampled_tokens": float(batch.mask.sum()),
-                "entropy": float(masked_mean(old.entropy, batch.mask)) if old.entropy is not None else 0.0,
-                "kl": float(masked_mean(token_kl, batch.mask)) if ref_logprobs is not None else 0.0,
-                "rollout_logprob_gap": float(masked_mean((old.logprobs - batch.rollout_logprobs).abs(), batch.mask)),
-                "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), batch.mask)),
-                "time_rollout": rollout_seconds,
-                # Wall time in generation calls, and env time summed over (concurrent) trajectories.
-                "time_generation": sum(e.stats.gen_seconds for e in engines.values()),
-                "time_env": sum(t.env_seconds for t in trajectories),
-                "generation_calls": float(sum(e.stats.generation_calls for e in engines.values())),
-                "time_step": time.perf_counter() - t_step,
-            }
-            scheduler.update(step, metrics)
-            writer.write(step + 1, metrics)
-            bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
-                            turns=f"{metrics['turns']:.1f}", horizon=horizon)
-            if cfg.trainer.save_trajectories:
-                traj_dir = run_dir / "trajectories"
-                traj_dir.mkdir(exist_ok=True)
-                # Each line is the Trajectory plus the per-token advantages it was trained with
-                # (0 off the loss mask), so the viewer shows what was reinforced and with what sign.
-                trained = {id(t): adv.advantages[i, : len(t.token_ids)] for i, t in enumerate(batch.trajectories)}
-                with (traj_dir / f"step_{step + 1:06d}.jsonl").open("w") as f:
-                    for t in trajectories:
-                        record = t.model_dump(mode="json")
-                        if id(t) in trained:
-                            record["advantages"] = [round(float(a), 5) for a in trained[id(t)]]
-                        f.write(json.dumps(record) + "\n")
+                # ---- 8. periodic evaluation on held-out tasks ----------------------------------------------
+                done = step + 1
+                if cfg.trainer.eval_every and cfg.trainer.eval_tasks and done % cfg.trainer.eval_every == 0 \
+                        and done < cfg.trainer.steps:
+                    ev = worker.evaluate(final_horizon, step=done)
+                    writer.write(done, ev, kind="eval")
+                    pm.hook.agentgym_observe_evaluation(step=done, results=ev)
 
-            # ---- 8. periodic evaluation on held-out tasks --------------------------------------------
-            done = step + 1
-            if cfg.trainer.eval_every and cfg.trainer.eval_tasks and done % cfg.trainer.eval_every == 0 \
-                    and done < cfg.trainer.steps:
-                ev = evaluate(backend, envs, cfg, final_horizon, step=done)
-                writer.write(done, ev, kind="eval")
-                pm.hook.agentgym_observe_evaluation(step=done, results=ev)
+                # ---- 9. checkpoint (atomic; "step" counts completed steps) ----------------------------------
+                _checkpoint_if_due(cfg, learner, worker, tokenizer, scheduler, done, run_dir)
+            bar.close()
 
-            # ---- 9. checkpoint (atomic; "step" counts completed steps) -------------------------------
-            if done % cfg.trainer.save_every == 0 or done == cfg.trainer.steps:
-                save_checkpoint(run_dir, done, model=model, tokenizer=tokenizer, keep=cfg.trainer.keep_checkpoints,
-                                trainer_state={
-                                    "step": done, "optimizer": optimizer.state_dict(),
-                                    "lr_schedule": lr_schedule.state_dict(),
-                                    "round_scheduler": scheduler.state_dict(),
-                                    "value_head": value_head.state_dict() if value_head is not None else None,
-                                    "rng": rng_state(), "config": cfg.model_dump(mode="json"),
-                                })
-        bar.close()
+            # ---- evaluation after training ------------------------------------------------------------------
+            if ctx.is_main and last_step == cfg.trainer.steps and cfg.trainer.eval_tasks:
+                results["eval_after"] = worker.evaluate(final_horizon, step=cfg.trainer.steps)
+                writer.write(cfg.trainer.steps, results["eval_after"], kind="eval")
+                pm.hook.agentgym_observe_evaluation(step=cfg.trainer.steps, results=results["eval_after"])
+        results["final"] = metrics
+        return results
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        if ctx.is_main:  # also when the run failed: observers learn why
+            pm.hook.agentgym_observe_run_end(run_dir=str(run_dir), metrics=metrics,
+                                             error=None if error is None else f"{type(error).__name__}: {error}")
 
-        # ---- evaluation after training ----------------------------------------------------------------
-        finished = last_step == cfg.trainer.steps
-        if finished and cfg.trainer.eval_tasks:
-            results["eval_after"] = evaluate(backend, envs, cfg, final_horizon, step=cfg.trainer.steps)
-            writer.write(cfg.trainer.steps, results["eval_after"], kind="eval")
-            pm.hook.agentgym_observe_evaluation(step=cfg.trainer.steps, results=results["eval_after"])
-        for engine in engines.values():
-            engine.close()
-    writer.close()
-    results["final"] = metrics
-    pm.hook.agentgym_observe_run_end(run_dir=str(run_dir), metrics=metrics, error=None)
-    return results
+
+def _evaluate_before(cfg: TrainConfig, worker: RolloutWorker, writer: MetricsWriter, pm: PluginManager,
+                     start_step: int, horizon: int, known: dict[str, Any] | None) -> dict[str, Any]:
+    """The held-out evaluation at step 0: read back on resume, reused from a warm start, or run now."""
+    if start_step > 0 and writer.path.exists():
+        logged = [json.loads(x) for x in writer.path.read_text().splitlines() if x.strip()]
+        before = [x for x in logged if x.get("kind") == "eval" and x.get("step") == 0]
+        return {"eval_before": before[-1]} if before else {}
+    if not (cfg.trainer.eval_before and cfg.trainer.eval_tasks and start_step == 0):
+        return {}
+    # After a warm start, RL starts from the model SFT just evaluated on the same tasks and horizon.
+    result = {**known, "step": 0} if known else worker.evaluate(horizon, step=0)
+    writer.write(0, result, kind="eval")
+    pm.hook.agentgym_observe_evaluation(step=0, results=result)
+    return {"eval_before": result}
+
+
+def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list[int]) -> UpdateInputs:
+    idx = torch.tensor(keep, device=scored.mask.device)
+    return UpdateInputs(
+        sequences=[sequences[i] for i in keep], mask=scored.mask[idx], advantages=adv.advantages[idx],
+        returns=adv.returns[idx], old_logprobs=scored.old.logprobs[idx],
+        ref_logprobs=scored.ref_logprobs[idx] if scored.ref_logprobs is not None else None,
+        old_values=scored.old.values[idx] if scored.old.values is not None else None)
+
+
+def _map_tensors(inputs: UpdateInputs | None, move: Any) -> UpdateInputs | None:
+    if inputs is None:
+        return None
+    fields = {k: (move(v) if isinstance(v, torch.Tensor) else v) for k, v in vars(inputs).items()}
+    return UpdateInputs(**fields)
+
+
+def _to_cpu(inputs: UpdateInputs | None) -> UpdateInputs | None:
+    return _map_tensors(inputs, lambda t: t.cpu())
+
+
+def _to_device(inputs: UpdateInputs, device: torch.device) -> UpdateInputs:
+    return _map_tensors(inputs, lambda t: t.to(device))  # type: ignore[return-value]
+
+
+def _save_trajectories(run_dir: Path, step: int, trajectories: list[Any], trained: list[Any],
+                       advantages: torch.Tensor) -> None:
+    """Each line is the Trajectory plus the per-token advantages it was trained with (0 off the loss
+    mask), so the viewer shows what was reinforced and with what sign."""
+    traj_dir = run_dir / "trajectories"
+    traj_dir.mkdir(exist_ok=True)
+    by_id = {id(t): advantages[i, : len(t.token_ids)] for i, t in enumerate(trained)}
+    with (traj_dir / f"step_{step + 1:06d}.jsonl").open("w") as f:
+        for t in trajectories:
+            record = t.model_dump(mode="json")
+            if id(t) in by_id:
+                record["advantages"] = [round(float(a), 5) for a in by_id[id(t)]]
+            f.write(json.dumps(record) + "\n")
+
+
+def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, worker: RolloutWorker | None, tokenizer: Any,
+                       scheduler: Any, done: int, run_dir: Path) -> None:
+    """Every ``save_every`` steps and after the last (collective on several ranks; rank 0 writes)."""
+    if done % cfg.trainer.save_every and done != cfg.trainer.steps:
+        return
+    learner.save(run_dir, done, tokenizer=tokenizer, keep=cfg.trainer.keep_checkpoints, extra_state={
+        "step": done, "round_scheduler": scheduler.state_dict(), "config": cfg.model_dump(mode="json")})
+
+
+# ---- several learner ranks on this machine --------------------------------------------------------------
+def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_before: dict[str, Any] | None,
+               result_path: str) -> None:
+    results = _train(config, get_plugin_manager(), resume=resume, model=None, tokenizer=None,
+                     stop_after=stop_after, eval_before=eval_before)
+    if int(os.environ["RANK"]) == 0:
+        Path(result_path).write_bytes(pickle.dumps(results))
+
+
+def _spawn_learners(config: TrainConfig, *, resume: bool, stop_after: int | None,
+                    eval_before: dict[str, Any] | None) -> dict[str, Any]:
+    """``trainer.learners = N``: N processes on this machine, rank 0 drives; its results come back."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = str(Path(tmp) / "results.pkl")
+        spawn(_rank_main, config.trainer.learners, config, resume, stop_after, eval_before, result_path)
+        return pickle.loads(Path(result_path).read_bytes())

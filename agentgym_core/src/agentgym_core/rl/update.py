@@ -3,6 +3,12 @@
 Each mini-batch is one optimizer step; it is cut into micro-batches of at most
 ``micro_batch_tokens`` tokens whose gradients are accumulated, with the loss normalised by the
 whole mini-batch's token/sequence counts so accumulation equals one large step.
+
+On N learner ranks (FSDP2) each rank takes every N-th row of each mini-batch (the permutation is
+the same on every rank), with the same global normalisation; FSDP averages gradients over ranks,
+so each rank's loss is scaled by N and the average is the one-process sum. Every rank runs the
+same number of forward/backward passes (FSDP's collectives must pair up): a rank with fewer
+micro-batches runs empty ones that contribute zero.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from agentgym_core.rl.config import AlgorithmConfig
+from agentgym_core.rl.distributed import DistContext, all_reduce_stats, shard_rows
 from agentgym_core.rl.forward import ValueHead, forward_tokens
 from agentgym_core.rl.losses import aggregate, kl_penalty, policy_loss, value_loss
 
@@ -55,13 +62,15 @@ def ppo_update(
     value_head: ValueHead | None = None,
     norm_length: int | None = None,
     pad_token_id: int = 0,
+    ctx: DistContext | None = None,
 ) -> dict[str, float]:
     """Run ``ppo_epochs`` x ``mini_batches`` optimizer steps; return averaged metrics."""
+    ctx = ctx or DistContext()
     B = len(inputs.sequences)
     lengths = [len(s) for s in inputs.sequences]
-    params = [p for p in model.parameters() if p.requires_grad]
-    if value_head is not None:
-        params += list(value_head.parameters())
+    # The optimizer's parameters, not model.parameters(): under FSDP2 the module may hold its
+    # gathered (unsharded) parameters between passes, while gradients land on the sharded ones.
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     sums: dict[str, float] = {}
     n_steps = 0
     tokens = 0
@@ -75,7 +84,15 @@ def ppo_update(
             num_tokens = float(m_all.sum().clamp(min=1.0))
             agg_kw = {"num_tokens": num_tokens, "num_seqs": float(len(rows)), "norm_length": norm_length}
             stats: dict[str, float] = {}
-            for micro in _micro_batches(rows, lengths, config.micro_batch_tokens):
+            micros = _micro_batches(shard_rows(rows, ctx), lengths, config.micro_batch_tokens)
+            if ctx.distributed:  # every rank runs as many passes as the busiest one
+                busiest = max(len(_micro_batches(shard_rows(rows, DistContext(rank=r, world_size=ctx.world_size)),
+                                                 lengths, config.micro_batch_tokens)) for r in range(ctx.world_size))
+                micros = [m for m in micros if m] + [[]] * (busiest - len([m for m in micros if m]))
+            for micro in micros:
+                if not micro:
+                    _empty_pass(model, pad_token_id)
+                    continue
                 seqs = [inputs.sequences[r] for r in micro]
                 mask = inputs.mask[micro]
                 out = forward_tokens(
@@ -103,12 +120,15 @@ def ppo_update(
                                     clip=config.critic.value_clip, agg=config.loss_agg, **agg_kw)
                     loss = loss + config.critic.vf_coef * vl
                     stats["value_loss"] = stats.get("value_loss", 0.0) + float(vl.detach())
-                loss.backward()
+                (loss * ctx.world_size).backward()
                 stats["pg_loss"] = stats.get("pg_loss", 0.0) + float(pg.detach())
                 for k, v in pg_stats.items():
                     stats[k] = stats.get(k, 0.0) + v * share
                 tokens += sum(len(s) for s in seqs)
-            if config.max_grad_norm is not None:
+            stats = all_reduce_stats(stats, ctx)
+            if ctx.distributed:
+                grad_norm = _clip_sharded(params, config.max_grad_norm)
+            elif config.max_grad_norm is not None:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
             else:
                 grad_norm = torch.linalg.vector_norm(
@@ -120,8 +140,37 @@ def ppo_update(
                 sums[k] = sums.get(k, 0.0) + v
             n_steps += 1
     model.eval()
+    tokens = int(all_reduce_stats({"tokens": float(tokens)}, ctx)["tokens"])
     seconds = time.perf_counter() - t0
     metrics = {k: v / max(n_steps, 1) for k, v in sums.items()}
     metrics.update(update_seconds=seconds, update_tokens=float(tokens),
                    update_tokens_per_s=tokens / seconds if seconds > 0 else 0.0, optimizer_steps=float(n_steps))
     return metrics
+
+
+def _empty_pass(model: torch.nn.Module, pad_token_id: int) -> None:
+    """A forward/backward that changes no gradient, so this rank joins FSDP's collectives of the pass."""
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.full((1, 1), pad_token_id, device=device), use_cache=False)
+    (out.logits.float().sum() * 0.0).backward()
+
+
+def _clip_sharded(params: list[torch.nn.Parameter], max_norm: float | None) -> torch.Tensor:
+    """The total gradient norm over every rank's shards, and clipping to ``max_norm`` (None: no clip).
+
+    Each rank sums the squares of its local shards; one all-reduce gives the norm of the whole
+    gradient, so every rank scales by the same factor as one process would.
+    """
+    import torch.distributed as dist
+
+    grads = [p.grad for p in params if p.grad is not None]
+    local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+    squares = torch.stack([t.detach().double().pow(2).sum() for t in local]).sum() if local else torch.zeros((),
+                                                                                                     dtype=torch.float64)
+    dist.all_reduce(squares)
+    total = squares.sqrt().float()
+    if max_norm is not None:
+        coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+        for t in local:
+            t.mul_(coef.to(t.device, t.dtype))
+    return total

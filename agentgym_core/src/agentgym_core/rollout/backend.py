@@ -23,6 +23,12 @@ environment answers and calls ``step()`` (one decode step for every row) in betw
 for a whole batch to finish; ``step`` returns the replies that finished. Sampled ids and log-probs
 obey the same contract as ``generate``.
 
+Capabilities are declared, never guessed: a factory carries a :class:`BackendCapabilities` as its
+``capabilities`` attribute (:func:`capabilities_of` reads it; none declared means "loads its own
+model, receives weights through ``load_weights``"). A factory that declares
+``shares_trainer_module`` is called as ``factory(options, model=module, tokenizer=tokenizer)`` when
+the trainer has a live module to lend, and then samples from the trainer's own weights.
+
 Plugins register a factory ``make_backend(config) -> RolloutBackend`` through
 ``agentgym_register_rollout_backends``; :func:`agentgym_core.testing.check_backend` checks one.
 """
@@ -34,7 +40,36 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ContinuousBackend", "RolloutBackend", "RunningBatch", "Sample", "SamplingParams", "SessionBackend"]
+__all__ = ["BackendCapabilities", "ContinuousBackend", "capabilities_of", "RolloutBackend", "RunningBatch", "Sample", "SamplingParams", "SessionBackend"]
+
+
+class BackendCapabilities(BaseModel):
+    """What a backend can do, declared by its plugin on the registered factory (``factory.capabilities``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shares_trainer_module: bool = Field(
+        False, description="Can sample from the trainer's own torch module (factory takes model=, tokenizer=); "
+        "then no weights are copied after an update.")
+    token_level: bool = Field(
+        True, description="Samples token ids with log-probs (trainable); False: text in, text out (evaluation only).")
+    sessions: bool = Field(False, description="Keeps a trajectory's KV cache between turns (SessionBackend).")
+    continuous_batching: bool = Field(
+        False, description="Prompts join a running decode batch (ContinuousBackend.open_batch).")
+    weight_sync: Literal["shared_module", "load_weights", "none"] = Field(
+        "load_weights", description="How new policy weights arrive: the shared module itself, "
+        "load_weights(state_dict) after each update, or not at all (API models).")
+
+
+def capabilities_of(factory: Any) -> BackendCapabilities:
+    """The capabilities a backend factory declares (the defaults when it declares none)."""
+    declared = getattr(factory, "capabilities", None)
+    if declared is None:
+        return BackendCapabilities()
+    if not isinstance(declared, BackendCapabilities):
+        raise TypeError(f"{factory!r}.capabilities must be an agentgym_core.rollout.backend.BackendCapabilities, "
+                        f"got {type(declared).__name__}")
+    return declared
 
 
 class SamplingParams(BaseModel):

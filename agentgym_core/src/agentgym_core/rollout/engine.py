@@ -45,9 +45,9 @@ from agentgym_core.rollout.backend import (
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.episode import (
     EngineBase,
+    EngineConfig,
     EnvSlot,
     EpisodeSpec,
-    RolloutConfig,
     RolloutStats,
     env_error_reason,
     record_reset,
@@ -57,7 +57,7 @@ from agentgym_core.rollout.episode import (
 )
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 
-__all__ = ["EpisodeSpec", "RolloutConfig", "RolloutEngine", "RolloutStats"]
+__all__ = ["EpisodeSpec", "EngineConfig", "RolloutEngine", "RolloutStats"]
 
 
 @dataclass

@@ -5,7 +5,7 @@
 environment instance) schedule the model differently, but play an episode against its
 environment the same way. That part lives here, once:
 
-- :class:`EpisodeSpec`, :class:`RolloutConfig`, :class:`RolloutStats`: what to roll out, how, and
+- :class:`EpisodeSpec`, :class:`EngineConfig`, :class:`RolloutStats`: what to roll out, how, and
   what a run did (both engines take and report the same);
 - :class:`EnvSlot`: one environment instance, created lazily, discarded once broken;
 - :class:`EngineBase`: the constructor both engines take, the turn budget, a fresh trajectory per
@@ -38,7 +38,7 @@ __all__ = [
     "EngineBase",
     "EnvSlot",
     "EpisodeSpec",
-    "RolloutConfig",
+    "EngineConfig",
     "RolloutStats",
     "env_error_reason",
     "record_reset",
@@ -52,8 +52,8 @@ TrajectoryT = TypeVar("TrajectoryT", bound=Trajectory)
 EngineT = TypeVar("EngineT", bound="EngineBase")
 
 
-class RolloutConfig(BaseModel):
-    """How episodes are rolled out."""
+class EngineConfig(BaseModel):
+    """How the rollout engine plays episodes (the recipe's `rollout` section is :class:`agentgym_core.rl.config.RolloutConfig`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -139,7 +139,7 @@ class EngineBase(Generic[BackendT]):
         make_env: Callable[[], Env],
         *,
         num_envs: int = 8,
-        config: RolloutConfig | None = None,
+        config: EngineConfig | None = None,
         scheduler: RoundScheduler | None = None,
         env_name: str | None = None,
     ) -> None:
@@ -148,7 +148,7 @@ class EngineBase(Generic[BackendT]):
         self.backend = backend
         self.make_env = make_env
         self.num_envs = num_envs
-        self.config = config or RolloutConfig()
+        self.config = config or EngineConfig()
         self.scheduler = scheduler
         self.env_name = env_name
         self.stats = RolloutStats()
@@ -245,7 +245,7 @@ def truncate(traj: Trajectory, reason: str) -> None:
     traj.truncation_reason = reason  # type: ignore[assignment]
 
 
-def timeout_reason(config: RolloutConfig, *, episode_over: bool) -> str:
+def timeout_reason(config: EngineConfig, *, episode_over: bool) -> str:
     """The failure reason of a timeout: the episode's wall-clock limit, or one env call's."""
     if episode_over:
         return f"timeout: episode timeout after {config.episode_timeout_s:g}s"

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import requests
 
 from agentgym_backend_openai.config import OpenAIBackendConfig
-from agentgym_core.rollout.backend import SamplingParams
+from agentgym_core.rollout.backend import BackendCapabilities, SamplingParams
 from agentgym_core.rollout.text_engine import ChatBackendError, ChatReply, ContextLengthError
 
 __all__ = ["OpenAIChatBackend", "make_backend", "normalize_base_url"]
@@ -181,3 +181,6 @@ def make_backend(config: OpenAIBackendConfig | Mapping[str, Any] | None = None) 
     if not isinstance(config, OpenAIBackendConfig):
         config = OpenAIBackendConfig.model_validate(dict(config or {}))
     return OpenAIChatBackend(config)
+
+
+make_backend.capabilities = BackendCapabilities(token_level=False, weight_sync="none")  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ from agentgym_backend_transformers.config import TransformersBackendConfig
 from agentgym_backend_transformers.decoding import DecodeBatch
 from agentgym_backend_transformers.sessions import SessionStore
 from agentgym_core.models import load_pretrained
-from agentgym_core.rollout.backend import Sample, SamplingParams
+from agentgym_core.rollout.backend import BackendCapabilities, Sample, SamplingParams
 
 __all__ = ["TransformersBackend", "make_backend", "pick_device"]
 
@@ -165,8 +165,26 @@ class TransformersBackend:
         return out
 
 
-def make_backend(config: TransformersBackendConfig | Mapping[str, Any] | None = None) -> TransformersBackend:
-    """The registered factory: a config (or dict of its fields) -> a loaded backend."""
+LIVE_MODULE_OPTIONS = ("max_batch_size", "session_cache_mb", "share_prefixes", "prefill")
+"""Options that apply to a module the trainer lends (the others say how to load one)."""
+
+
+def make_backend(
+    config: TransformersBackendConfig | Mapping[str, Any] | None = None, *, model: Any = None, tokenizer: Any = None
+) -> TransformersBackend:
+    """The registered factory: a config (or dict of its fields) -> a loaded backend.
+
+    With ``model`` and ``tokenizer`` (the trainer's live module) it samples from that module and
+    loads nothing; only the options in :data:`LIVE_MODULE_OPTIONS` apply then.
+    """
     if not isinstance(config, TransformersBackendConfig):
         config = TransformersBackendConfig.model_validate(dict(config or {}))
+    if model is not None:
+        if tokenizer is None:
+            raise ValueError("make_backend(model=...) needs the tokenizer too")
+        return TransformersBackend(model, tokenizer, **{k: getattr(config, k) for k in LIVE_MODULE_OPTIONS})
     return TransformersBackend.from_config(config)
+
+
+make_backend.capabilities = BackendCapabilities(  # type: ignore[attr-defined]
+    shares_trainer_module=True, sessions=True, continuous_batching=True, weight_sync="shared_module")

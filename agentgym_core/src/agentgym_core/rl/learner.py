@@ -1,0 +1,247 @@
+"""The learner role: the policy's weights and everything that changes them.
+
+A :class:`Learner` holds the policy (and its frozen KL reference, the value head when a critic is
+on), the optimizer and LR schedule. It answers four calls from the training loop:
+
+* :meth:`Learner.score` — old, reference log-probs, entropies and values of a batch (no grad);
+* :meth:`Learner.update` — the PPO update of one step (:func:`agentgym_core.rl.update.ppo_update`);
+* :meth:`Learner.policy_state_dict` — the full policy weights, for a rollout backend that keeps its
+  own copy;
+* :meth:`Learner.save` / :meth:`Learner.load` — checkpoints in one portable layout.
+
+With ``trainer.learners = N > 1`` every rank builds a Learner on the same initial weights and
+shards them with FSDP2 ``fully_shard`` (one shard per decoder layer, then the root). Each rank
+trains on its share of every mini-batch's rows with the loss normalised by the mini-batch's
+global token count, so N ranks step exactly as one process does; checkpoints gather to full
+Hugging Face weights and an optimizer state keyed by parameter name, so a run saved with N ranks
+resumes with any other number.
+
+Precision. The weights the optimizer updates are float32 ("master weights"); matmuls run in
+bfloat16 under ``model.mixed_precision`` (autocast on one process, FSDP2's
+``MixedPrecisionPolicy`` on several). AdamW over bfloat16 weights barely moves them at RL learning
+rates (updates below bf16's resolution round to zero), so it happens only when the user names it:
+``optim.low_precision_params: true``, with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym_core.rl.batch import RLBatch
+from agentgym_core.rl.checkpoint import load_policy_weights, load_trainer_state, rng_state, save_checkpoint
+from agentgym_core.rl.config import ConfigError, TrainConfig
+from agentgym_core.rl.distributed import DistContext
+from agentgym_core.rl.forward import TokenStats, ValueHead, forward_tokens, mixed_precision
+from agentgym_core.rl.losses import kl_penalty
+from agentgym_core.rl.setup import build_optimizer
+from agentgym_core.rl.update import UpdateInputs, ppo_update
+
+__all__ = ["Learner", "ScoredBatch", "master_weights"]
+
+
+@dataclass
+class ScoredBatch:
+    """The learner's view of a batch before the update; every tensor is (B, T) on the learner's device."""
+
+    mask: torch.Tensor
+    token_rewards: torch.Tensor  # the environment's rewards, minus the KL penalty when it is in the reward
+    rollout_logprobs: torch.Tensor
+    old: TokenStats
+    ref_logprobs: torch.Tensor | None
+    token_kl: torch.Tensor | None  # KL estimator per token (0 off the mask); None without a reference
+
+
+def master_weights(model: torch.nn.Module, config: TrainConfig) -> None:
+    """Make the trainable weights float32, unless the recipe asks for low-precision ones by name."""
+    low = [p for p in model.parameters() if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16)]
+    if not low:
+        return
+    if config.optim.low_precision_params:
+        warnings.warn(f"optim.low_precision_params: AdamW updates {low[0].dtype} weights directly; at small "
+                      "learning rates most updates round to zero. Prefer float32 masters "
+                      "(model.dtype=float32 with model.mixed_precision=bf16).", stacklevel=2)
+        return
+    for p in low:
+        p.data = p.data.float()
+
+
+class Learner:
+    """Policy, reference, critic, optimizer: see the module docstring."""
+
+    def __init__(self, config: TrainConfig, model: torch.nn.Module, *, ctx: DistContext | None = None) -> None:
+        self.config, self.ctx = config, ctx or DistContext(device=next(model.parameters()).device)
+        alg = config.algorithm
+        if self.ctx.distributed:
+            if config.model.lora.enabled:
+                raise ConfigError("trainer.learners > 1 with model.lora.enabled is not supported yet: "
+                                  "train LoRA on one learner (trainer.learners=1)")
+            if alg.critic.enabled:
+                raise ConfigError("trainer.learners > 1 with a critic (GAE) is not supported yet: "
+                                  "use grpo/rloo/reinforce_pp, or trainer.learners=1")
+        master_weights(model, config)
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.pad_token_id = 0
+        self.reference: torch.nn.Module | None = None
+        if alg.kl.coef > 0 and not config.model.lora.enabled:  # LoRA: the reference is the model with adapters off
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        hidden = model.get_output_embeddings().weight.shape[1]
+        self.value_head = ValueHead(hidden).to(self.device) if alg.critic.enabled else None
+        if self.ctx.distributed:
+            self._shard()
+        policy_params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer, self.lr_schedule = build_optimizer(
+            policy_params, list(self.value_head.parameters()) if self.value_head else [], config.optim,
+            config.trainer.steps)
+
+    # ---- set-up -----------------------------------------------------------------------------------
+    def _shard(self) -> None:
+        """FSDP2: one unit per decoder layer, then the root; the reference the same way."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = None
+        if self.config.model.mixed_precision == "bf16" or (
+                self.config.model.mixed_precision == "auto" and self.device.type == "cuda"):
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        kwargs = {"mp_policy": policy} if policy is not None else {}
+        for module in (self.model, self.reference):
+            if module is None:
+                continue
+            for layer in _decoder_layers(module):
+                fully_shard(layer, **kwargs)
+            fully_shard(module, **kwargs)
+
+    @property
+    def precision(self) -> contextlib.AbstractContextManager:
+        """Autocast on one process; under FSDP2 the mixed-precision policy casts instead."""
+        if self.ctx.distributed:
+            return contextlib.nullcontext()
+        return mixed_precision(self.config.model.mixed_precision, self.model)
+
+    # ---- 1. score a batch -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def score(self, batch: RLBatch, *, temperature: float) -> ScoredBatch:
+        """Old and reference log-probs, entropy and values of ``batch``, on the learner's device.
+
+        On several ranks every rank scores the whole batch (the FSDP forwards are collective and
+        their count must agree); the update, which costs most, is what ranks share.
+        """
+        alg = self.config.algorithm
+        device = self.device
+        mask = batch.mask.to(device)
+        kw = {"temperature": temperature, "packing": alg.packing, "max_tokens": alg.micro_batch_tokens,
+              "pad_token_id": self.pad_token_id}
+        with self.precision:
+            old = forward_tokens(self.model, batch.sequences, mask, with_entropy=True, value_head=self.value_head, **kw)
+            ref_logprobs = token_kl = None
+            if alg.kl.coef > 0:
+                if self.reference is not None:
+                    ref = forward_tokens(self.reference, batch.sequences, mask, **kw)
+                else:
+                    with self.model.disable_adapter():
+                        ref = forward_tokens(self.model, batch.sequences, mask, **kw)
+                ref_logprobs = ref.logprobs
+                token_kl = kl_penalty(old.logprobs, ref_logprobs, alg.kl.estimator) * mask  # (B, T)
+        token_rewards = batch.token_rewards.to(device)
+        if token_kl is not None and alg.kl.in_reward:
+            token_rewards = token_rewards - alg.kl.coef * token_kl
+        return ScoredBatch(mask=mask, token_rewards=token_rewards, rollout_logprobs=batch.rollout_logprobs.to(device),
+                           old=old, ref_logprobs=ref_logprobs, token_kl=token_kl)
+
+    # ---- 2. update ------------------------------------------------------------------------------------
+    def update(self, inputs: UpdateInputs, *, temperature: float, generator: torch.Generator) -> dict[str, float]:
+        """The PPO update of one step over ``inputs`` (identical on every rank); metrics summed over ranks."""
+        with self.precision:
+            return ppo_update(self.model, self.optimizer, inputs, self.config.algorithm, temperature=temperature,
+                              generator=generator, value_head=self.value_head,
+                              norm_length=self.config.rollout.max_total_tokens, pad_token_id=self.pad_token_id,
+                              ctx=self.ctx)
+
+    def step_schedule(self) -> None:
+        with warnings.catch_warnings():  # a step whose groups all tie makes no optimizer step
+            warnings.simplefilter("ignore", UserWarning)
+            self.lr_schedule.step()
+
+    @property
+    def lr(self) -> float:
+        return float(self.lr_schedule.get_last_lr()[0])
+
+    # ---- 3. weights out ---------------------------------------------------------------------------------
+    def policy_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full policy weights (gathered to every rank's CPU memory when sharded; collective)."""
+        if not self.ctx.distributed:
+            return self.model.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if getattr(self.model.config, "tie_word_embeddings", False):  # one copy, as save_pretrained writes it
+            output = self.model.get_output_embeddings()
+            for name, module in self.model.named_modules():
+                if module is output:
+                    full.pop(f"{name}.weight", None)
+        return full
+
+    # ---- 4. checkpoints -----------------------------------------------------------------------------------
+    def _trainable(self) -> torch.nn.Module:
+        modules = {"policy": self.model}
+        if self.value_head is not None:
+            modules["value_head"] = self.value_head
+        return torch.nn.ModuleDict(modules)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer state keyed by parameter name, whole (collective on several ranks)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self._trainable(), self.optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
+        """Checkpoint ``step`` (collective; rank 0 writes). Model in HF format, optimizer by parameter name."""
+        weights = self.policy_state_dict() if self.ctx.distributed else None
+        optimizer = self.optimizer_state()
+        if not self.ctx.is_main:
+            return
+        state = {**extra_state, "optimizer_by_name": optimizer, "lr_schedule": self.lr_schedule.state_dict(),
+                 "value_head": self.value_head.state_dict() if self.value_head is not None else None,
+                 "rng": rng_state()}
+        save_checkpoint(run_dir, step, model=self.model, tokenizer=tokenizer, trainer_state=state, keep=keep,
+                        state_dict=weights)
+
+    def load(self, checkpoint: Path) -> dict[str, Any]:
+        """Restore weights, optimizer, LR schedule and value head from ``checkpoint``; returns its state."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        state = load_trainer_state(checkpoint)
+        if self.ctx.distributed:
+            from torch.distributed.checkpoint.state_dict import set_model_state_dict
+            from transformers import AutoModelForCausalLM
+
+            full = AutoModelForCausalLM.from_pretrained(checkpoint / "model", dtype=torch.float32).state_dict()
+            set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True))
+        else:
+            load_policy_weights(self.model, checkpoint)
+        if self.value_head is not None and state.get("value_head") is not None:
+            self.value_head.load_state_dict(state["value_head"])
+        if "optimizer_by_name" in state:
+            set_optimizer_state_dict(self._trainable(), self.optimizer, state["optimizer_by_name"],
+                                     options=StateDictOptions(full_state_dict=True))
+        else:  # checkpoints written before optimizer states were keyed by name (one process only)
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_schedule.load_state_dict(state["lr_schedule"])
+        return state
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated transformer blocks of a Hugging Face causal LM (``model.model.layers`` and kin)."""
+    for module in model.modules():
+        layers = getattr(module, "layers", None)
+        if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
+            return list(layers)
+    return []

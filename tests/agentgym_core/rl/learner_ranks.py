@@ -1,0 +1,55 @@
+"""Runs of the tiny trainer on one process or on several gloo learner ranks (spawned processes).
+
+Module-level functions, so ``torch.multiprocessing`` can import them in the spawned ranks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+BASE = [
+    "envs=[{name: word, max_concurrency: 1}]", "trainer.steps=2", "trainer.save_every=1", "trainer.eval_tasks=0",
+    "trainer.progress=false", "trainer.tensorboard=false", "trainer.save_trajectories=false",
+    "rollout.tasks_per_step=2", "rollout.group_size=3", "rollout.max_new_tokens=6", "rollout.max_total_tokens=256",
+    "algorithm.rounds_ctrl.rounds=2", "optim.lr=0.01", "algorithm.kl.coef=0.01", "algorithm.mini_batches=2",
+    "algorithm.drop_zero_advantage=true", "trainer.seed=3",
+]
+
+
+def run(run_dir: str, overrides: list[str], resume: bool = False, stop_after: int | None = None) -> dict:
+    """One trainer process (a rank when WORLD_SIZE is set): the word env, the tiny model, seed 0."""
+    import torch
+    from word_env import WordPlugin
+
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.config import load_config
+    from agentgym_core.rl.trainer import train
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    torch.set_num_threads(1)
+    pm = PluginManager(autoload=True, allow=["estimators", "transformers"])
+    pm.register(WordPlugin(), "word-test")
+    config = load_config(None, [*BASE, f"trainer.run_dir={run_dir}", *overrides])
+    model, tokenizer = tiny_chat_model(seed=0)
+    return train(config, plugin_manager=pm, model=model, tokenizer=tokenizer, resume=resume, stop_after=stop_after)
+
+
+def run_ranks(world_size: int, run_dir: str, overrides: list[str], resume: bool = False,
+              stop_after: int | None = None) -> None:
+    """``world_size`` gloo ranks on loopback, each calling :func:`run` (as torchrun would start them)."""
+    from agentgym_core.rl.distributed import spawn
+
+    spawn(run, world_size, run_dir, [*overrides, f"trainer.learners={world_size}"], resume, stop_after)
+
+
+def train_lines(run_dir: str | Path) -> list[dict]:
+    lines = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [x for x in lines if x["kind"] == "train"]
+
+
+def final_weights(run_dir: str | Path, step: int) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    path = Path(run_dir) / "checkpoints" / f"step_{step:06d}" / "model"
+    return AutoModelForCausalLM.from_pretrained(path).state_dict()

@@ -1,0 +1,79 @@
+"""The learner role on one process and on FSDP2 ranks: the same numbers, portable checkpoints.
+
+Ranks are real processes with a gloo process group on loopback (FSDP2 ``fully_shard`` on CPU).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from learner_ranks import final_weights, run, run_ranks, train_lines
+
+KEYS = ("pg_loss", "kl", "grad_norm", "kl_loss", "sampled_tokens", "trained_trajectories")
+
+# Per-step metrics of the seeded 2-step run (learner_ranks.BASE, tiny model seed 0), measured on the
+# single-function trainer before it was split into learner and rollout roles: the split changed nothing.
+PINNED = [
+    {"pg_loss": 0.03190971290072042, "kl": 0.0, "grad_norm": 1.569350242614746, "kl_loss": 0.016708793118596077,
+     "sampled_tokens": 72.0, "trained_trajectories": 6.0},
+    {"pg_loss": -0.09572100127115846, "kl": 0.03746649622917175, "grad_norm": 1.8021904230117798,
+     "kl_loss": 0.04434436000883579, "sampled_tokens": 68.0, "trained_trajectories": 4.0},
+]
+PINNED_PARAM_SUM = 299.4454632571287
+
+
+def _close(a: dict, b: dict, tol: float = 1e-5) -> None:
+    for k in KEYS:
+        assert a[k] == pytest.approx(b[k], abs=tol), (k, a[k], b[k])
+
+
+# AdamW's first steps move every weight by about lr whatever its gradient's size, so float noise
+# in a near-zero gradient shows up as lr-sized weight differences: the rank comparisons use a
+# smaller learning rate than the pinned run, so 1e-5 tests the ranks, not rounding.
+RANKS = ["optim.lr=0.001"]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("one") / "run"
+    run(str(run_dir), RANKS)
+    return run_dir
+
+
+def test_seeded_two_step_run_matches_the_pinned_numbers(tmp_path):
+    run(str(tmp_path / "run"), [])
+    one_process = tmp_path / "run"
+    lines = train_lines(one_process)
+    for line, pinned in zip(lines, PINNED, strict=True):
+        _close(line, pinned, tol=1e-6)
+    weights = final_weights(one_process, 2)
+    assert sum(float(v.double().sum()) for k, v in weights.items() if k != "lm_head.weight") == pytest.approx(
+        PINNED_PARAM_SUM, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_two_fsdp_ranks_compute_what_one_process_computes(tmp_path, one_process):
+    run_ranks(2, str(tmp_path / "run"), RANKS)
+    for sharded, single in zip(train_lines(tmp_path / "run"), train_lines(one_process), strict=True):
+        _close(sharded, single)
+    a, b = final_weights(tmp_path / "run", 2), final_weights(one_process, 2)
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=0), k
+
+
+@pytest.mark.slow
+def test_checkpoint_of_two_ranks_resumes_on_one_and_the_reverse(tmp_path, one_process):
+    reference = train_lines(one_process)
+    # Saved by 2 ranks after step 1, resumed by 1 process for step 2.
+    n_to_1 = tmp_path / "n_to_1"
+    run_ranks(2, str(n_to_1), RANKS, stop_after=1)
+    run(str(n_to_1), RANKS, resume=True)
+    _close(train_lines(n_to_1)[-1], reference[-1])
+    # Saved by 1 process after step 1, resumed by 2 ranks for step 2.
+    one_to_n = tmp_path / "one_to_n"
+    run(str(one_to_n), RANKS, stop_after=1)
+    run_ranks(2, str(one_to_n), RANKS, resume=True)
+    _close(train_lines(one_to_n)[-1], reference[-1])
+    for k, v in final_weights(one_to_n, 2).items():
+        torch.testing.assert_close(v, final_weights(one_process, 2)[k], atol=1e-5, rtol=0)
