@@ -19,18 +19,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentgym_core import protocol as p
-from agentgym_core.env import Env, EnvError, EpisodeEndedError, InvalidTaskError
-from agentgym_core.instances import (
-    AtCapacityError,
-    Instance,
-    InstanceTable,
-    NoEpisodeError,
-    UnknownInstanceError,
-)
+from agentgym_core.compat import add_agentgym_routes
+from agentgym_core.env import Env
+from agentgym_core.http_errors import ServerError, error_status
+from agentgym_core.instances import Instance, InstanceTable
 
-__all__ = ["ServerError", "create_app", "error_status"]
+__all__ = ["ServerError", "create_app", "error_status", "validate_server_options"]
 
 log = logging.getLogger(__name__)
 
@@ -38,36 +35,18 @@ DEFAULT_MAX_INSTANCES = 256
 DEFAULT_IDLE_TTL_S = 900.0
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
-
-class ServerError(Exception):
-    """An error with an HTTP status and a protocol error code."""
-
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.details = status, code, message, details
-
-    def body(self) -> dict[str, Any]:
-        return p.ErrorResponse(error=p.ErrorBody(code=self.code, message=self.message, details=self.details)).model_dump()
+# Statuses Starlette raises itself (routing, unreadable bodies) -> the protocol's codes.
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
 
 
-def error_status(exc: BaseException) -> ServerError:
-    """Map an exception raised while serving a request to its protocol error."""
-    if isinstance(exc, ServerError):
-        return exc
-    if isinstance(exc, UnknownInstanceError):
-        return ServerError(404, "unknown_instance", str(exc))
-    if isinstance(exc, EpisodeEndedError):
-        return ServerError(409, "episode_ended", str(exc))
-    if isinstance(exc, NoEpisodeError):
-        return ServerError(409, "no_episode", str(exc))
-    if isinstance(exc, InvalidTaskError):
-        return ServerError(422, "invalid_task", str(exc))
-    if isinstance(exc, AtCapacityError):
-        return ServerError(503, "at_capacity", str(exc))
-    if isinstance(exc, EnvError):
-        return ServerError(500, "env_error", f"{type(exc).__name__}: {exc}")
-    log.exception("environment raised while serving a request", exc_info=exc)
-    return ServerError(500, "env_error", f"the environment raised {type(exc).__name__}: {exc}")
+def validate_server_options(*, max_instances: int, idle_ttl_s: float | None, max_body_bytes: int) -> None:
+    """Raise ValueError, saying what to change, for options no server should run with."""
+    if isinstance(max_instances, bool) or not isinstance(max_instances, int) or max_instances < 1:
+        raise ValueError(f"max_instances must be an integer >= 1, got {max_instances!r}")
+    if idle_ttl_s is not None and not (isinstance(idle_ttl_s, int | float) and 0 < idle_ttl_s < float("inf")):
+        raise ValueError(f"idle_ttl_s must be a positive finite number of seconds, or None for never; got {idle_ttl_s!r}")
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1024:
+        raise ValueError(f"max_body_bytes must be an integer >= 1024, got {max_body_bytes!r}")
 
 
 class _BodyLimit:
@@ -145,6 +124,7 @@ def create_app(
         idle_ttl_s: close instances untouched for this long (None: never).
         max_body_bytes: larger request bodies answer 413.
     """
+    validate_server_options(max_instances=max_instances, idle_ttl_s=idle_ttl_s, max_body_bytes=max_body_bytes)
     kwargs = dict(env_kwargs or {})
     env_cls = env_cls.configured(**kwargs)
     env_name = name or env_cls.name or env_cls.__name__.lower()
@@ -204,6 +184,16 @@ def create_app(
                                      for e in exc.errors()])
         return JSONResponse(error.body(), status_code=422)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Starlette answers routing misses and unreadable bodies (not UTF-8, nested too deeply,
+        # integers past Python's digit limit) with {"detail": ...}; answer the protocol's shape.
+        if exc.status_code == 400:
+            error = ServerError(422, "malformed_request", f"the body could not be read as JSON: {exc.detail}")
+        else:
+            error = ServerError(exc.status_code, _HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail))
+        return JSONResponse(error.body(), status_code=error.status, headers=getattr(exc, "headers", None))
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         error = error_status(exc)
@@ -249,16 +239,12 @@ def create_app(
     def create(body: p.Create) -> p.InstanceState:
         if body.env is not None and body.env != env_name:
             raise ServerError(404, "unknown_env", f"this server serves {env_name!r}, not {body.env!r}")
+        task_id = body.task_id
         with mapped_errors():
-            instance = table.create()
-            if body.task_id is None:
-                return state(instance)
-            try:
-                result = table.run(instance.instance_id, lambda i: i.reset(body.task_id, body.seed))
-            except Exception:
-                table.close(instance.instance_id)  # a failed first reset must not leak the slot
-                raise
-            return state(instance, result.info)
+            # The first reset runs before the instance is published: a failure frees the slot.
+            setup = None if task_id is None else (lambda i: i.reset(task_id, body.seed))
+            instance, result = table.create(setup, request_id=body.request_id)
+            return state(instance, result.info if result is not None else None)
 
     @app.post(f"{v1}/instances/{{instance_id}}/reset", response_model=p.InstanceState, responses=errors)
     def reset(instance_id: int, body: p.Reset) -> p.InstanceState:
@@ -303,7 +289,5 @@ def create_app(
                     error=p.ErrorBody(code=error.code, message=error.message)))
         return p.BatchStepOutcome(results=outcomes)
 
-    from agentgym_core.compat import add_agentgym_routes
-
-    add_agentgym_routes(app, table, env_cls)
+    add_agentgym_routes(app, table, env_cls, kwargs)
     return app
