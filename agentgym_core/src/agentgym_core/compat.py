@@ -21,6 +21,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from agentgym_core.env import Env
 from agentgym_core.http_errors import ServerError, error_status, parse_json_body
@@ -87,12 +88,13 @@ class AgentGymCompat(BaseModel):
 
 
 def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
-                        env_kwargs: dict[str, Any] | None = None) -> None:
+                        env_kwargs: dict[str, Any] | None = None, *, inline: bool = False) -> None:
     """Add the legacy routes when ``env_cls.agentgym_compat`` is set (no-op otherwise).
 
     Bodies are parsed strictly: ids and task indices must be JSON integers (not ``true`` or
     ``1.9``), actions JSON strings of at most ``MAX_ACTION_CHARS`` characters, and every problem is
-    answered before anything is allocated or applied.
+    answered before anything is allocated or applied. ``inline`` calls the environment on the
+    event loop instead of a worker thread (for environments whose calls take microseconds).
     """
     spec: AgentGymCompat | None = getattr(env_cls, "agentgym_compat", None)
     if spec is None:
@@ -186,7 +188,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
                 answer.update(reset_payload(instance, result))
             return answer
 
-        return await _in_thread(make, fail)
+        return await _in_thread(make, fail, inline)
 
     @app.post("/reset", tags=["agentgym-compat"])
     async def reset(request: Request) -> Any:
@@ -200,7 +202,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
             instance, result = table.run(instance_id, lambda i: (i, i.reset(task_of(task_id), None)))
             return reset_payload(instance, result)
 
-        return await _in_thread(run, fail)
+        return await _in_thread(run, fail, inline)
 
     @app.post("/step", tags=["agentgym-compat"])
     async def step(request: Request) -> Any:
@@ -216,7 +218,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
             payload.update({name: getattr(result, name) for name in spec.step_extra_fields})
             return payload
 
-        return await _in_thread(run, fail)
+        return await _in_thread(run, fail, inline)
 
     @app.get("/observation", tags=["agentgym-compat"])
     async def observation(request: Request) -> Any:
@@ -242,14 +244,12 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
             table.close(instance_id)
             return True if spec.close_answer == "bool" else {spec.id_field: instance_id, "closed": True}
 
-        return await _in_thread(run, fail)
+        return await _in_thread(run, fail, inline)
 
 
-async def _in_thread(fn: Any, fail: Any) -> Any:
-    """Run a blocking handler body in the worker threads (environments may be slow)."""
-    from starlette.concurrency import run_in_threadpool
-
+async def _in_thread(fn: Any, fail: Any, inline: bool) -> Any:
+    """Run a handler body in the worker threads (environments may be slow), or inline."""
     try:
-        return await run_in_threadpool(fn)
+        return fn() if inline else await run_in_threadpool(fn)
     except Exception as exc:
         return fail(exc)

@@ -5,15 +5,20 @@ Environment packages never write routes: ``create_app(MyEnv)`` serves the protoc
 when the class sets ``agentgym_compat`` (see :mod:`agentgym_core.compat`).
 
 Handlers are plain functions, so FastAPI runs them in its worker threads; the instance table
-serialises calls on one instance and lets different instances run in parallel.
+serialises calls on one instance and lets different instances run in parallel. An environment whose
+calls take microseconds (``Env.inline_calls = True``: BabyAI, TextCraft) is called on the event
+loop instead: the hop to a worker thread and back costs more than such a step, and it is what
+bounded TextCraft's throughput (bench/env_server.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -168,6 +173,19 @@ def create_app(
     app.state.env_name = env_name
     app.state.env_cls = env_cls
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
+    inline = bool(getattr(env_cls, "inline_calls", False))
+
+    def endpoint(handler: Callable[..., Any]) -> Callable[..., Any]:
+        """The handler as FastAPI should call it: in a worker thread, or inline for cheap envs."""
+        if not inline:
+            return handler
+
+        @functools.wraps(handler)
+        async def on_loop(*args: Any, **kwargs: Any) -> Any:
+            return handler(*args, **kwargs)
+
+        on_loop.__signature__ = inspect.signature(handler)  # type: ignore[attr-defined]
+        return on_loop
 
     @app.exception_handler(ServerError)
     async def _server_error(request: Request, exc: ServerError) -> JSONResponse:
@@ -215,6 +233,9 @@ def create_app(
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": p.ErrorResponse} for code in (404, 409, 413, 422, 500, 503)
     }
+    # AgentGym's routes first: its clients send the most requests per second, and a route is found
+    # by trying each in order.
+    add_agentgym_routes(app, table, env_cls, kwargs, inline=inline)
     v1 = p.PREFIX
 
     @app.get(f"{v1}/health", response_model=p.Health)
@@ -236,6 +257,7 @@ def create_app(
         return p.ParsedAction(action=probe_env().parse_action(body.text))
 
     @app.post(f"{v1}/instances", response_model=p.InstanceState, status_code=201, responses=errors)
+    @endpoint
     def create(body: p.Create) -> p.InstanceState:
         if body.env is not None and body.env != env_name:
             raise ServerError(404, "unknown_env", f"this server serves {env_name!r}, not {body.env!r}")
@@ -247,35 +269,41 @@ def create_app(
             return state(instance, result.info if result is not None else None)
 
     @app.post(f"{v1}/instances/{{instance_id}}/reset", response_model=p.InstanceState, responses=errors)
+    @endpoint
     def reset(instance_id: int, body: p.Reset) -> p.InstanceState:
         with mapped_errors():
             return table.run(instance_id, lambda i: state(i, i.reset(body.task_id, body.seed).info))
 
     @app.post(f"{v1}/instances/{{instance_id}}/step", response_model=p.StepOutcome, responses=errors)
+    @endpoint
     def step(instance_id: int, body: p.Step) -> p.StepOutcome:
         with mapped_errors():
             result = table.run(instance_id, lambda i: i.step(body.action))
         return p.StepOutcome(instance_id=instance_id, **result.model_dump())
 
     @app.get(f"{v1}/instances/{{instance_id}}/observation", response_model=p.InstanceState, responses=errors)
+    @endpoint
     def observation(instance_id: int) -> p.InstanceState:
         with mapped_errors():
             return table.run(instance_id, state)
 
     @app.get(f"{v1}/instances/{{instance_id}}/available_actions", response_model=p.AvailableActions,
              responses=errors)
+    @endpoint
     def available_actions(instance_id: int) -> p.AvailableActions:
         with mapped_errors():
             actions = table.run(instance_id, lambda i: i.env.available_actions())
         return p.AvailableActions(instance_id=instance_id, actions=actions)
 
     @app.delete(f"{v1}/instances/{{instance_id}}", response_model=p.Closed, responses=errors)
+    @endpoint
     def close(instance_id: int) -> p.Closed:
         with mapped_errors():
             table.close(instance_id)
         return p.Closed(instance_id=instance_id)
 
     @app.post(f"{v1}/step_batch", response_model=p.BatchStepOutcome, responses=errors)
+    @endpoint
     def step_batch(body: p.BatchStep) -> p.BatchStepOutcome:
         outcomes = []
         for item in body.steps:
@@ -289,5 +317,4 @@ def create_app(
                     error=p.ErrorBody(code=error.code, message=error.message)))
         return p.BatchStepOutcome(results=outcomes)
 
-    add_agentgym_routes(app, table, env_cls, kwargs)
     return app
