@@ -13,14 +13,13 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from agentgym_core.client import EnvClient, HTTPEnv, RemoteError
+from agentgym_core.client import EnvClient, HTTPEnv
 from agentgym_core.compat import AgentGymCompat
 from agentgym_core.env import ResetResult
 from agentgym_core.server import create_app
