@@ -7,6 +7,11 @@ carrying --batch-size instances). The in-process step loop of the same environme
 first as the baseline, so the HTTP overhead is a ratio from the same run.
 
     python bench/env_server.py --env babyai --clients 1 8 32 --seconds 5
+
+``--vs-anchor`` (TextCraft) also drives, in the same run and with the same AgentGym-style client
+(POST /create, /step {id, action}, /reset {id, data_idx}), a stand-in for AgentGym's TextCraft
+server (bench/anchor_standin.py) and ours through its compat routes, interleaved round by round so
+a busy machine slows both alike; the JSON gets the ratio per client count.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from agentgym_core.client import EnvClient, HTTPEnv
 from agentgym_core.plugins import PluginManager
@@ -71,6 +77,97 @@ def start_server(env: str, port: int) -> subprocess.Popen:
             time.sleep(0.2)
     process.kill()
     raise TimeoutError("server did not come up in 120 s")
+
+
+def start_process(command: list[str], port: int) -> subprocess.Popen:
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited: {process.stderr.read()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return process
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise TimeoutError("server did not come up in 120 s")
+
+
+async def _post(reader: Any, writer: Any, path: str, body: dict) -> dict:
+    """One POST on a kept-alive connection (a minimal HTTP/1.1 client: the requests library tops out
+    near 1k requests/s per process, below what the servers compared here can answer)."""
+    payload = json.dumps(body).encode()
+    writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                 b"content-length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return json.loads(await reader.readexactly(length))
+
+
+def run_compat_clients(url: str, action: str, clients: int, seconds: float) -> float:
+    """Steps/s of ``clients`` concurrent connections driving AgentGym's legacy routes, one instance each."""
+    import asyncio
+
+    host, port = url.removeprefix("http://").split(":")
+
+    async def worker(index: int, stop: asyncio.Event, counts: list[int]) -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        instance = (await _post(reader, writer, "/create", {}))["id"]
+        await start.wait()
+        n = 0
+        while not stop.is_set():
+            answer = await _post(reader, writer, "/step", {"id": instance, "action": action})
+            n += 1
+            if answer.get("done") or "error" in answer:
+                await _post(reader, writer, "/reset", {"id": instance, "data_idx": index + n})
+        counts[index] = n
+        writer.close()
+
+    async def main() -> float:
+        stop, counts = asyncio.Event(), [0] * clients
+        tasks = [asyncio.create_task(worker(i, stop, counts)) for i in range(clients)]
+        await asyncio.sleep(0.5)  # every worker has its instance
+        start.set()
+        await asyncio.sleep(seconds)
+        stop.set()
+        await asyncio.gather(*tasks)
+        return sum(counts) / seconds
+
+    start = asyncio.Event()
+    return asyncio.run(main())
+
+
+def versus_anchor(clients_list: list[int], seconds: float, rounds: int = 3) -> list[dict]:
+    """Our TextCraft server's compat routes vs the anchor-shaped stand-in, interleaved."""
+    ours_port, anchor_port = free_port(), free_port()
+    agentgym = Path(sys.executable).with_name("agentgym")
+    ours = start_process([str(agentgym), "serve", "textcraft", "--port", str(ours_port), "--max-instances", "4096"],
+                         ours_port)
+    anchor = start_process([sys.executable, str(Path(__file__).with_name("anchor_standin.py")), "--port",
+                            str(anchor_port)], anchor_port)
+    rows = []
+    try:
+        for clients in clients_list:
+            ours_rates, anchor_rates = [], []
+            for _ in range(rounds):
+                anchor_rates.append(run_compat_clients(f"http://127.0.0.1:{anchor_port}", "inventory", clients,
+                                                       seconds))
+                ours_rates.append(run_compat_clients(f"http://127.0.0.1:{ours_port}", "inventory", clients, seconds))
+            row = {"clients": clients, "ours_steps_per_s": statistics.median(ours_rates),
+                   "anchor_standin_steps_per_s": statistics.median(anchor_rates)}
+            row["ratio"] = row["ours_steps_per_s"] / row["anchor_standin_steps_per_s"]
+            rows.append(row)
+            print(f"vs anchor stand-in, clients={clients:>3}: ours {row['ours_steps_per_s']:7.0f} steps/s, "
+                  f"stand-in {row['anchor_standin_steps_per_s']:7.0f} steps/s: x{row['ratio']:.2f}", flush=True)
+    finally:
+        for process in (ours, anchor):
+            process.terminate()
+            process.wait(timeout=30)
+    return rows
 
 
 def in_process_baseline(env_cls, tasks: list[int], actions: list[str], seconds: float) -> dict:
@@ -148,7 +245,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per configuration")
     parser.add_argument("--actions", nargs="+", default=None, help="actions to cycle (default per env)")
     parser.add_argument("--out", default="bench/results/env_server_{env}.json")
+    parser.add_argument("--vs-anchor", action="store_true",
+                        help="textcraft only: compare with the anchor-shaped stand-in and skip the /v1 runs")
     args = parser.parse_args()
+    if args.vs_anchor:
+        if args.env != "textcraft":
+            parser.error("--vs-anchor compares TextCraft servers; use --env textcraft")
+        rows = versus_anchor(args.clients, args.seconds)
+        out = Path(args.out.format(env="textcraft_vs_anchor"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                                   "seconds": args.seconds, "rows": rows}, indent=2))
+        print(f"wrote {out}")
+        return
 
     env_cls = PluginManager(autoload=True).env_class(args.env)
     tasks = env_cls.tasks().split("train")[:256]

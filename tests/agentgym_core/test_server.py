@@ -234,7 +234,7 @@ def test_agentgym_routes_follow_the_env_field_names():
         assert set(step) == {"observation", "reward", "terminated", "truncated", "success"}
         observed = requests.get(f"{url}/observation", params={"env_idx": instance}, timeout=5).json()
         assert observed == step["observation"]
-        assert "needs the field 'env_idx'" in requests.get(f"{url}/observation", params={"id": instance},
+        assert "needs ?env_idx=" in requests.get(f"{url}/observation", params={"id": instance},
                                                            timeout=5).json()["error"]
 
 

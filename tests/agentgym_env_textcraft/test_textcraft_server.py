@@ -63,7 +63,7 @@ def test_agentgym_legacy_routes(server_url):
     wrapped = session.post(f"{server_url}/reset", json={"id": instance, "data_idx": task + 544}).json()
     assert wrapped["observation"] == reset["observation"]  # indices wrap modulo the 544 goals
     bad = session.post(f"{server_url}/reset", json={"id": instance, "data_idx": "stick"})
-    assert bad.status_code == 200 and "must be int" in bad.json()["error"]
+    assert bad.status_code == 200 and "must be an integer" in bad.json()["error"]
     assert session.post(f"{server_url}/close", json={"id": instance}).json()["closed"] is True
 
 

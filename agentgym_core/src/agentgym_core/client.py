@@ -2,15 +2,18 @@
 
 ``HTTPEnv(url)`` behaves like the environment object it stands for: code written against
 ``Env`` cannot tell a local environment from a remote one. Connections are pooled per
-``EnvClient``; connection errors are retried with backoff for idempotent calls (and for
-``create``, which is safe to retry because a failed create holds no slot); protocol errors are
-raised as the same exceptions the environment would raise in-process.
+``EnvClient``; connection errors and timeouts are retried with backoff for idempotent calls.
+``create`` carries a fresh ``request_id``, so the server answers a retried create with the instance
+the first attempt made (no orphans when an answer is lost); ``step`` is never retried after the
+request may have reached the server. Protocol errors are raised as the same exceptions the
+environment would raise in-process.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import Any
 
 import requests
@@ -167,8 +170,8 @@ class HTTPEnv(Env):
         if self._closed:
             raise EnvError("this HTTPEnv was closed; create a new one")
         if self.instance_id is None:
-            answer = self.client.request("POST", "/instances",
-                                         json={"env": self.env_name, "task_id": task_id, "seed": seed})
+            body = {"env": self.env_name, "task_id": task_id, "seed": seed, "request_id": uuid.uuid4().hex}
+            answer = self.client.request("POST", "/instances", json=body)
             self.instance_id = int(answer["instance_id"])
         else:
             answer = self.client.request("POST", f"/instances/{self.instance_id}/reset",

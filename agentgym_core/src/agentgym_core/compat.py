@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import Body, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from agentgym_core.env import Env
-from agentgym_core.instances import InstanceTable
+from agentgym_core.http_errors import ServerError, error_status, parse_json_body
+from agentgym_core.instances import ID_LIMIT, InstanceTable
+from agentgym_core.protocol import MAX_ACTION_CHARS, check_text
 
 __all__ = ["AgentGymCompat", "add_agentgym_routes"]
 
@@ -40,7 +43,8 @@ class AgentGymCompat(BaseModel):
     create_resets: bool = Field(
         default=False,
         description="/create resets the new instance and answers with the first observation: onto the body's "
-                    "task field, or, when absent, onto task index = the new instance id (AgentGym's TextCraft).",
+                    "task field, or, when absent, onto task index = how many instances this server created "
+                    "before it (AgentGym's TextCraft, whose ids are that count).",
     )
     wrap_task_index: bool = Field(
         default=False, description="Task indices wrap modulo the number of tasks (AgentGym's TextCraft does)."
@@ -52,6 +56,12 @@ class AgentGymCompat(BaseModel):
         default="episode",
         description="/reset answers {observation, reward, done, ...} ('episode'), {'observation'} alone "
                     "('observation', WebArena) or the bare observation string ('text', searchqa).",
+    )
+    reset_fields: tuple[str, ...] | None = Field(
+        default=None,
+        description="Fields of an 'episode' /reset answer, in order: any of id (the instance id), observation, "
+                    "reward, score, deleted (always false), done. None: observation, reward, score (when "
+                    "include_score), done.",
     )
     close_answer: Literal["object", "bool"] = Field(
         default="object", description="/close answers {id_field, 'closed'} or a bare true (searchqa)."
@@ -65,29 +75,65 @@ class AgentGymCompat(BaseModel):
     step_extra_fields: tuple[str, ...] = Field(
         default=(), description="StepResult fields added to /step answers, e.g. ('truncated', 'info')."
     )
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Constructor options for instances created through these routes (on top of the server's), "
+                    "e.g. the option that makes observations read exactly like AgentGym's.",
+    )
+    step_after_done: bool = Field(
+        default=False,
+        description="/step keeps answering after the episode ended, as AgentGym's TextCraft does (its client "
+                    "raises on an error answer); the native /v1 routes still answer 409.",
+    )
 
 
-def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) -> None:
-    """Add the legacy routes when ``env_cls.agentgym_compat`` is set (no-op otherwise)."""
+def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
+                        env_kwargs: dict[str, Any] | None = None, *, inline: bool = False) -> None:
+    """Add the legacy routes when ``env_cls.agentgym_compat`` is set (no-op otherwise).
+
+    Bodies are parsed strictly: ids and task indices must be JSON integers (not ``true`` or
+    ``1.9``), actions JSON strings of at most ``MAX_ACTION_CHARS`` characters, and every problem is
+    answered before anything is allocated or applied. ``inline`` calls the environment on the
+    event loop instead of a worker thread (for environments whose calls take microseconds).
+    """
     spec: AgentGymCompat | None = getattr(env_cls, "agentgym_compat", None)
     if spec is None:
         return
-    from agentgym_core.server import ServerError, error_status  # avoid an import cycle at module load
+    compat_kwargs = {**(env_kwargs or {}), **spec.env_kwargs}
+    make_env = (lambda: env_cls(**compat_kwargs)) if spec.env_kwargs else None
 
     def fail(exc: Exception) -> JSONResponse:
         error = error_status(exc)
         return JSONResponse({"error": error.message}, status_code=200 if spec.errors_as_200 else error.status)
 
-    def field(body: dict[str, Any], name: str, kind: type = int) -> Any:
+    def field(body: Any, name: str, kind: type = int) -> Any:
         if not isinstance(body, dict) or name not in body:
             got = sorted(body) if isinstance(body, dict) else type(body).__name__
             raise ServerError(422, "malformed_request", f"request body needs the field {name!r}; got {got}")
-        try:
-            return kind(body[name])
-        except (TypeError, ValueError):
+        value = body[name]
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ServerError(422, "malformed_request",
+                                  f"field {name!r} must be an integer, got {type(value).__name__} {value!r:.40}")
+            if not -ID_LIMIT < value < ID_LIMIT:
+                raise ServerError(422, "malformed_request", f"field {name!r} is out of range: {value!r:.40}")
+            return value
+        if not isinstance(value, str):
             raise ServerError(422, "malformed_request",
-                              f"field {name!r} must be {kind.__name__}, got {body[name]!r}") from None
+                              f"field {name!r} must be a string, got {type(value).__name__} {value!r:.40}")
+        if len(value) > MAX_ACTION_CHARS:
+            raise ServerError(422, "malformed_request",
+                              f"field {name!r} is {len(value)} characters long; the limit is {MAX_ACTION_CHARS}")
+        try:
+            return check_text(value)
+        except ValueError as exc:
+            raise ServerError(422, "malformed_request", f"field {name!r}: {exc}") from None
 
+    async def json_body(request: Request) -> Any:
+        return parse_json_body(await request.body())
+
+    reset_fields = spec.reset_fields or (
+        ("observation", "reward", "score", "done") if spec.include_score else ("observation", "reward", "done"))
     all_tasks = sorted({t for ids in env_cls.tasks().splits.values() for t in ids})
 
     def task_of(index: int) -> int:
@@ -107,8 +153,11 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
             return observation
         if spec.reset_answer == "observation":
             return {"observation": observation}
+        values = {"id": instance.instance_id, "observation": observation, "reward": 0, "score": 0,
+                  "deleted": False, "done": False}
         payload = {answer: info.get(key) for answer, key in spec.reset_info_fields.items()}
-        payload.update(episode_payload(instance, observation, 0.0, False))
+        for name in reset_fields:
+            payload[spec.done_field if name == "done" else spec.id_field if name == "id" else name] = values[name]
         return payload
 
     @app.get("/", include_in_schema=False)
@@ -116,58 +165,91 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env]) 
         return f"This is environment {app.state.env_name} (agentgym server; protocol at /v1, docs at /docs)."
 
     @app.post("/create", tags=["agentgym-compat"])
-    def create(body: dict[str, Any] | None = Body(default=None)) -> Any:  # noqa: B008 - FastAPI idiom
+    async def create(request: Request) -> Any:
         try:
-            instance = table.create()
+            body = await json_body(request)
+            if body is not None and not isinstance(body, dict):
+                raise ServerError(422, "malformed_request", f"the body must be a JSON object, got {type(body).__name__}")
+            index = field(body, spec.task_field) if body and spec.task_field in body else None
+        except Exception as exc:
+            return fail(exc)
+
+        def make() -> Any:
+            def setup(instance: Any) -> Any:
+                if not spec.create_resets:
+                    return None
+                return instance.reset(task_of(instance.serial if index is None else index), None)
+
+            instance, result = table.create(setup, make_env=make_env)
             if spec.create_answer == "bare_id" and not spec.create_resets:
                 return instance.instance_id
             answer: dict[str, Any] = {spec.id_field: instance.instance_id}
-            if spec.create_resets:
-                index = field(body, spec.task_field) if body and spec.task_field in body else instance.instance_id
-                try:
-                    result = table.run(instance.instance_id, lambda i: i.reset(task_of(index), None))
-                except Exception:
-                    table.close(instance.instance_id)  # a failed first reset must not leak the slot
-                    raise
+            if result is not None:
                 answer.update(reset_payload(instance, result))
             return answer
-        except Exception as exc:
-            return fail(exc)
+
+        return await _in_thread(make, fail, inline)
 
     @app.post("/reset", tags=["agentgym-compat"])
-    def reset(body: dict[str, Any] = Body(...)) -> Any:  # noqa: B008
+    async def reset(request: Request) -> Any:
         try:
+            body = await json_body(request)
             instance_id, task_id = field(body, spec.id_field), field(body, spec.task_field)
-            instance, result = table.run(instance_id, lambda i: (i, i.reset(task_of(task_id), None)))
-            return reset_payload(instance, result)
         except Exception as exc:
             return fail(exc)
 
+        def run() -> Any:
+            instance, result = table.run(instance_id, lambda i: (i, i.reset(task_of(task_id), None)))
+            return reset_payload(instance, result)
+
+        return await _in_thread(run, fail, inline)
+
     @app.post("/step", tags=["agentgym-compat"])
-    def step(body: dict[str, Any] = Body(...)) -> Any:  # noqa: B008
+    async def step(request: Request) -> Any:
         try:
+            body = await json_body(request)
             instance_id, action = field(body, spec.id_field), field(body, spec.action_field, str)
-            instance, result = table.run(instance_id, lambda i: (i, i.step(action)))
+        except Exception as exc:
+            return fail(exc)
+
+        def run() -> Any:
+            instance, result = table.run(instance_id, lambda i: (i, i.step(action, after_done=spec.step_after_done)))
             payload = episode_payload(instance, result.observation, result.reward, result.done)
             payload.update({name: getattr(result, name) for name in spec.step_extra_fields})
             return payload
-        except Exception as exc:
-            return fail(exc)
+
+        return await _in_thread(run, fail, inline)
 
     @app.get("/observation", tags=["agentgym-compat"])
-    def observation(request: Request) -> Any:
+    async def observation(request: Request) -> Any:
         # The query parameter is named like the id field (`?id=` or `?env_idx=`).
         try:
-            instance_id = field(dict(request.query_params), spec.id_field)
+            raw = request.query_params.get(spec.id_field)
+            if raw is None or not raw.lstrip("-").isdigit() or len(raw) > 20:
+                raise ServerError(422, "malformed_request",
+                                  f"the query needs ?{spec.id_field}=<integer instance id>; got {raw!r:.40}")
+            instance_id = int(raw)
             return table.run(instance_id, lambda i: i.observation)
         except Exception as exc:
             return fail(exc)
 
     @app.post("/close", tags=["agentgym-compat"])
-    def close(body: dict[str, Any] = Body(...)) -> Any:  # noqa: B008
+    async def close(request: Request) -> Any:
         try:
-            instance_id = field(body, spec.id_field)
-            table.close(instance_id)
-            return True if spec.close_answer == "bool" else {spec.id_field: instance_id, "closed": True}
+            instance_id = field(await json_body(request), spec.id_field)
         except Exception as exc:
             return fail(exc)
+
+        def run() -> Any:
+            table.close(instance_id)
+            return True if spec.close_answer == "bool" else {spec.id_field: instance_id, "closed": True}
+
+        return await _in_thread(run, fail, inline)
+
+
+async def _in_thread(fn: Any, fail: Any, inline: bool) -> Any:
+    """Run a handler body in the worker threads (environments may be slow), or inline."""
+    try:
+        return fn() if inline else await run_in_threadpool(fn)
+    except Exception as exc:
+        return fail(exc)

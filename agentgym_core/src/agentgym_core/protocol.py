@@ -1,7 +1,7 @@
 """The versioned HTTP protocol between environment servers and clients (protocol version 1).
 
 Every route lives under ``/v1``. Bodies are JSON and validated by these pydantic models on both
-ends. Errors always come back as ``{"error": {"code": ..., "message": ...}}`` with a status code
+ends. Instance ids are random integers in ``[1, 2**53)``, never reused across server restarts. Errors always come back as ``{"error": {"code": ..., "message": ...}}`` with a status code
 that says what kind of mistake it was:
 
 ========  ===================  ==================================================================
@@ -9,10 +9,15 @@ status    code                 meaning
 ========  ===================  ==================================================================
 404       unknown_instance     the instance id does not exist (never created, closed or expired)
 404       unknown_env          the request names an environment this server does not serve
+404       not_found            no such route
+405       method_not_allowed   the route exists but not for this HTTP method
 409       episode_ended        step after the episode terminated or was truncated; reset first
 409       no_episode           step before the instance was reset onto a task
 413       body_too_large       the request body exceeds the server's limit
-422       malformed_request    the body is not valid JSON or does not match the schema
+408       request_timeout      the client sent its headers or body too slowly (connection closed)
+422       malformed_request    the body is not valid JSON (or UTF-8), nests too deeply, has a number
+                               too large, or does not match the schema (types are strict: ``1.0``
+                               and ``true`` are not integers)
 422       invalid_task         the task id or split does not exist
 500       env_error            the environment failed; the instance may be unusable
 503       at_capacity          the server holds its maximum number of live instances
@@ -35,9 +40,9 @@ Routes::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from agentgym_core.env import StepResult
 
@@ -48,32 +53,57 @@ MAX_ACTION_CHARS = 65_536
 MAX_BATCH = 1024
 
 
+MAX_REQUEST_ID_CHARS = 128
+MAX_SEED = 2**63 - 1
+
+
+def check_text(text: str) -> str:
+    """Refuse text that cannot be encoded as UTF-8 (lone surrogates such as ``"\\ud800"``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"text must be valid Unicode; it holds a lone surrogate at position {exc.start}") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(check_text)]
+"""A string that can be sent back as UTF-8 (validated on every request that carries text)."""
+
+
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Create(_Request):
-    env: str | None = Field(default=None, description="Environment name; optional when the server serves one.")
-    task_id: int | None = Field(default=None, description="Task to reset onto; None creates an idle instance.")
-    seed: int | None = Field(default=None, description="Seed for the task; None uses the task's default.")
+    env: Text | None = Field(default=None, max_length=256,
+                             description="Environment name; optional when the server serves one.")
+    task_id: int | None = Field(default=None, ge=0, description="Task to reset onto; None creates an idle instance.")
+    seed: int | None = Field(default=None, ge=-MAX_SEED, le=MAX_SEED,
+                             description="Seed for the task; None uses the task's default.")
+    request_id: Text | None = Field(
+        default=None, min_length=1, max_length=MAX_REQUEST_ID_CHARS,
+        description="Client-chosen id of this create request (e.g. a UUID). A repeat with the same id answers "
+                    "the instance the first one created, so a client may safely retry a create whose answer "
+                    "it did not receive.")
 
 
 class Reset(_Request):
-    task_id: int = Field(description="Task id from /v1/tasks.")
-    seed: int | None = Field(default=None, description="Seed for the task; None uses the task's default.")
+    task_id: int = Field(ge=0, description="Task id from /v1/tasks.")
+    seed: int | None = Field(default=None, ge=-MAX_SEED, le=MAX_SEED,
+                             description="Seed for the task; None uses the task's default.")
 
 
 class Step(_Request):
-    action: str = Field(max_length=MAX_ACTION_CHARS, description="The action text (already parsed).")
+    action: Text = Field(max_length=MAX_ACTION_CHARS, description="The action text (already parsed).")
 
 
 class ParseAction(_Request):
-    text: str = Field(max_length=MAX_ACTION_CHARS, description="A model reply to extract the action from.")
+    text: Text = Field(max_length=MAX_ACTION_CHARS, description="A model reply to extract the action from.")
 
 
 class BatchStepItem(_Request):
-    instance_id: int
-    action: str = Field(max_length=MAX_ACTION_CHARS)
+    instance_id: int = Field(ge=1, lt=2**53, description="An instance id from POST /v1/instances.")
+    action: Text = Field(max_length=MAX_ACTION_CHARS)
 
 
 class BatchStep(_Request):

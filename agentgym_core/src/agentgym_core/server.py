@@ -5,32 +5,34 @@ Environment packages never write routes: ``create_app(MyEnv)`` serves the protoc
 when the class sets ``agentgym_compat`` (see :mod:`agentgym_core.compat`).
 
 Handlers are plain functions, so FastAPI runs them in its worker threads; the instance table
-serialises calls on one instance and lets different instances run in parallel.
+serialises calls on one instance and lets different instances run in parallel. An environment whose
+calls take microseconds (``Env.inline_calls = True``: BabyAI, TextCraft) is called on the event
+loop instead: the hop to a worker thread and back costs more than such a step, and it is what
+bounded TextCraft's throughput (bench/env_server.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentgym_core import protocol as p
-from agentgym_core.env import Env, EnvError, EpisodeEndedError, InvalidTaskError
-from agentgym_core.instances import (
-    AtCapacityError,
-    Instance,
-    InstanceTable,
-    NoEpisodeError,
-    UnknownInstanceError,
-)
+from agentgym_core.compat import add_agentgym_routes
+from agentgym_core.env import Env
+from agentgym_core.http_errors import ServerError, error_status
+from agentgym_core.instances import Instance, InstanceTable
 
-__all__ = ["ServerError", "create_app", "error_status"]
+__all__ = ["ServerError", "create_app", "error_status", "validate_server_options"]
 
 log = logging.getLogger(__name__)
 
@@ -38,36 +40,18 @@ DEFAULT_MAX_INSTANCES = 256
 DEFAULT_IDLE_TTL_S = 900.0
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
-
-class ServerError(Exception):
-    """An error with an HTTP status and a protocol error code."""
-
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.details = status, code, message, details
-
-    def body(self) -> dict[str, Any]:
-        return p.ErrorResponse(error=p.ErrorBody(code=self.code, message=self.message, details=self.details)).model_dump()
+# Statuses Starlette raises itself (routing, unreadable bodies) -> the protocol's codes.
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
 
 
-def error_status(exc: BaseException) -> ServerError:
-    """Map an exception raised while serving a request to its protocol error."""
-    if isinstance(exc, ServerError):
-        return exc
-    if isinstance(exc, UnknownInstanceError):
-        return ServerError(404, "unknown_instance", str(exc))
-    if isinstance(exc, EpisodeEndedError):
-        return ServerError(409, "episode_ended", str(exc))
-    if isinstance(exc, NoEpisodeError):
-        return ServerError(409, "no_episode", str(exc))
-    if isinstance(exc, InvalidTaskError):
-        return ServerError(422, "invalid_task", str(exc))
-    if isinstance(exc, AtCapacityError):
-        return ServerError(503, "at_capacity", str(exc))
-    if isinstance(exc, EnvError):
-        return ServerError(500, "env_error", f"{type(exc).__name__}: {exc}")
-    log.exception("environment raised while serving a request", exc_info=exc)
-    return ServerError(500, "env_error", f"the environment raised {type(exc).__name__}: {exc}")
+def validate_server_options(*, max_instances: int, idle_ttl_s: float | None, max_body_bytes: int) -> None:
+    """Raise ValueError, saying what to change, for options no server should run with."""
+    if isinstance(max_instances, bool) or not isinstance(max_instances, int) or max_instances < 1:
+        raise ValueError(f"max_instances must be an integer >= 1, got {max_instances!r}")
+    if idle_ttl_s is not None and not (isinstance(idle_ttl_s, int | float) and 0 < idle_ttl_s < float("inf")):
+        raise ValueError(f"idle_ttl_s must be a positive finite number of seconds, or None for never; got {idle_ttl_s!r}")
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1024:
+        raise ValueError(f"max_body_bytes must be an integer >= 1024, got {max_body_bytes!r}")
 
 
 class _BodyLimit:
@@ -145,6 +129,7 @@ def create_app(
         idle_ttl_s: close instances untouched for this long (None: never).
         max_body_bytes: larger request bodies answer 413.
     """
+    validate_server_options(max_instances=max_instances, idle_ttl_s=idle_ttl_s, max_body_bytes=max_body_bytes)
     kwargs = dict(env_kwargs or {})
     env_cls = env_cls.configured(**kwargs)
     env_name = name or env_cls.name or env_cls.__name__.lower()
@@ -188,6 +173,19 @@ def create_app(
     app.state.env_name = env_name
     app.state.env_cls = env_cls
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
+    inline = bool(getattr(env_cls, "inline_calls", False))
+
+    def endpoint(handler: Callable[..., Any]) -> Callable[..., Any]:
+        """The handler as FastAPI should call it: in a worker thread, or inline for cheap envs."""
+        if not inline:
+            return handler
+
+        @functools.wraps(handler)
+        async def on_loop(*args: Any, **kwargs: Any) -> Any:
+            return handler(*args, **kwargs)
+
+        on_loop.__signature__ = inspect.signature(handler)  # type: ignore[attr-defined]
+        return on_loop
 
     @app.exception_handler(ServerError)
     async def _server_error(request: Request, exc: ServerError) -> JSONResponse:
@@ -203,6 +201,16 @@ def create_app(
                             details=[{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
                                      for e in exc.errors()])
         return JSONResponse(error.body(), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Starlette answers routing misses and unreadable bodies (not UTF-8, nested too deeply,
+        # integers past Python's digit limit) with {"detail": ...}; answer the protocol's shape.
+        if exc.status_code == 400:
+            error = ServerError(422, "malformed_request", f"the body could not be read as JSON: {exc.detail}")
+        else:
+            error = ServerError(exc.status_code, _HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail))
+        return JSONResponse(error.body(), status_code=error.status, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -225,6 +233,9 @@ def create_app(
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": p.ErrorResponse} for code in (404, 409, 413, 422, 500, 503)
     }
+    # AgentGym's routes first: its clients send the most requests per second, and a route is found
+    # by trying each in order.
+    add_agentgym_routes(app, table, env_cls, kwargs, inline=inline)
     v1 = p.PREFIX
 
     @app.get(f"{v1}/health", response_model=p.Health)
@@ -246,50 +257,53 @@ def create_app(
         return p.ParsedAction(action=probe_env().parse_action(body.text))
 
     @app.post(f"{v1}/instances", response_model=p.InstanceState, status_code=201, responses=errors)
+    @endpoint
     def create(body: p.Create) -> p.InstanceState:
         if body.env is not None and body.env != env_name:
             raise ServerError(404, "unknown_env", f"this server serves {env_name!r}, not {body.env!r}")
+        task_id = body.task_id
         with mapped_errors():
-            instance = table.create()
-            if body.task_id is None:
-                return state(instance)
-            try:
-                result = table.run(instance.instance_id, lambda i: i.reset(body.task_id, body.seed))
-            except Exception:
-                table.close(instance.instance_id)  # a failed first reset must not leak the slot
-                raise
-            return state(instance, result.info)
+            # The first reset runs before the instance is published: a failure frees the slot.
+            setup = None if task_id is None else (lambda i: i.reset(task_id, body.seed))
+            instance, result = table.create(setup, request_id=body.request_id)
+            return state(instance, result.info if result is not None else None)
 
     @app.post(f"{v1}/instances/{{instance_id}}/reset", response_model=p.InstanceState, responses=errors)
+    @endpoint
     def reset(instance_id: int, body: p.Reset) -> p.InstanceState:
         with mapped_errors():
             return table.run(instance_id, lambda i: state(i, i.reset(body.task_id, body.seed).info))
 
     @app.post(f"{v1}/instances/{{instance_id}}/step", response_model=p.StepOutcome, responses=errors)
+    @endpoint
     def step(instance_id: int, body: p.Step) -> p.StepOutcome:
         with mapped_errors():
             result = table.run(instance_id, lambda i: i.step(body.action))
         return p.StepOutcome(instance_id=instance_id, **result.model_dump())
 
     @app.get(f"{v1}/instances/{{instance_id}}/observation", response_model=p.InstanceState, responses=errors)
+    @endpoint
     def observation(instance_id: int) -> p.InstanceState:
         with mapped_errors():
             return table.run(instance_id, state)
 
     @app.get(f"{v1}/instances/{{instance_id}}/available_actions", response_model=p.AvailableActions,
              responses=errors)
+    @endpoint
     def available_actions(instance_id: int) -> p.AvailableActions:
         with mapped_errors():
             actions = table.run(instance_id, lambda i: i.env.available_actions())
         return p.AvailableActions(instance_id=instance_id, actions=actions)
 
     @app.delete(f"{v1}/instances/{{instance_id}}", response_model=p.Closed, responses=errors)
+    @endpoint
     def close(instance_id: int) -> p.Closed:
         with mapped_errors():
             table.close(instance_id)
         return p.Closed(instance_id=instance_id)
 
     @app.post(f"{v1}/step_batch", response_model=p.BatchStepOutcome, responses=errors)
+    @endpoint
     def step_batch(body: p.BatchStep) -> p.BatchStepOutcome:
         outcomes = []
         for item in body.steps:
@@ -303,7 +317,4 @@ def create_app(
                     error=p.ErrorBody(code=error.code, message=error.message)))
         return p.BatchStepOutcome(results=outcomes)
 
-    from agentgym_core.compat import add_agentgym_routes
-
-    add_agentgym_routes(app, table, env_cls)
     return app

@@ -105,6 +105,8 @@ class BabyAIEnv(Env):
 
     name: ClassVar[str] = "babyai"
     max_episode_steps: ClassVar[int | None] = None
+    # Steps take microseconds: the server calls them on its event loop, not in worker threads.
+    inline_calls: ClassVar[bool] = True
     agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat()
 
     def __init__(self, config: BabyAIConfig | None = None, **options: Any) -> None:

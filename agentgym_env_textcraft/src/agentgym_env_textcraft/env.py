@@ -77,6 +77,8 @@ class TextCraftEnv(Env):
     # observation, reward and done but no score.
     # AgentGym's TextCraft /create resets the new instance onto task index = its id and answers
     # the first observation; its indices wrap modulo the number of goals.
+    # Steps take microseconds: the server calls them on its event loop, not in worker threads.
+    inline_calls: ClassVar[bool] = True
     agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(
         include_score=False, create_resets=True, wrap_task_index=True
     )

@@ -7,6 +7,27 @@ import json
 
 from agentgym_core.plugins import get_plugin_manager
 from agentgym_core.server import DEFAULT_IDLE_TTL_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INSTANCES, create_app
+from agentgym_core.serving import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
+
+
+def _bounded(kind: type, low: float, *, allow_zero: bool = False, what: str) -> argparse._ActionsContainer:
+    """An argparse type that refuses values below ``low`` (and says what the option means)."""
+
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if allow_zero and value == 0:
+            return value
+        if value < low:
+            zero = " (or 0 for never)" if allow_zero else ""
+            raise argparse.ArgumentTypeError(f"{what} must be at least {low}{zero}, got {text}")
+        return value
+
+    return parse  # type: ignore[return-value]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -18,13 +39,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("env", help="environment name (see `agentgym envs`)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind; use 0.0.0.0 only on a trusted network")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port")
-    parser.add_argument("--max-instances", type=int, default=DEFAULT_MAX_INSTANCES,
-                        help="live instances allowed at once; more answer 503")
-    parser.add_argument("--idle-ttl", type=float, default=DEFAULT_IDLE_TTL_S,
-                        help="close instances idle this many seconds (0: never)")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
-                        help="larger request bodies answer 413")
+    parser.add_argument("--port", type=_bounded(int, 0, what="--port"), default=8000, help="TCP port")
+    parser.add_argument("--max-instances", type=_bounded(int, 1, what="--max-instances"),
+                        default=DEFAULT_MAX_INSTANCES, help="live instances allowed at once; more answer 503")
+    parser.add_argument("--idle-ttl", type=_bounded(float, 1.0, allow_zero=True, what="--idle-ttl"),
+                        default=DEFAULT_IDLE_TTL_S, help="close instances idle this many seconds (0: never)")
+    parser.add_argument("--max-body-bytes", type=_bounded(int, 1024, what="--max-body-bytes"),
+                        default=DEFAULT_MAX_BODY_BYTES, help="larger request bodies answer 413")
+    parser.add_argument("--header-timeout", type=_bounded(float, 0.1, what="--header-timeout"),
+                        default=DEFAULT_HEADER_TIMEOUT_S,
+                        help="seconds a client may take to send a request's headers; slower ones get 408")
+    parser.add_argument("--body-timeout", type=_bounded(float, 0.1, what="--body-timeout"),
+                        default=DEFAULT_BODY_TIMEOUT_S,
+                        help="seconds a client may take to send a request's body after its headers")
     parser.add_argument("--env-kwargs", type=json.loads, default={},
                         help='JSON object of constructor arguments, e.g. \'{"max_steps": 64}\'')
     parser.set_defaults(func=run)
@@ -33,6 +60,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from agentgym_core.serving import uvicorn_config
+
     env_cls = get_plugin_manager().env_class(args.env)
     if not isinstance(args.env_kwargs, dict):
         raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
@@ -40,5 +69,7 @@ def run(args: argparse.Namespace) -> int:
                      idle_ttl_s=args.idle_ttl or None, max_body_bytes=args.max_body_bytes)
     print(f"serving {args.env!r} on http://{args.host}:{args.port} (docs: http://{args.host}:{args.port}/docs)",
           flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    config = uvicorn_config(app, host=args.host, port=args.port, header_timeout_s=args.header_timeout,
+                            body_timeout_s=args.body_timeout)
+    uvicorn.Server(config).run()
     return 0

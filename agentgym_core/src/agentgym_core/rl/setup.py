@@ -93,7 +93,7 @@ class EnvHandle:
 @contextlib.contextmanager
 def open_envs(pm: PluginManager, configs: list[EnvConfig]) -> Iterator[list[EnvHandle]]:
     """Connect to each env's server; start one on loopback (in this process) when no URL is given."""
-    from agentgym_core.testing.serving import serve_env
+    from agentgym_core.serving import serve_env
 
     with contextlib.ExitStack() as stack:
         handles = []
