@@ -82,9 +82,13 @@ async function applyNow() {
   state.i = h.i !== null && state.rows.some(r => r.i === h.i) ? h.i : null;
   state.eval = state.i === null ? h.eval : null;
   $("#run-kind").textContent = ov.kind === "eval" ? "evaluation" : "training";
-  renderOverview();
+  // Redraw only what changed: opening a trajectory must not rebuild 30 charts and a 1,000-row table.
+  const shown = [run, ...overlay].map(n => `${n}:${state.overviews[n].stamp}`).join(",");
+  const overviewKey = `${state.runs.map(r => r.name)}|${shown}|${state.step}|${state.eval}`;
+  if (overviewKey !== state.overviewKey) { renderOverview(); state.overviewKey = overviewKey; }
   renderSteps();
-  renderListPanel();
+  const listKey = `${state.rowsKey}|${JSON.stringify(h.filters)}`;
+  if (listKey !== state.listKey) { renderListPanel(); state.listKey = listKey; } else { moveListHighlight(); }
   await renderDetail();
   remember({ run, overlay, step: state.step, i: state.i, eval: state.eval });
   document.body.dataset.applied = location.hash;
@@ -183,6 +187,12 @@ function filteredRows() {
     && r.turns >= minT && r.turns <= maxT);
 }
 
+function moveListHighlight() {
+  for (const tr of document.querySelectorAll("#list tr.sel")) tr.classList.remove("sel");
+  const row = document.querySelector(`#list tr[data-i="${state.i}"]`);
+  if (row) row.classList.add("sel");
+}
+
 function renderListPanel() {
   const rows = filteredRows();
   $("#list-count").textContent = `${rows.length} of ${state.rows.length} shown`;
@@ -273,7 +283,7 @@ async function poll() {
     const watched = [state.run, ...state.overlay];
     const stamps = await Promise.all(watched.map(n => api("stamp", { run: n }).then(r => [n, r.stamp])));
     const stale = stamps.filter(([n, s]) => !state.overviews[n] || state.overviews[n].stamp !== s).map(([n]) => n);
-    if (!stale.length) { if (newRuns) renderOverview(); return; }
+    if (!stale.length) { if (newRuns) { state.overviewKey = null; await apply(); } return; }
     // Someone watching the newest step of a running training (nothing open) keeps watching the newest one.
     const before = state.overviews[state.run].steps.map(s => s.step);
     const following = before.length && state.step === before[before.length - 1] && state.i === null;
@@ -307,13 +317,18 @@ function wire() {
     } else if (e.target.id === "config-diff") {
       state.configDiff = e.target.checked;
       renderOverview();
+      $("#config-panel").open = true;
     }
   });
   $("#steps").addEventListener("click", e => {
     const b = e.target.closest("button[data-step]");
     if (b) go({ step: Number(b.dataset.step), i: null, eval: null });
   });
-  $("#filters").addEventListener("input", () => { remember(filterValues()); renderListPanel(); });
+  $("#filters").addEventListener("input", () => {
+    remember(filterValues());
+    renderListPanel();
+    state.listKey = `${state.rowsKey}|${JSON.stringify(filterValues())}`;
+  });
   $("#filters").addEventListener("submit", e => e.preventDefault());
   $("#list").addEventListener("click", e => {
     const tr = e.target.closest("tr[data-i]");
