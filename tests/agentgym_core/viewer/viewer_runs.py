@@ -108,12 +108,12 @@ def write_metrics(run_dir: Path, steps: int) -> None:
 def _train(run_dir: Path, *, seed: int) -> None:
     """A real 3-step GRPO run (tiny random model made with ``seed``, WordEnv over loopback HTTP)."""
     import torch
+    from word_env import WordPlugin
 
     from agentgym_core.plugins import PluginManager
     from agentgym_core.rl.config import load_config
     from agentgym_core.rl.trainer import train
     from agentgym_core.testing.tiny_model import tiny_chat_model
-    from word_env import WordPlugin
 
     torch.set_num_threads(1)
     pm = PluginManager(autoload=True, allow=["estimators", "transformers"])
@@ -131,10 +131,11 @@ def _train(run_dir: Path, *, seed: int) -> None:
 
 def _eval_checkpoint(checkpoint: Path, out_dir: Path) -> None:
     """``agentgym eval --include-tokens`` of a saved checkpoint, through the CLI, against WordEnv served on loopback."""
+    from word_env import WordEnv
+
     from agentgym_core.cli import main
     from agentgym_core.plugins import PluginManager, get_plugin_manager, reset_plugin_manager
     from agentgym_core.testing import serve_env
-    from word_env import WordEnv
 
     previous = get_plugin_manager()
     reset_plugin_manager(PluginManager(autoload=True, allow=["transformers"]))
