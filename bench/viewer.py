@@ -69,6 +69,14 @@ def synthetic_trajectory(rng: random.Random, task_id: int, sample: int) -> Traje
                       gen_seconds=0.3 * n_turns, env_seconds=0.001 * n_turns, wall_seconds=0.31 * n_turns)
 
 
+TRAINER_KEYS = ["success", "reward", "turns", "horizon", "failed", "kl_loss", "pg_loss", "clip_frac", "approx_kl",
+                "grad_norm", "update_seconds", "update_tokens", "update_tokens_per_s", "optimizer_steps", "lr",
+                "trajectories", "trained_trajectories", "sampled_tokens", "entropy", "kl", "rollout_logprob_gap",
+                "advantage_abs_mean", "time_rollout", "time_generation", "time_env", "generation_calls", "time_step",
+                "textcraft/success", "textcraft/reward", "textcraft/turns"]
+EVAL_KEYS = ["success", "reward", "turns", "horizon", "tasks", "failed", "textcraft/success", "textcraft/reward"]
+
+
 def write_run(run_dir: Path, n: int, steps: int, layout: str) -> Path:
     rng = random.Random(0)
     trajs = [synthetic_trajectory(rng, task_id=k // 8, sample=k % 8) for k in range(n)]
@@ -78,9 +86,10 @@ def write_run(run_dir: Path, n: int, steps: int, layout: str) -> Path:
         path.write_text("".join(t.model_dump_json() + "\n" for t in trajs))
         with (run_dir / "metrics.jsonl").open("w") as f:
             for s in range(1, steps + 1):
-                f.write(json.dumps({"step": s, "kind": "train", "success": rng.random(), "reward": rng.random(),
-                                    "turns": 5 + rng.random(), "horizon": 10.0, "kl": rng.random() / 100,
-                                    "entropy": 2 + rng.random()}) + "\n")
+                # The keys the trainer logs (one chart each), plus an evaluation line every 10 steps.
+                f.write(json.dumps({"step": s, "kind": "train", **{k: rng.random() for k in TRAINER_KEYS}}) + "\n")
+                if s % 10 == 0:
+                    f.write(json.dumps({"step": s, "kind": "eval", **{k: rng.random() for k in EVAL_KEYS}}) + "\n")
     else:  # evaluation layout: rollout log without tokens
         with RolloutLogWriter(run_dir / "trajectories.jsonl") as log:
             log.write_all(trajs)
@@ -128,11 +137,13 @@ def time_browser(url: str, n: int, repeats: int) -> dict[str, object]:
         page = browser.new_page(viewport={"width": 1500, "height": 950})
         opens = []
         for _ in range(repeats):  # the first is cold: the server indexes the step file
+            page.goto("about:blank")  # a full page load each time, not a hash change
             t0 = time.perf_counter()
             page.goto(f"{url}/#run=.")
             page.wait_for_function(f"document.querySelectorAll('#list tbody tr').length === {n}", timeout=60_000)
             opens.append(time.perf_counter() - t0)
         out["open_cold_s"], out["open_warm_s"] = opens[0], statistics.median(opens[1:]) if len(opens) > 1 else None
+        out["charts"] = page.locator(".chart").count()
         t0 = time.perf_counter()
         page.locator("#list tbody tr").nth(500).click()
         page.wait_for_selector("#detail .turn")

@@ -82,6 +82,10 @@ class EvalConfig(BaseModel):
     device: str = Field(default="auto", description="'auto', 'cpu' or 'cuda'.")
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads.")
     out_dir: str | None = Field(default=None, description="Run directory (default runs/eval-<env>-<time>).")
+    include_tokens: bool = Field(
+        default=False, description="Also log each trajectory's token ids, loss mask and log-probs in "
+        "trajectories.jsonl (the viewer's token view; about 3x larger logs). Local backends only.",
+    )
 
 
 class GroupMetrics(BaseModel):
@@ -197,6 +201,9 @@ def evaluate(
     ]
     backend = backend or _make_backend(config)
     text_only = is_chat_backend(backend)
+    if text_only and config.include_tokens:
+        raise ValueError(f"include_tokens needs a local backend: {config.backend!r} returns text only, so there "
+                         "are no token ids to log; drop --include-tokens or use --backend transformers")
     if text_only and hasattr(backend, "preflight"):
         backend.preflight()  # a wrong model name or key fails here, before any episode
     run_dir = Path(config.out_dir or f"runs/eval-{config.env}-{datetime.now():%Y%m%d-%H%M%S}")
@@ -216,7 +223,8 @@ def evaluate(
     start = time.perf_counter()
     log_path = run_dir / "trajectories.jsonl"
     engine_cls = TextRolloutEngine if text_only else RolloutEngine
-    with (TextRolloutLogWriter(log_path) if text_only else RolloutLogWriter(log_path)) as log, engine_cls(
+    with (TextRolloutLogWriter(log_path) if text_only
+          else RolloutLogWriter(log_path, include_tokens=config.include_tokens)) as log, engine_cls(
         backend, factory, num_envs=config.num_envs, config=rollout, env_name=config.env  # type: ignore[arg-type]
     ) as engine:
         def on_done(traj: Trajectory) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import subprocess
 import sys
@@ -163,3 +164,24 @@ def test_view_command_serves_on_loopback(train_run):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_eval_include_tokens_from_the_cli_feeds_the_token_view(serve_viewer, tmp_path):
+    """`agentgym eval --include-tokens` of a saved model: tokens in the log, decoded with that model's tokenizer."""
+    pytest.importorskip("agentgym_backend_transformers")
+    from viewer_runs import _eval_checkpoint
+
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "rl"))  # WordEnv
+    _eval_checkpoint(tmp_path / "model", tmp_path / "eval")
+    first = json.loads((tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()[0])
+    assert set(first["tokens"]) >= {"token_ids", "loss_mask", "logprobs"}
+    base = serve_viewer(tmp_path / "eval")
+    tv = httpx.get(f"{base}/api/tokens", params={"step": -1, "i": 0}).json()
+    assert tv["available"] and tv["text_source"].endswith("model/tokenizer.json")
+    assert "".join(tv["text"]).count("<|im_start|>") >= 2 and tv["advantages"] is None
+    assert sum(tv["loss_mask"]) == first["mask"]["sampled"] > 0

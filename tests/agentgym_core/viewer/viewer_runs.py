@@ -105,36 +105,58 @@ def write_metrics(run_dir: Path, steps: int) -> None:
                                 "horizon": 4.0, "kl": 0.01 * s, "entropy": 2.0 - 0.1 * s}) + "\n")
 
 
-def tiny_training_run(run_dir: Path) -> Path:
-    """A real 3-step GRPO run (tiny random model, WordEnv over loopback HTTP), plus a real eval of it."""
+def _train(run_dir: Path, *, seed: int) -> None:
+    """A real 3-step GRPO run (tiny random model made with ``seed``, WordEnv over loopback HTTP)."""
     import torch
+    from word_env import WordPlugin
 
     from agentgym_core.plugins import PluginManager
     from agentgym_core.rl.config import load_config
     from agentgym_core.rl.trainer import train
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
-    # WordEnv is the trainer tests' small real environment; reuse it rather than write another.
-    sys.path.insert(0, str(Path(__file__).parents[1] / "rl"))
-    from word_env import WordEnv, WordPlugin
-
     torch.set_num_threads(1)
     pm = PluginManager(autoload=True, allow=["estimators", "transformers"])
     pm.register(WordPlugin(), "word-test")
-    model, tokenizer = tiny_chat_model(seed=0)
+    model, tokenizer = tiny_chat_model(seed=seed)
     config = load_config(None, [
-        "envs=[{name: word, max_concurrency: 1, train_tasks: [0, 1]}]", f"trainer.run_dir={run_dir / 'train'}", "trainer.steps=3",
+        "envs=[{name: word, max_concurrency: 1, train_tasks: [0, 1]}]", f"trainer.run_dir={run_dir}", "trainer.steps=3",
         "trainer.save_every=3", "trainer.eval_tasks=2", "trainer.eval_every=1", "trainer.progress=false",
         "trainer.tensorboard=false", "rollout.tasks_per_step=2", "rollout.group_size=3",
         "rollout.max_new_tokens=6", "rollout.max_total_tokens=256", "algorithm.rounds_ctrl.rounds=2",
-        "optim.lr=0.01",
+        "optim.lr=0.01", f"trainer.seed={seed}",
     ])  # two fixed train tasks, so every step has the same tasks to compare
     train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
 
-    from agentgym_backend_transformers.backend import TransformersBackend
-    from agentgym_core.evaluation import EvalConfig, evaluate
 
-    evaluate(EvalConfig(env="word", max_rounds=2, max_new_tokens=6, num_envs=1, limit=4, n_samples=2,
-                        temperature=1.0, out_dir=str(run_dir / "eval")),
-             backend=TransformersBackend(model, tokenizer), make_env=WordEnv, progress=False)
+def _eval_checkpoint(checkpoint: Path, out_dir: Path) -> None:
+    """``agentgym eval --include-tokens`` of a saved checkpoint, through the CLI, against WordEnv served on loopback."""
+    from word_env import WordEnv
+
+    from agentgym_core.cli import main
+    from agentgym_core.plugins import PluginManager, get_plugin_manager, reset_plugin_manager
+    from agentgym_core.testing import serve_env
+
+    previous = get_plugin_manager()
+    reset_plugin_manager(PluginManager(autoload=True, allow=["transformers"]))
+    try:
+        with serve_env(WordEnv) as url:
+            code = main(["eval", "--env", "word", "--env-url", url, "--model", str(checkpoint), "--device", "cpu",
+                         "--threads", "1", "--limit", "4", "--n-samples", "2", "--temperature", "1.0",
+                         "--max-rounds", "2", "--max-new-tokens", "6", "--num-envs", "1", "--include-tokens",
+                         "--out", str(out_dir)])
+    finally:
+        reset_plugin_manager(previous)
+    if code != 0:
+        raise RuntimeError(f"agentgym eval exited with {code}")
+
+
+def tiny_training_run(run_dir: Path) -> Path:
+    """Two real 3-step GRPO runs (seeds 0 and 1: ``train``, ``train-seed1``) and a real
+    ``agentgym eval --include-tokens`` of the first one's checkpoint (``eval``)."""
+    # WordEnv is the trainer tests' small real environment; reuse it rather than write another.
+    sys.path.insert(0, str(Path(__file__).parents[1] / "rl"))
+    _train(run_dir / "train", seed=0)
+    _train(run_dir / "train-seed1", seed=1)
+    _eval_checkpoint(run_dir / "train" / "checkpoints" / "step_000003" / "model", run_dir / "eval")
     return run_dir

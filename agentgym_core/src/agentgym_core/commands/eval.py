@@ -40,6 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda (local backends)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (local backends)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--include-tokens", action="store_true",
+                        help="also log token ids, loss mask and log-probs (the viewer's token view; ~3x larger log)")
     parser.add_argument("--out", dest="out_dir", default=None, help="run directory (default runs/eval-ENV-TIME)")
     parser.set_defaults(func=run)
 

@@ -11,9 +11,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "view", help="browse a run directory (curves, trajectories, tokens) in a local web page",
         description="Serve a local page over a training or evaluation run directory (or a folder of runs): "
-                    "training curves, each step's trajectories with filters, one trajectory turn by turn or "
-                    "token by token, the same task at two steps side by side. A running training updates "
-                    "in the page without reload. Nothing is fetched from the internet.",
+                    "a chart for every metric in metrics.jsonl (several runs overlaid), the run config, "
+                    "each step's trajectories with filters, one trajectory turn by turn or token by token, "
+                    "the same task at two steps side by side. The view is kept in the URL; running "
+                    "trainings and new runs update in the page without reload. Nothing is fetched from "
+                    "the internet.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("run_dir", help="run directory (from `agentgym train` or `agentgym eval`) or a folder of runs")
     parser.add_argument("--host", default="127.0.0.1",

@@ -6,7 +6,8 @@ Routes (all GET; runs are named by their path relative to the served root, ``"."
 ``/``                                 the page (``assets/index.html``)
 ``/assets/<file>``                    bundled JS/CSS (only files shipped in ``assets/``)
 ``/api/runs``                         runs under the root, with kind and change stamp
-``/api/run?run=``                     one run: steps, metrics series, eval results, config, stamp
+``/api/run?run=``                     one run: steps, metrics series and their chart sections,
+                                      eval results, flat config, stamp
 ``/api/stamp?run=``                   the run's change stamp (the page polls it for live updates)
 ``/api/trajectories?run=&step=``      the summaries of a step's trajectories (``step=-1``: eval)
 ``/api/trajectory?run=&step=&i=``     one trajectory, turn by turn
@@ -31,6 +32,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from agentgym_core.viewer.index import EVAL_STEP, RunIndex, discover_runs
+from agentgym_core.viewer.layout import chart_sections
 from agentgym_core.viewer.records import detail_record
 from agentgym_core.viewer.tokens import TokenDecoder, derived_advantages, token_view
 
@@ -118,9 +120,11 @@ def create_viewer_app(root: str | Path) -> FastAPI:
     @app.get("/api/run")
     def run_overview(run: str = ".") -> dict[str, Any]:
         index = runs.get(run)
+        metrics = index.metrics()
         return {"name": run, "path": str(index.path), "kind": index.kind(), "stamp": index.stamp(),
-                "steps": index.steps(), "metrics": index.metrics(), "results": index.results(),
-                "config": index.config_text()}
+                "steps": index.steps(), "metrics": metrics, "results": index.results(),
+                "sections": chart_sections(list(metrics["train"]), list(metrics["eval"])),
+                "config": index.config()}
 
     @app.get("/api/stamp")
     def stamp(run: str = ".") -> dict[str, str]:

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from agentgym_core.viewer.layout import flatten_config
 from agentgym_core.viewer.records import summarize_record
 
 __all__ = ["EVAL_STEP", "RunIndex", "StepFile", "discover_runs"]
@@ -235,3 +238,16 @@ class RunIndex:
     def config_text(self) -> str | None:
         path = self.path / "config.yaml"
         return path.read_text(encoding="utf-8") if path.is_file() else None
+
+    def config(self) -> dict[str, Any]:
+        """The run's resolved config as flat ``dotted.key -> value`` rows: ``config.yaml`` (training)
+        or the ``config`` of ``results.json`` (evaluation); ``{}`` when neither is there (yet)."""
+        text = self.config_text()
+        if text is not None:
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                return {"(config.yaml)": f"unreadable YAML: {exc}"}
+        else:
+            data = (self.results() or {}).get("config")
+        return flatten_config(data) if isinstance(data, dict) else {}

@@ -1,7 +1,8 @@
 """The token view: each token's text, loss mask, log-prob and advantage.
 
 Token text comes from the run's own tokenizer when one is on disk (a checkpoint's ``model/``
-folder, or a ``model.path`` directory in ``config.yaml``), decoded one id at a time with the
+folder, a ``model.path`` directory in ``config.yaml``, or the ``--model`` directory an
+evaluation's ``results.json`` names), decoded one id at a time with the
 ``tokenizers`` library; without one the view shows ids.
 
 Advantages: when the trajectory line carries per-token ``advantages`` they are shown as logged.
@@ -14,6 +15,7 @@ what every group-baseline estimator (GRPO, RLOO, Dr. GRPO) trains with; token-le
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -33,15 +35,23 @@ def find_tokenizer_file(run_dir: Path) -> Path | None:
     if checkpoints.is_dir():
         done = sorted((p for p in checkpoints.glob("step_*") if (p / "DONE").exists()), reverse=True)
         candidates += [p / "model" / "tokenizer.json" for p in done]
-    config = run_dir / "config.yaml"
-    if config.is_file():
-        try:
-            model_path = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("model", {}).get("path")
-        except (yaml.YAMLError, AttributeError):
-            model_path = None
-        if isinstance(model_path, str) and model_path:
-            candidates.append(Path(model_path).expanduser() / "tokenizer.json")
+    model_path = _configured_model(run_dir)
+    if model_path:
+        candidates.append(Path(model_path).expanduser() / "tokenizer.json")
     return next((p for p in candidates if p.is_file()), None)
+
+
+def _configured_model(run_dir: Path) -> str | None:
+    """``model.path`` of a training's ``config.yaml``, or ``config.model`` of an evaluation's ``results.json``."""
+    try:
+        if (run_dir / "config.yaml").is_file():
+            model = (yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}).get("model", {})
+            path = model.get("path")
+        else:
+            path = json.loads((run_dir / "results.json").read_text(encoding="utf-8")).get("config", {}).get("model")
+    except (OSError, yaml.YAMLError, json.JSONDecodeError, AttributeError):
+        return None
+    return path if isinstance(path, str) and path else None
 
 
 class TokenDecoder:

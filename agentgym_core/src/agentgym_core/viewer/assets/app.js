@@ -1,14 +1,14 @@
-// The viewer page: state, API calls, event wiring and live polling. Rendering lives in render.js.
+// The viewer page: state, API calls, applying the URL hash, and live polling.
+// Rendering lives in charts.js, render.js and panels.js; the hash format in url.js.
 "use strict";
 
-const CURVES = [["success", "success"], ["reward", "reward"], ["turns", "turns"],
-                ["horizon", "horizon"], ["kl", "KL"], ["entropy", "entropy"]];
 const POLL_MS = 1500;
 const $ = sel => document.querySelector(sel);
 
 const state = {
-  run: null, overview: null, step: null, rows: [], i: null, detail: null, view: "turns",
-  tokens: null, stamp: null, compare: { a: null, b: null, sampleA: 0, sampleB: 0, steps: [] },
+  runs: [], run: null, overlay: [], overviews: {}, step: null, rows: [], rowsKey: null,
+  i: null, eval: null, view: "turns", detail: null, detailKey: null, tokens: null,
+  compare: { a: null, b: null, sampleA: 0, sampleB: 0, steps: [] }, closedSections: new Set(), configDiff: false,
 };
 
 async function api(path, params) {
@@ -26,118 +26,171 @@ function showError(err) {
   box.hidden = false;
 }
 
-function saveHash() {
-  const h = new URLSearchParams();
-  if (state.run !== null) h.set("run", state.run);
-  if (state.step !== null) h.set("step", state.step);
-  if (state.i !== null) h.set("i", state.i);
-  if (state.view !== "turns") h.set("view", state.view);
-  history.replaceState(null, "", "#" + h.toString());
+function colourOf(name) {
+  const k = state.runs.findIndex(r => r.name === name);
+  return RUN_COLOURS[(k < 0 ? 0 : k) % RUN_COLOURS.length];
 }
 
-// ---- runs and overview ------------------------------------------------------------------------
-async function loadRuns() {
+// ---- runs (re-discovered on every poll: a run started after the page opened appears) -------------
+async function refreshRuns() {
   const data = await api("runs");
-  const select = $("#run-select");
-  select.innerHTML = data.runs.map(r => `<option value="${esc(r.name)}">${esc(r.name === "." ? "(this run)" : r.name)} · ${r.kind}</option>`).join("");
   $("#run-path").textContent = data.root;
-  if (!data.runs.length) { $("#overview").innerHTML = '<p class="muted">No run files here yet; waiting for them…</p>'; return false; }
-  const wanted = new URLSearchParams(location.hash.slice(1)).get("run");
-  state.run = data.runs.some(r => r.name === wanted) ? wanted : data.runs[0].name;
-  select.value = state.run;
+  const before = JSON.stringify(state.runs);
+  state.runs = data.runs;
+  if (JSON.stringify(state.runs) === before) return false;
+  $("#run-select").innerHTML = state.runs.map(r => `<option value="${esc(r.name)}">${esc(runLabel(r.name))} · ${r.kind}</option>`).join("");
+  if (state.run !== null) $("#run-select").value = state.run;
   return true;
 }
 
-async function loadOverview(keepStep) {
-  const before = state.overview ? state.overview.steps.map(s => s.step) : [];
-  // Someone watching the newest step of a running training keeps watching the newest one.
-  const following = keepStep && before.length && state.step === before[before.length - 1] && state.i === null;
-  const ov = await api("run", { run: state.run });
-  state.overview = ov;
-  state.stamp = ov.stamp;
-  $("#run-kind").textContent = ov.kind === "eval" ? "evaluation" : "training";
-  renderOverview();
-  const steps = ov.steps.map(s => s.step);
-  if (following && steps.length) state.step = steps[steps.length - 1];
-  if (!keepStep || !steps.includes(state.step)) {
-    const wanted = Number(new URLSearchParams(location.hash.slice(1)).get("step"));
-    state.step = steps.includes(wanted) && location.hash.includes("step=") ? wanted : (steps.length ? steps[steps.length - 1] : null);
+async function ensureOverview(name) {
+  if (!state.overviews[name]) state.overviews[name] = await api("run", { run: name });
+  return state.overviews[name];
+}
+
+// ---- apply the hash: the one place that turns an address into what is on screen ----------------
+let applying = Promise.resolve();
+function apply() {
+  applying = applying.then(applyNow).then(() => showError(null), showError);
+  return applying;
+}
+
+async function applyNow() {
+  const h = readHash();
+  if (!state.runs.length) await refreshRuns();
+  if (!state.runs.length) {
+    $("#overview").innerHTML = '<p class="muted">No run files here yet; waiting for them…</p>';
+    return;
   }
+  const names = state.runs.map(r => r.name);
+  const run = names.includes(h.run) ? h.run : names[0];
+  const overlay = h.overlay.filter(n => names.includes(n) && n !== run);
+  for (const n of [run, ...overlay]) {  // a run coming into view is read afresh (it was not polled)
+    if (n !== state.run && !state.overlay.includes(n)) delete state.overviews[n];
+  }
+  if (run !== state.run) {
+    Object.assign(state, { run, step: null, rows: [], rowsKey: null, detail: null, detailKey: null, tokens: null });
+  }
+  state.overlay = overlay;
+  $("#run-select").value = run;
+  const ov = await ensureOverview(run);
+  await Promise.all(overlay.map(ensureOverview));
+  const steps = ov.steps.map(s => s.step);
+  state.step = steps.includes(h.step) ? h.step : (steps.length ? steps[steps.length - 1] : null);
+  state.view = h.view;
+  await loadRows(h.filters);
+  state.i = h.i !== null && state.rows.some(r => r.i === h.i) ? h.i : null;
+  state.eval = state.i === null ? h.eval : null;
+  $("#run-kind").textContent = ov.kind === "eval" ? "evaluation" : "training";
+  // Redraw only what changed: opening a trajectory must not rebuild 30 charts and a 1,000-row table.
+  const shown = [run, ...overlay].map(n => `${n}:${state.overviews[n].stamp}`).join(",");
+  const overviewKey = `${state.runs.map(r => r.name)}|${shown}|${state.step}|${state.eval}`;
+  if (overviewKey !== state.overviewKey) { renderOverview(); state.overviewKey = overviewKey; }
   renderSteps();
+  const listKey = `${state.rowsKey}|${JSON.stringify(h.filters)}`;
+  if (listKey !== state.listKey) { renderListPanel(); state.listKey = listKey; } else { moveListHighlight(); }
+  await renderDetail();
+  remember({ run, overlay, step: state.step, i: state.i, eval: state.eval });
+  document.body.dataset.applied = location.hash;
+}
+
+// ---- the left column: runs, results, charts, config, steps ----------------------------------------
+function shownRuns() {
+  return [state.run, ...state.overlay].map(name => ({ name, colour: colourOf(name), overview: state.overviews[name] }));
 }
 
 function renderOverview() {
-  const ov = state.overview;
+  const ov = state.overviews[state.run];
+  const shown = shownRuns();
   const box = $("#overview");
   box.innerHTML = "";
+  if (state.runs.length > 1 || state.overlay.length) {
+    box.insertAdjacentHTML("beforeend", `<h2>Runs <span class="muted">(tick to overlay on the charts)</span></h2>
+      ${renderRunsPanel(state.runs, state.run, shown.map(r => r.name), colourOf)}`);
+  }
   if (ov.results) box.insertAdjacentHTML("beforeend", renderResults(ov.results));
-  const train = ov.metrics.train || {}, ev = ov.metrics.eval || {};
-  if (!(train.step && train.step.length) && !(ev.step && ev.step.length)) return;
-  box.insertAdjacentHTML("beforeend", '<h2>Training curves <span class="muted">(click a point to open its step)</span></h2><div class="charts" id="charts"></div>' +
-    '<div class="legend"><i style="background:#2f6fdf"></i>train (per step)<i style="background:#d9822b"></i>eval (held-out tasks)</div>');
-  const charts = $("#charts");
-  for (const [key, title] of CURVES) {
-    const series = [{ xs: train.step || [], ys: train[key] || [], colour: "#2f6fdf", name: "train" }];
-    if (ev[key]) series.push({ xs: ev.step, ys: ev[key], colour: "#d9822b", dashed: true, name: "eval" });
-    charts.appendChild(lineChart(title, series, { selected: state.step, onPick: step => selectStep(step) }));
+  if (shown.some(r => (r.overview.sections || []).length)) {
+    box.insertAdjacentHTML("beforeend", `<h2>Charts <span class="muted">(solid ● train: click opens the step ·
+      dashed ■ eval: click shows the evaluation)</span></h2><div id="charts"></div>`);
+    const pickedStep = state.eval !== null ? { run: state.run, kind: "eval", step: state.eval }
+      : { run: state.run, kind: "train", step: state.step };
+    $("#charts").appendChild(chartSections(shown, {
+      selected: pickedStep, onPick: pickPoint, closed: state.closedSections,
+      onToggle: (section, open) => open ? state.closedSections.delete(section) : state.closedSections.add(section),
+    }));
+  }
+  const nKeys = Object.keys(ov.config || {}).length;
+  box.insertAdjacentHTML("beforeend", `<details id="config-panel" ${state.configOpen ? "open" : ""}>
+    <summary><b>Config</b> <span class="muted">(${nKeys} keys${state.overlay.length ? ", compared across the shown runs" : ""})</span></summary>
+    ${renderConfig(shown.map(r => ({ name: r.name, colour: r.colour, config: r.overview.config || {} })), state.configDiff)}</details>`);
+  $("#config-panel").addEventListener("toggle", e => { state.configOpen = e.target.open; });
+}
+
+function pickPoint(run, kind, step) {
+  const overlay = run === state.run ? state.overlay : [state.run, ...state.overlay.filter(n => n !== run)];
+  if (kind === "eval") {
+    const hasStep = state.overviews[run].steps.some(s => s.step === step);
+    guarded(() => go({ run, overlay, eval: step, i: null, ...(hasStep ? { step } : {}) }) || apply());
+  } else {
+    guarded(() => go({ run, overlay, step, eval: null, i: null }) || apply());
   }
 }
 
 function renderSteps() {
-  const ov = state.overview;
+  const ov = state.overviews[state.run];
   $("#steps").innerHTML = ov.steps.length ? ov.steps.map(s => `<button type="button" data-step="${s.step}" class="${s.step === state.step ? "sel" : ""}"
       title="${esc(s.file)}">${s.step === -1 ? "eval" : "step " + s.step}${s.count !== undefined ? ` · ${s.count} · ${Math.round(100 * s.success)}%` : ""}</button>`).join("")
     : '<span class="muted">No trajectory files yet (training writes trajectories/step_N.jsonl when trainer.save_trajectories is on).</span>';
 }
 
-// ---- steps and the trajectory list -------------------------------------------------------------
-async function selectStep(step) {
-  state.step = step;
-  renderSteps();
-  renderOverviewSelection();
-  await loadRows();
-  saveHash();
-}
-
-function renderOverviewSelection() {
-  if (state.overview && $("#charts")) renderOverview();
-}
-
-async function loadRows() {
-  if (state.step === null) { state.rows = []; renderListPanel(); return; }
-  const data = await api("trajectories", { run: state.run, step: state.step });
-  state.rows = data.rows;
-  const entry = state.overview.steps.find(s => s.step === state.step);
-  if (entry && data.rows.length) {
-    entry.count = data.rows.length;
-    entry.success = data.rows.filter(r => r.success).length / data.rows.length;
-    renderSteps();
+// ---- the trajectory list ------------------------------------------------------------------------------
+async function loadRows(filters) {
+  const ov = state.overviews[state.run];
+  const key = `${state.run}|${state.step}|${ov.stamp}`;
+  if (state.step === null) { state.rows = []; state.rowsKey = key; }
+  if (state.rowsKey !== key) {
+    const data = await api("trajectories", { run: state.run, step: state.step });
+    state.rows = data.rows;
+    state.rowsKey = key;
+    const entry = ov.steps.find(s => s.step === state.step);
+    if (entry && data.rows.length) {
+      entry.count = data.rows.length;
+      entry.success = data.rows.filter(r => r.success).length / data.rows.length;
+    }
   }
-  fillFilterOptions();
-  renderListPanel();
+  fillFilterOptions(filters);
 }
 
-function fillFilterOptions() {
+function fillFilterOptions(filters) {
   const form = $("#filters");
-  for (const [name, key] of [["env", "env"], ["category", "category"]]) {
+  for (const name of ["env", "category"]) {
     const select = form.elements[name];
-    const current = select.value;
-    const values = [...new Set(state.rows.map(r => r[key]).filter(v => v !== null && v !== undefined))].sort();
+    const values = [...new Set(state.rows.map(r => r[name]).filter(v => v !== null && v !== undefined).map(String))].sort();
+    if (filters[name] && !values.includes(filters[name])) values.push(filters[name]);
     select.innerHTML = '<option value="">all</option>' + values.map(v => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
-    if (values.includes(current)) select.value = current;
   }
+  for (const name of FILTER_KEYS) form.elements[name].value = filters[name];
+}
+
+function filterValues() {
+  return Object.fromEntries(FILTER_KEYS.map(k => [k, $("#filters").elements[k].value.trim()]));
 }
 
 function filteredRows() {
-  const f = Object.fromEntries(new FormData($("#filters")).entries());
+  const f = filterValues();
   const minT = f.minTurns === "" ? -Infinity : Number(f.minTurns);
   const maxT = f.maxTurns === "" ? Infinity : Number(f.maxTurns);
-  const task = f.task.trim();
   return state.rows.filter(r => (!f.env || r.env === f.env)
-    && (!f.category || r.category === f.category)
+    && (!f.category || String(r.category) === f.category)
     && (f.success === "" || (f.success === "1") === r.success)
-    && (!task || String(r.task_id) === task)
+    && (!f.task || String(r.task_id) === f.task)
     && r.turns >= minT && r.turns <= maxT);
+}
+
+function moveListHighlight() {
+  for (const tr of document.querySelectorAll("#list tr.sel")) tr.classList.remove("sel");
+  const row = document.querySelector(`#list tr[data-i="${state.i}"]`);
+  if (row) row.classList.add("sel");
 }
 
 function renderListPanel() {
@@ -146,28 +199,28 @@ function renderListPanel() {
   $("#list").innerHTML = renderList(rows, state.i);
 }
 
-// ---- one trajectory -----------------------------------------------------------------------------
-async function openTrajectory(i) {
-  state.i = i;
-  state.tokens = null;
-  state.detail = await api("trajectory", { run: state.run, step: state.step, i });
-  state.compare = { a: null, b: null, sampleA: 0, sampleB: 0, steps: [] };
-  // Move the highlight only: re-rendering a 1,000-row table would cost most of a second.
-  for (const tr of document.querySelectorAll("#list tr.sel")) tr.classList.remove("sel");
-  const row = document.querySelector(`#list tr[data-i="${i}"]`);
-  if (row) row.classList.add("sel");
-  await renderDetail();
-  saveHash();
-}
-
+// ---- the right column: one trajectory, or one evaluation point ---------------------------------------
 function screenshotUrl(turn) {
   return `api/screenshot?${new URLSearchParams({ run: state.run, step: state.step, i: state.i, turn })}`;
 }
 
 async function renderDetail() {
-  const d = state.detail;
   const box = $("#detail");
-  if (!d) { box.innerHTML = '<p class="muted">Pick a step, then a trajectory.</p>'; return; }
+  if (state.i === null) {
+    state.detail = null; state.detailKey = null;
+    box.innerHTML = state.eval !== null
+      ? renderEvalPoint(shownRuns()[0], state.eval, shownRuns().slice(1))
+      : '<p class="muted">Pick a step, then a trajectory (or click a chart point).</p>';
+    return;
+  }
+  const key = `${state.run}|${state.step}|${state.i}`;
+  if (state.detailKey !== key) {
+    state.detail = await api("trajectory", { run: state.run, step: state.step, i: state.i });
+    state.detailKey = key;
+    state.tokens = null;
+    state.compare = { a: null, b: null, sampleA: 0, sampleB: 0, steps: [] };
+  }
+  const d = state.detail;
   const tab = (name, label) => `<button type="button" data-view="${name}" class="${state.view === name ? "sel" : ""}">${label}</button>`;
   box.innerHTML = renderDetailHeader(d) + `<div class="tabs">${tab("turns", "Turns")}${tab("tokens", "Tokens")}${tab("compare", "Compare steps")}</div><div id="view"></div>`;
   const view = $("#view");
@@ -219,47 +272,71 @@ async function fillCompareColumn(side) {
     <span class="badge">${detail.turns} turns</span></div>${renderCompactTurns(detail)}`;
 }
 
-// ---- live updates ----------------------------------------------------------------------------------
+// ---- live updates: new runs, and new lines in the shown runs -------------------------------------------
+let polling = false;
 async function poll() {
+  if (polling) return;
+  polling = true;
   try {
-    if (state.run === null) {
-      if (await loadRuns()) { await loadOverview(false); await loadRows(); }
-      return;
-    }
-    const { stamp } = await api("stamp", { run: state.run });
-    if (stamp === state.stamp) return;
-    await loadOverview(true);
-    await loadRows();
+    const newRuns = await refreshRuns();
+    if (state.run === null) { if (state.runs.length) await apply(); return; }
+    const watched = [state.run, ...state.overlay];
+    const stamps = await Promise.all(watched.map(n => api("stamp", { run: n }).then(r => [n, r.stamp])));
+    const stale = stamps.filter(([n, s]) => !state.overviews[n] || state.overviews[n].stamp !== s).map(([n]) => n);
+    if (!stale.length) { if (newRuns) { state.overviewKey = null; await apply(); } return; }
+    // Someone watching the newest step of a running training (nothing open) keeps watching the newest one.
+    const before = state.overviews[state.run].steps.map(s => s.step);
+    const following = before.length && state.step === before[before.length - 1] && state.i === null;
+    for (const n of stale) delete state.overviews[n];
+    const ov = await ensureOverview(state.run);
+    if (following && ov.steps.length) remember({ step: ov.steps[ov.steps.length - 1].step });
+    await apply();
     const live = $("#live");
     live.textContent = `updated ${new Date().toLocaleTimeString()}`;
     live.classList.add("flash");
     setTimeout(() => live.classList.remove("flash"), 800);
-    showError(null);
   } catch (err) {
     showError(err);
+  } finally {
+    polling = false;
   }
 }
 
-// ---- wiring -----------------------------------------------------------------------------------------
+// ---- wiring: every navigation is a hash change ---------------------------------------------------------
 function wire() {
-  $("#run-select").addEventListener("change", async e => {
-    state.run = e.target.value; state.step = null; state.i = null; state.detail = null;
-    history.replaceState(null, "", "#run=" + encodeURIComponent(state.run));
-    await guarded(async () => { await loadOverview(false); await loadRows(); await renderDetail(); saveHash(); });
+  window.addEventListener("hashchange", () => apply());
+  $("#run-select").addEventListener("change", e => {
+    const run = e.target.value;
+    go({ run, overlay: state.overlay.filter(n => n !== run), step: null, i: null, eval: null });
+  });
+  $("#overview").addEventListener("change", e => {
+    if (e.target.dataset.overlay !== undefined) {
+      const name = e.target.dataset.overlay;
+      const overlay = e.target.checked ? [...state.overlay, name] : state.overlay.filter(n => n !== name);
+      go({ overlay: state.runs.map(r => r.name).filter(n => overlay.includes(n)) });
+    } else if (e.target.id === "config-diff") {
+      state.configDiff = e.target.checked;
+      renderOverview();
+      $("#config-panel").open = true;
+    }
   });
   $("#steps").addEventListener("click", e => {
     const b = e.target.closest("button[data-step]");
-    if (b) guarded(() => selectStep(Number(b.dataset.step)));
+    if (b) go({ step: Number(b.dataset.step), i: null, eval: null });
   });
-  $("#filters").addEventListener("input", () => renderListPanel());
+  $("#filters").addEventListener("input", () => {
+    remember(filterValues());
+    renderListPanel();
+    state.listKey = `${state.rowsKey}|${JSON.stringify(filterValues())}`;
+  });
   $("#filters").addEventListener("submit", e => e.preventDefault());
   $("#list").addEventListener("click", e => {
     const tr = e.target.closest("tr[data-i]");
-    if (tr) guarded(() => openTrajectory(Number(tr.dataset.i)));
+    if (tr) go({ i: Number(tr.dataset.i), eval: null });
   });
   $("#detail").addEventListener("click", e => {
     const tab = e.target.closest("button[data-view]");
-    if (tab) { state.view = tab.dataset.view; saveHash(); guarded(renderDetail); return; }
+    if (tab) { go({ view: tab.dataset.view }); return; }
     const sample = e.target.closest("button[data-sample]");
     if (sample) {
       state.compare[sample.dataset.side === "a" ? "sampleA" : "sampleB"] = Number(sample.dataset.sample);
@@ -282,15 +359,8 @@ async function guarded(fn) {
 
 async function start() {
   wire();
-  const hash = new URLSearchParams(location.hash.slice(1));
-  state.view = hash.get("view") || "turns";
-  await guarded(async () => {
-    if (!(await loadRuns())) return;
-    await loadOverview(false);
-    await loadRows();
-    if (hash.has("i") && state.rows.some(r => r.i === Number(hash.get("i")))) await openTrajectory(Number(hash.get("i")));
-    saveHash();
-  });
+  await guarded(refreshRuns);
+  await apply();
   document.body.dataset.ready = "1";
   setInterval(poll, POLL_MS);
 }

@@ -1,7 +1,10 @@
-// Small line charts drawn as inline SVG (no library): one series per colour, points clickable.
+// Line charts drawn as inline SVG (no library): one chart per metric key, one series per run and
+// line kind (train solid with round points, eval dashed with square points); every point is clickable.
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
+const RUN_COLOURS = ["#2f6fdf", "#d9822b", "#1f8a4c", "#b8328f", "#6b4fd1", "#8a6d1f", "#11879b", "#c2352b"];
+const MAX_POINTS_DRAWN = 200;  // past this a series is a line only (hundreds of circles would be noise)
 
 function svgEl(name, attrs) {
   const el = document.createElementNS(SVG_NS, name);
@@ -17,24 +20,34 @@ function formatNumber(v) {
   return v.toFixed(a < 1 ? 3 : 2);
 }
 
-// series: [{xs, ys, colour, dashed, name}]; options: {selected, onPick(x)}
-function lineChart(title, series, options) {
-  const W = 300, H = 96, L = 34, R = 6, T = 6, B = 14;
+// Axis labels have ~7 characters of room.
+function axisNumber(v) {
+  const a = Math.abs(v);
+  if (a >= 1e4) return a >= 1e6 ? (v / 1e6).toFixed(1) + "M" : (v / 1e3).toFixed(1) + "k";
+  if (a !== 0 && a < 1e-3) return v.toExponential(1);
+  return formatNumber(v);
+}
+
+function finitePairs(s) {
+  return s.xs.map((x, k) => [x, s.ys[k]]).filter(([x, y]) => typeof x === "number" && typeof y === "number" && Number.isFinite(y));
+}
+
+// series: [{run, kind: "train"|"eval", xs, ys, colour}]
+// options: {selected: {run, kind, step} | null, onPick(run, kind, step)}
+function lineChart(key, series, options) {
+  const W = 300, H = 96, L = 38, R = 6, T = 6, B = 14;
   const box = document.createElement("div");
   box.className = "chart";
-  box.dataset.metric = title;
-  const points = series.flatMap(s => s.xs.map((x, k) => [x, s.ys[k]]))
-    .filter(([x, y]) => typeof x === "number" && typeof y === "number" && Number.isFinite(y));
-  const last = series[0] && series[0].ys.length ? series[0].ys[series[0].ys.length - 1] : null;
-  const head = document.createElement("div");
-  head.className = "title";
-  head.innerHTML = `<span>${title}</span><span class="muted">${formatNumber(last)}</span>`;
-  box.appendChild(head);
-  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": title });
+  box.dataset.metric = key;
+  const points = series.flatMap(finitePairs);
+  const first = series.find(s => s.ys.length);
+  const last = first ? first.ys[first.ys.length - 1] : null;
+  box.innerHTML = `<div class="title"><span>${esc(key)}</span><span class="muted">${formatNumber(last)}</span></div>`;
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": key });
   box.appendChild(svg);
   if (!points.length) {
     const t = svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "font-size": 10, fill: "#6b7480" });
-    t.textContent = "not logged";
+    t.textContent = "no finite values";
     svg.appendChild(t);
     return box;
   }
@@ -52,32 +65,78 @@ function lineChart(title, series, options) {
     t.textContent = text;
     svg.appendChild(t);
   };
-  label(L - 3, T + 7, formatNumber(y1), "end");
-  label(L - 3, H - B, formatNumber(y0), "end");
-  label(L, H - 2, formatNumber(x0), "start");
-  label(W - R, H - 2, formatNumber(x1), "end");
-  if (options.selected !== null && options.selected !== undefined && options.selected >= x0 && options.selected <= x1) {
-    svg.appendChild(svgEl("line", { x1: sx(options.selected), x2: sx(options.selected), y1: T, y2: H - B,
-      stroke: "#2f6fdf", "stroke-width": 1, "stroke-dasharray": "2 2" }));
+  label(L - 3, T + 7, axisNumber(y1), "end");
+  label(L - 3, H - B, axisNumber(y0), "end");
+  label(L, H - 2, axisNumber(x0), "start");
+  label(W - R, H - 2, axisNumber(x1), "end");
+  const sel = options.selected;
+  if (sel && sel.step >= x0 && sel.step <= x1) {
+    svg.appendChild(svgEl("line", { x1: sx(sel.step), x2: sx(sel.step), y1: T, y2: H - B, class: "cursor",
+      stroke: sel.kind === "eval" ? "#d9822b" : "#2f6fdf", "stroke-width": 1, "stroke-dasharray": "2 2" }));
   }
   for (const s of series) {
-    const pts = s.xs.map((x, k) => [x, s.ys[k]]).filter(([, y]) => typeof y === "number" && Number.isFinite(y));
+    const pts = finitePairs(s);
     if (!pts.length) continue;
+    const evalLine = s.kind === "eval";
     svg.appendChild(svgEl("polyline", {
       points: pts.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" "),
-      fill: "none", stroke: s.colour, "stroke-width": 1.5, "stroke-dasharray": s.dashed ? "4 2" : "",
-      "vector-effect": "non-scaling-stroke",
+      fill: "none", stroke: s.colour, "stroke-width": 1.5, "stroke-dasharray": evalLine ? "4 2" : "",
+      "vector-effect": "non-scaling-stroke", class: `line ${s.kind}`, "data-run": s.run,
     }));
-    if (pts.length <= 200) {
-      for (const [x, y] of pts) {
-        const c = svgEl("circle", { cx: sx(x), cy: sy(y), r: 3, fill: s.colour, class: "pt", "data-step": x });
-        const tip = svgEl("title");
-        tip.textContent = `${s.name} · step ${x}: ${formatNumber(y)}`;
-        c.appendChild(tip);
-        if (options.onPick && !s.dashed) c.addEventListener("click", () => options.onPick(x));
-        svg.appendChild(c);
-      }
+    if (pts.length > MAX_POINTS_DRAWN) continue;
+    for (const [x, y] of pts) {
+      const picked = sel && sel.run === s.run && sel.kind === s.kind && sel.step === x;
+      const attrs = { fill: evalLine ? "#fff" : s.colour, stroke: s.colour, "stroke-width": 1.5,
+        class: `pt ${s.kind}${picked ? " picked" : ""}`, "data-step": x, "data-run": s.run };
+      const mark = evalLine
+        ? svgEl("rect", { x: sx(x) - 3, y: sy(y) - 3, width: 6, height: 6, ...attrs })
+        : svgEl("circle", { cx: sx(x), cy: sy(y), r: 3, ...attrs });
+      const tip = svgEl("title");
+      tip.textContent = `${s.run === "." ? "this run" : s.run} · ${s.kind} · step ${x}: ${formatNumber(y)}`
+        + (evalLine ? " (click: this evaluation's metrics)" : " (click: this step's trajectories)");
+      mark.appendChild(tip);
+      mark.addEventListener("click", () => options.onPick(s.run, s.kind, x));
+      svg.appendChild(mark);
     }
   }
   return box;
+}
+
+// The union of the shown runs' chart sections, in the first run's order, keys merged.
+function mergeSections(overviews) {
+  const merged = [];
+  for (const ov of overviews) {
+    for (const { section, keys } of ov.sections || []) {
+      let entry = merged.find(m => m.section === section);
+      if (!entry) { entry = { section, keys: [] }; merged.push(entry); }
+      for (const k of keys) if (!entry.keys.includes(k)) entry.keys.push(k);
+    }
+  }
+  return merged;
+}
+
+// runs: [{name, colour, overview}]; the DOM of every section, one chart per key.
+function chartSections(runs, options) {
+  const frag = document.createDocumentFragment();
+  for (const { section, keys } of mergeSections(runs.map(r => r.overview))) {
+    const details = document.createElement("details");
+    details.className = "chart-section";
+    details.dataset.section = section;
+    details.open = !(options.closed && options.closed.has(section));
+    details.addEventListener("toggle", () => options.onToggle && options.onToggle(section, details.open));
+    details.innerHTML = `<summary>${esc(section)} <span class="muted">(${keys.length})</span></summary><div class="charts"></div>`;
+    const grid = details.querySelector(".charts");
+    for (const key of keys) {
+      const series = [];
+      for (const r of runs) {
+        for (const kind of ["train", "eval"]) {
+          const m = r.overview.metrics[kind] || {};
+          if (m[key]) series.push({ run: r.name, kind, xs: m.step || [], ys: m[key], colour: r.colour });
+        }
+      }
+      grid.appendChild(lineChart(key, series, options));
+    }
+    frag.appendChild(details);
+  }
+  return frag;
 }

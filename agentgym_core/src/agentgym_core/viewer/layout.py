@@ -1,0 +1,87 @@
+"""Which chart a metric goes in, and the run config as flat ``dotted.key -> value`` rows.
+
+Charts are derived from the keys a run's ``metrics.jsonl`` actually has, so a metric a trainer or
+plugin adds shows up without touching the page. Each key falls in one section, by its name:
+
+==============  ==============================================================================
+``<env>``       keys written ``<env>/<name>`` (per-environment breakdowns), one section per env
+``loss``        losses and the quantities the policy update is judged by (KL, clip fraction,
+                entropy, advantages, log-prob gap)
+``optimizer``   learning rate, gradient norm, optimizer steps, update size
+``timing``      wall times and throughputs
+``rollout``     everything else: success, reward, turns, horizon, trajectory and token counts
+``eval``        keys only evaluation lines have (evaluation values of keys that training also
+                logs are drawn dashed on the training chart of that key)
+==============  ==============================================================================
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["SECTION_ORDER", "chart_sections", "flatten_config", "metric_section"]
+
+SECTION_ORDER = ("rollout", "loss", "optimizer", "timing", "eval")
+"""Sections in page order; per-environment sections come after ``eval``, by name."""
+
+# Within a section these come first, in this order; the rest follow alphabetically.
+_FIRST = ("success", "reward", "turns", "horizon", "pg_loss", "kl_loss", "kl", "clip_frac", "entropy", "lr",
+          "grad_norm", "time_step")
+_LOSS = re.compile(r"loss|(^|_)kl($|_)|clip|entropy|advantage|logprob|value")
+_OPTIMIZER = re.compile(r"^(lr|learning_rate)$|grad|optimizer|^update_tokens$|param_norm|weight_norm")
+_TIMING = re.compile(r"^time_|_seconds$|_s$|_per_s$|per_min$|throughput|^wall")
+
+
+def metric_section(key: str) -> str:
+    """The section of a training metric key (see the module docstring)."""
+    if "/" in key:
+        return key.split("/", 1)[0]
+    if _TIMING.search(key):
+        return "timing"
+    if _OPTIMIZER.search(key):
+        return "optimizer"
+    if _LOSS.search(key):
+        return "loss"
+    return "rollout"
+
+
+def _order(keys: list[str]) -> list[str]:
+    rank = {k: i for i, k in enumerate(_FIRST)}
+    return sorted(keys, key=lambda k: (rank.get(k.rsplit("/", 1)[-1], len(rank)), k))
+
+
+def chart_sections(train_keys: list[str], eval_keys: list[str]) -> list[dict[str, Any]]:
+    """``[{"section", "keys"}]``: one chart per key, every numeric key but ``step`` in exactly one section.
+
+    A key both kinds of line have is charted once, in its training section, with both series.
+    """
+    train = {k for k in train_keys if k != "step"}
+    evaluation = {k for k in eval_keys if k != "step"}
+    sections: dict[str, list[str]] = {}
+    for key in train:
+        sections.setdefault(metric_section(key), []).append(key)
+    only_eval = sorted(evaluation - train)
+    for key in only_eval:
+        # A per-env eval key joins its env's section; other eval-only keys (``tasks``) get "eval".
+        sections.setdefault(key.split("/", 1)[0] if "/" in key else "eval", []).append(key)
+    named = [s for s in SECTION_ORDER if s in sections]
+    envs = sorted(s for s in sections if s not in SECTION_ORDER)
+    return [{"section": s, "keys": _order(sections[s])} for s in named + envs]
+
+
+def flatten_config(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 0.01}}`` -> ``{"optim.lr": 0.01}``; lists of mappings are indexed (``envs.0.name``)."""
+    if isinstance(value, dict):
+        if not value and prefix:
+            return {prefix: {}}
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flatten_config(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(value, list) and any(isinstance(item, dict) for item in value):
+        out = {}
+        for index, item in enumerate(value):
+            out.update(flatten_config(item, f"{prefix}.{index}"))
+        return out
+    return {prefix: value}
