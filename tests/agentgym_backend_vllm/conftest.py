@@ -26,3 +26,21 @@ def fake_vllm(monkeypatch):
     import fake_vllm as fake
 
     return fake.install(monkeypatch)
+
+
+@pytest.fixture
+def stand_in(tiny_model_dir):
+    """Factory of serve-model apps over the transformers backend, as `agentgym serve-model DIR` builds them:
+    the CPU stand-in for a `vllm serve` replica. Returns ``(app, the app's local backend)``."""
+    pytest.importorskip("agentgym_backend_transformers")
+
+    def build(name: str = "tiny"):
+        from agentgym_backend_transformers import TransformersBackend
+        from agentgym_core.model_server import create_model_app
+        from agentgym_core.models import load_pretrained
+
+        model, tokenizer = load_pretrained(str(tiny_model_dir))
+        local = TransformersBackend(model, tokenizer, session_cache_mb=0)
+        return create_model_app(local, {"model_name": name, "max_context_tokens": 512}), local
+
+    return build

@@ -43,6 +43,8 @@ import torch
 
 __version__ = "0.14.0+agentgym.fake"
 MIRRORS = "vllm 0.14 (pinned range >=0.13,<0.16)"
+ENGINES: list[LLMEngine] = []
+"""Every engine the fake built (tests reach the one a trainer created through here)."""
 
 
 class TokensPrompt(TypedDict, total=False):
@@ -198,6 +200,7 @@ class LLMEngine:
         self._requests: dict[str, _Request] = {}
         self._eos = self.model.config.eos_token_id
         self._global = torch.Generator().manual_seed(args.seed or 0)
+        ENGINES.append(self)
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs, **_: Any) -> LLMEngine:

@@ -15,20 +15,9 @@ from agentgym_core.testing import check_backend, serve_app
 pytest.importorskip("agentgym_backend_transformers")
 
 
-def stand_in(model_dir, name="tiny"):
-    """A serve-model app over the transformers backend, as `agentgym serve-model DIR` builds it."""
-    from agentgym_backend_transformers import TransformersBackend
-    from agentgym_core.model_server import create_model_app
-    from agentgym_core.models import load_pretrained
-
-    model, tokenizer = load_pretrained(str(model_dir))
-    local = TransformersBackend(model, tokenizer, session_cache_mb=0)
-    return create_model_app(local, {"model_name": name, "max_context_tokens": 512}), local
-
-
 @pytest.fixture
-def replica(tiny_model_dir):
-    app, local = stand_in(tiny_model_dir)
+def replica(stand_in):
+    app, local = stand_in()
     with serve_app(app) as url:
         yield url, app, local
 
@@ -79,9 +68,9 @@ def test_generate_route_is_token_in_token_out(replica, tiny_model_dir):
     assert answer.status_code == 400 and "bogus" in answer.text  # unknown sampling fields are not ignored
 
 
-def test_a_trajectorys_turns_stay_on_one_replica(tiny_model_dir):
-    app_a, _ = stand_in(tiny_model_dir)
-    app_b, _ = stand_in(tiny_model_dir)
+def test_a_trajectorys_turns_stay_on_one_replica(tiny_model_dir, stand_in):
+    app_a, _ = stand_in()
+    app_b, _ = stand_in()
     with serve_app(app_a) as url_a, serve_app(app_b) as url_b:
         backend = make(tiny_model_dir, [url_a, url_b])
         ids = prompt(backend)
@@ -129,7 +118,7 @@ def test_colocated_replicas_sleep_after_a_rollout_and_wake_weights_then_kv_cache
     assert backend.generate([ids], SamplingParams(temperature=0.0, max_new_tokens=2))[0].token_ids
 
 
-def test_unreachable_replica_and_missing_routes_explain_themselves(replica, tiny_model_dir):
+def test_unreachable_replica_and_missing_routes_explain_themselves(replica, tiny_model_dir, stand_in):
     from agentgym_backend_vllm.server import ReplicaError
 
     with pytest.raises(ReplicaError, match="is the replica running"):
@@ -137,7 +126,7 @@ def test_unreachable_replica_and_missing_routes_explain_themselves(replica, tiny
     url, _app, _local = replica
     from agentgym_core.model_server import create_model_app
 
-    app, _ = stand_in(tiny_model_dir)
+    app, _ = stand_in()
     bare = create_model_app(app.state.generation.backend, {"model_name": "tiny", "max_context_tokens": 512,
                                                            "control_routes": False})
     with serve_app(bare) as bare_url:
