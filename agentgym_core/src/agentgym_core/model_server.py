@@ -10,6 +10,10 @@ Routes (all JSON; errors use OpenAI's shape ``{"error": {"message", "type", "par
 ``GET  /health``           ``{"status": "ok"}`` once the model is loaded
 =========================  ================================================================
 
+It also answers vLLM's token-in/token-out route (``POST /inference/v1/generate``) and its control
+routes (sleep, wake, pause, resume, reset prefix cache, weight loading), so it stands in for a
+``vllm serve`` replica: see :mod:`agentgym_core.model_server_tokens`.
+
 The server wraps any :class:`agentgym_core.rollout.RolloutBackend`: the backend's own chat
 template renders the messages, its ``generate`` samples. Requests that arrive while the model is
 busy are queued and sampled together in one batched ``generate`` call as soon as it is free (no
@@ -40,6 +44,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agentgym_core.model_server_tokens import CONTROL_ROUTES, GENERATE_ROUTE, add_token_routes
 from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
 
 __all__ = [
@@ -70,6 +75,11 @@ class ModelServerConfig(BaseModel):
     max_n: int = Field(default=16, ge=1, description="Largest `n` (choices per request) accepted.")
     api_key: str | None = Field(
         default=None, description="If set, requests must send `Authorization: Bearer <api_key>` (else 401)."
+    )
+    control_routes: bool = Field(
+        default=True,
+        description="Serve the control routes of a vLLM replica (/sleep, /wake_up, /pause, /resume, "
+        "/reset_prefix_cache, /collective_rpc weight loading); false serves only the sampling routes.",
     )
 
 
@@ -360,13 +370,15 @@ def create_model_app(backend: RolloutBackend, config: ModelServerConfig | Mappin
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:
             message = (f"unknown route {request.method} {request.url.path}; this server answers "
-                       "POST /v1/chat/completions, POST /v1/completions, GET /v1/models")
+                       f"POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST {GENERATE_ROUTE}"
+                       + (" and the control routes" if cfg.control_routes else ""))
             return OpenAIError(404, message, code="unknown_url").response()
         return OpenAIError(exc.status_code, str(exc.detail)).response()
 
     @app.middleware("http")
     async def _auth(request: Request, call_next):
-        if cfg.api_key and request.url.path.startswith("/v1/"):
+        path = request.url.path
+        if cfg.api_key and (path.startswith("/v1/") or path == GENERATE_ROUTE or path in CONTROL_ROUTES):
             given = request.headers.get("authorization", "")
             if given != f"Bearer {cfg.api_key}":
                 what = "no API key was sent" if not given else "the API key is wrong"
@@ -411,7 +423,8 @@ def create_model_app(backend: RolloutBackend, config: ModelServerConfig | Mappin
         return {"status": "ok", "model": cfg.model_name}
 
     def model_card() -> dict[str, Any]:
-        return {"id": cfg.model_name, "object": "model", "created": created, "owned_by": "agentgym"}
+        return {"id": cfg.model_name, "object": "model", "created": created, "owned_by": "agentgym",
+                "max_model_len": cfg.max_context_tokens}
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
@@ -474,4 +487,7 @@ def create_model_app(backend: RolloutBackend, config: ModelServerConfig | Mappin
                       "total_tokens": prompt_tokens + completion},
         }
 
+    add_token_routes(app, backend, submit=generation.submit, model_name=cfg.model_name,
+                     default_max_tokens=cfg.default_max_tokens, max_context_tokens=cfg.max_context_tokens,
+                     control=cfg.control_routes)
     return app

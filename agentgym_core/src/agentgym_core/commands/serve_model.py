@@ -14,6 +14,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Load MODEL (a named model such as smollm2-135m-instruct, a .gguf file, or a Hugging Face "
                     "directory) with a rollout backend and serve it at /v1/chat/completions, /v1/completions "
                     "and /v1/models, so `agentgym eval --backend openai` and any OpenAI client can use it. "
+                    "It also answers vLLM's token-in/token-out route /inference/v1/generate and control routes, "
+                    "so it stands in for a `vllm serve` replica of the vllm backend's server mode. "
                     "Concurrent requests are sampled together in batches.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("model", help="named model, .gguf file or Hugging Face model directory")
@@ -31,6 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="prompt + reply limit (default: the model's max_position_embeddings)")
     parser.add_argument("--api-key", default=os.environ.get("AGENTGYM_SERVE_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: $AGENTGYM_SERVE_API_KEY; none)")
+    parser.add_argument("--no-control-routes", dest="control_routes", action="store_false",
+                        help="do not serve the vLLM-style control routes (/sleep, /wake_up, /pause, /resume, "
+                             "/reset_prefix_cache, /collective_rpc weight loading)")
     parser.set_defaults(func=run)
 
 
@@ -60,10 +65,12 @@ def run(args: argparse.Namespace) -> int:
         model_name=args.served_model_name or args.model, max_batch_size=args.max_batch_size,
         default_max_tokens=args.default_max_tokens,
         max_context_tokens=args.max_context_tokens or context_length(backend), api_key=args.api_key,
+        control_routes=args.control_routes,
     )
     app = create_model_app(backend, config)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: binding {args.host}: anyone who can reach this address can use the model"
+              + (" and replace its weights (--no-control-routes turns that off)" if args.control_routes else "")
               + ("" if args.api_key else " (no --api-key set)"), file=sys.stderr)
     print(f"serving {config.model_name!r} at http://{args.host}:{args.port}/v1 "
           f"(try: agentgym eval --backend openai --base-url http://{args.host}:{args.port}/v1 "

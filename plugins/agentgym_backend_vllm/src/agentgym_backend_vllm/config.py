@@ -1,0 +1,98 @@
+"""Typed configuration of the vLLM rollout backend (both modes share one model)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["VllmBackendConfig"]
+
+
+class VllmBackendConfig(BaseModel):
+    """How the policy is served by vLLM: an engine in this process, or ``vllm serve`` replicas over HTTP."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        description="Hugging Face model directory (or a named model / .gguf file agentgym knows); the trainer "
+        "passes its model.path here. The tokenizer and chat template are read from it in both modes.",
+    )
+    mode: Literal["engine", "server"] = Field(
+        default="engine",
+        description="'engine': run vLLM's step-level engine in this process (needs `pip install "
+        "agentgym-backend-vllm[engine]` and a GPU). 'server': talk to `vllm serve` replicas at `urls` over HTTP "
+        "(this process never imports vllm).",
+    )
+    gpu_sharing: Literal["colocate", "separate"] = Field(
+        default="separate",
+        description="'colocate': the engine shares the learner's GPU, so it sleeps when a rollout ends (freeing "
+        "its memory for the update) and wakes weights, sync, then KV cache in load_weights. 'separate': the "
+        "engine has its own GPU and stays awake.",
+    )
+    sleep_level: Literal[1, 2] = Field(
+        default=1,
+        description="vLLM sleep level when colocated: 1 offloads weights to CPU and drops the KV cache; 2 drops "
+        "both (less host memory; every weight must then come back through load_weights).",
+    )
+    weight_bucket_mb: float = Field(
+        default=512.0, gt=0,
+        description="load_weights sends the state dict in buckets of about this size (one collective_rpc each), "
+        "so a transfer never holds a second full copy of the model.",
+    )
+    # -- engine mode ---------------------------------------------------------------------------------
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto", description="Engine weights dtype (vLLM's --dtype)."
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1,
+        description="Prompt + reply limit of one request (vLLM's --max-model-len); None: the model's own.",
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.5, gt=0, le=1,
+        description="Share of GPU memory vLLM may take for weights and KV cache; leave room for the learner "
+        "when colocated.",
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs one engine spans (vLLM's -tp).")
+    enable_prefix_caching: bool = Field(
+        default=True, description="Reuse KV blocks of shared prompt prefixes (a trajectory's earlier turns)."
+    )
+    enforce_eager: bool = Field(default=False, description="Skip CUDA graph capture (faster start, slower decode).")
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
+        default="processed_logprobs",
+        description="Which log-probs vLLM returns: 'processed_logprobs' are taken after temperature (what the "
+        "trainer recomputes; equal to agentgym's contract while top_p=1 and top_k=0), 'raw_logprobs' before it.",
+    )
+    seed: int = Field(default=0, description="Engine seed; requests with a seed use their own generator.")
+    engine_in_this_process: bool = Field(
+        default=True,
+        description="Run vLLM's engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so weight "
+        "buckets reach the worker by reference, not serialized through a socket.",
+    )
+    # -- server mode ---------------------------------------------------------------------------------
+    urls: list[str] = Field(
+        default_factory=list,
+        description="Server mode: base URLs of the replicas (http://host:port), each a `vllm serve` started with "
+        "VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls agentgym_backend_vllm.AgentgymWorkerExtension, or an "
+        "`agentgym serve-model` (the CPU stand-in).",
+    )
+    served_model_name: str | None = Field(
+        default=None, description="Server mode: the `model` field sent; None sends none (the server's only model)."
+    )
+    weight_dir: str | None = Field(
+        default=None,
+        description="Server mode: a directory every replica can read (shared disk); load_weights writes each "
+        "bucket there as safetensors and asks the replicas to load it. None: a temporary directory (replicas "
+        "on this machine only).",
+    )
+    timeout_s: float = Field(default=600.0, gt=0, description="Server mode: limit on one HTTP request.")
+    max_concurrent_requests: int = Field(
+        default=64, ge=1, description="Server mode: requests in flight at once, over all replicas."
+    )
+
+    @model_validator(mode="after")
+    def _server_needs_urls(self) -> VllmBackendConfig:
+        if self.mode == "server" and not self.urls:
+            raise ValueError("mode 'server' needs `urls`: the base URL of each replica, e.g. "
+                             "urls: [http://127.0.0.1:8000]")
+        return self

@@ -1,0 +1,317 @@
+"""In-process mode: vLLM's step-level engine as an agentgym continuous-batching backend.
+
+The rollout engine's :class:`RunningBatch` maps onto vLLM's ``LLMEngine`` one call for one call:
+``add`` is ``engine.add_request(request_id, TokensPrompt(prompt_token_ids=...), SamplingParams)``,
+``step`` is ``engine.step()`` (the replies that finished come back as ``RequestOutput``s with
+their ``CompletionOutput.token_ids``, the sampled tokens' log-probs and the finish reason), and
+``close`` is ``engine.abort_request(ids)``. vLLM schedules, pages the KV cache and reuses cached
+prefixes (a trajectory's earlier turns) by itself, so sessions need nothing here.
+
+Each request's token cap is ``min(turn cap, remaining trajectory budget, max_model_len -
+prompt length)``. Log-probs: ``logprobs=0`` asks for the sampled token's log-prob only; with
+``logprobs_mode='processed_logprobs'`` it is taken after temperature, as the trainer recomputes it.
+
+Weights (see :mod:`agentgym_backend_vllm.weights`): ``load_weights`` sends the state dict in
+buckets through ``collective_rpc`` to :class:`AgentgymWorkerExtension`, then calls
+``reset_prefix_cache()`` so no cached block holds keys of the old weights. Sharing the learner's
+GPU (``gpu_sharing: colocate``): the engine sleeps when the last running batch closes (the
+rollout is over, the update is next) and ``load_weights`` wakes it in vLLM's order for weight
+updates: ``wake_up(tags=["weights"])``, the transfer, ``wake_up(tags=["kv_cache"])``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+from agentgym_backend_vllm.config import VllmBackendConfig
+from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason
+from agentgym_backend_vllm.weights import LOAD_METHOD, weight_buckets
+from agentgym_core.rollout.backend import Sample, SamplingParams
+
+__all__ = ["EngineBatch", "VllmEngineBackend", "import_vllm"]
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = ("rollout.backend 'vllm' in engine mode needs vLLM: pip install 'agentgym-backend-vllm[engine]' "
+                "on a CUDA machine (or set backend_options.mode: server and point urls at `vllm serve` replicas)")
+
+
+def import_vllm() -> Any:
+    """The ``vllm`` module, or an ImportError whose one-line message says what to install."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    return vllm
+
+
+class VllmEngineBackend:
+    """A :class:`agentgym_core.rollout.ContinuousBackend` over an in-process ``vllm.LLMEngine``."""
+
+    name = "vllm"
+
+    def __init__(self, engine: Any, tokenizer: ModelTokenizer, config: VllmBackendConfig, vllm: Any) -> None:
+        self.engine, self.tokens, self.config, self.vllm = engine, tokenizer, config, vllm
+        self.eos_token_ids = tokenizer.eos_token_ids
+        self.max_model_len = int(config.max_model_len or engine.model_config.max_model_len)
+        self.asleep = False
+        self.weight_syncs: list[dict[str, float]] = []  # one record per load_weights: seconds, buckets, bytes
+        self._lock = threading.RLock()  # one engine, possibly several batches (generate, score, rollouts)
+        self._owners: dict[str, EngineBatch] = {}  # request id -> the batch its reply goes to
+        self._open_batches = 0
+        self._ids = itertools.count()
+        self._prefix = uuid.uuid4().hex[:8]
+
+    @classmethod
+    def from_config(cls, config: VllmBackendConfig) -> VllmEngineBackend:
+        vllm = import_vllm()
+        if config.engine_in_this_process:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        tokenizer, model_path, tokenizer_dir = ModelTokenizer.load(config.model)
+        args = vllm.EngineArgs(
+            model=model_path, tokenizer=tokenizer_dir, dtype=config.dtype, max_model_len=config.max_model_len,
+            gpu_memory_utilization=config.gpu_memory_utilization, tensor_parallel_size=config.tensor_parallel_size,
+            enable_prefix_caching=config.enable_prefix_caching, enforce_eager=config.enforce_eager, seed=config.seed,
+            enable_sleep_mode=config.gpu_sharing == "colocate", logprobs_mode=config.logprobs_mode,
+            worker_extension_cls="agentgym_backend_vllm.weights.AgentgymWorkerExtension",
+        )
+        return cls(vllm.LLMEngine.from_engine_args(args), tokenizer, config, vllm)
+
+    # -- tokenizer side -------------------------------------------------------------------------
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
+        return self.tokens.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokens.encode(text)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokens.decode(token_ids)
+
+    # -- requests -------------------------------------------------------------------------------
+    def request_cap(self, prompt_length: int, cap: int, turn_cap: int) -> int:
+        """min(turn cap, remaining trajectory budget, room left in the model's context)."""
+        room = self.max_model_len - prompt_length
+        if room < 1:
+            raise ValueError(f"a prompt of {prompt_length} tokens leaves no room in max_model_len="
+                             f"{self.max_model_len}; lower rollout.max_total_tokens to at most max_model_len")
+        return max(1, min(turn_cap, cap, room))
+
+    def vllm_params(self, params: SamplingParams, cap: int, *, seed: int | None, prompt_logprobs: bool = False) -> Any:
+        """vLLM SamplingParams for one request (stop ids = our EOS set, so 'stop' on them means eos)."""
+        return self.vllm.SamplingParams(
+            n=1, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, max_tokens=cap,
+            stop=list(params.stop) or None, stop_token_ids=sorted(self.eos_token_ids), seed=seed, logprobs=0,
+            prompt_logprobs=0 if prompt_logprobs else None, skip_special_tokens=False,
+        )
+
+    def _submit(self, batch: EngineBatch, prompt: Sequence[int], sampling: Any) -> str:
+        request_id = f"agentgym-{self._prefix}-{next(self._ids)}"
+        with self._lock:
+            self._wake_all()
+            self.engine.add_request(request_id, self.vllm.TokensPrompt(prompt_token_ids=list(prompt)), sampling)
+            self._owners[request_id] = batch
+        return request_id
+
+    def _advance(self) -> None:
+        """One engine step; every finished output goes to the batch that asked for it."""
+        with self._lock:
+            if not self.engine.has_unfinished_requests():
+                return
+            for output in self.engine.step():
+                if output.finished:
+                    owner = self._owners.pop(output.request_id, None)
+                    if owner is not None:
+                        owner.deliver(output)
+
+    def _forget(self, request_ids: Sequence[str]) -> None:
+        with self._lock:
+            live = [r for r in request_ids if self._owners.pop(r, None) is not None]
+            if live:
+                self.engine.abort_request(live)
+
+    # -- continuous batching ------------------------------------------------------------------------
+    def open_batch(self, params: SamplingParams) -> EngineBatch:
+        """A running batch on the shared engine (prompts join between steps)."""
+        with self._lock:
+            self._open_batches += 1
+        return EngineBatch(self, params)
+
+    def _batch_closed(self) -> None:
+        with self._lock:
+            self._open_batches -= 1
+            if self._open_batches == 0 and self.config.gpu_sharing == "colocate" and not self.asleep:
+                self.engine.sleep(level=self.config.sleep_level)  # the learner's update comes next
+                self.asleep = True
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        max_new_tokens: Sequence[int] | None = None,
+        sessions: Sequence[Hashable | None] | None = None,
+    ) -> list[Sample]:
+        """Sample one reply per prompt (sessions are accepted; vLLM's prefix cache does the reuse)."""
+        caps = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
+        if len(caps) != len(prompts):
+            raise ValueError(f"generate: {len(caps)} token caps for {len(prompts)} prompts")
+        batch = self.open_batch(params)
+        try:
+            for i, (prompt, cap) in enumerate(zip(prompts, caps, strict=True)):
+                batch.add(i, prompt, max_new_tokens=int(cap))
+            out: dict[Any, Sample] = {}
+            while batch.active:
+                out.update(batch.step())
+        finally:
+            batch.close()
+        return [out[i] for i in range(len(prompts))]
+
+    def release_session(self, session: Hashable) -> None:
+        """Nothing is kept per session: vLLM's prefix cache holds earlier turns by content."""
+
+    def score(self, sequences: Sequence[Sequence[int]], *, temperature: float = 1.0) -> list[list[float]]:
+        """Per-token log-probs via ``prompt_logprobs=0`` (vLLM computes them at temperature 1 only)."""
+        if temperature != 1.0:
+            raise NotImplementedError("vLLM computes prompt log-probs at temperature 1 only")
+        batch = self.open_batch(SamplingParams(temperature=1.0, max_new_tokens=1))
+        try:
+            ids = {batch.add_scoring(i, seq): i for i, seq in enumerate(sequences)}
+            rows: dict[int, Any] = {}
+            while batch.pending_outputs < len(ids):
+                self._advance()
+            for output in batch.take_outputs():
+                rows[ids[output.request_id]] = output
+        finally:
+            batch.close()
+        return [prompt_logprob_row(sequences[i], rows[i].prompt_logprobs) for i in range(len(sequences))]
+
+    # -- weights, sleep and wake ------------------------------------------------------------------
+    def _wake_all(self) -> None:
+        if self.asleep:
+            self.engine.wake_up()  # all tags: sampling asked for before any weight update
+            self.asleep = False
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory now (colocated mode does this by itself after a rollout)."""
+        with self._lock:
+            if not self.asleep:
+                self.engine.sleep(level=self.config.sleep_level)
+                self.asleep = True
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Replace the engine's weights in place, in buckets; then drop every cached prefix."""
+        bucket_bytes = int(self.config.weight_bucket_mb * 2**20)
+        start, buckets, total = time.perf_counter(), 0, 0
+        with self._lock:
+            if self.asleep:
+                self.engine.wake_up(tags=["weights"])  # weights first: the KV cache is not needed yet
+            for bucket in weight_buckets(state_dict, bucket_bytes):
+                if not self.config.engine_in_this_process:  # serialized to the engine process
+                    bucket = [(name, tensor.cpu()) for name, tensor in bucket]
+                self.engine.collective_rpc(LOAD_METHOD, args=(bucket,))
+                buckets += 1
+                total += sum(t.numel() * t.element_size() for _, t in bucket)
+            if self.asleep:
+                self.engine.wake_up(tags=["kv_cache"])
+                self.asleep = False
+            self.engine.reset_prefix_cache()  # cached blocks hold keys and values of the old weights
+        seconds = time.perf_counter() - start
+        self.weight_syncs.append({"seconds": seconds, "buckets": float(buckets), "bytes": float(total)})
+        log.info("vllm: loaded %.1f MB of weights in %d bucket(s) in %.3fs", total / 2**20, buckets, seconds)
+
+
+def prompt_logprob_row(sequence: Sequence[int], prompt_logprobs: Sequence[Any]) -> list[float]:
+    """Entry i = log p(seq[i] | seq[:i]) from vLLM's per-position ``{token_id: Logprob}`` dicts (first is None)."""
+    row = [0.0]
+    for position, token in enumerate(sequence[1:], start=1):
+        entry = prompt_logprobs[position]
+        if entry is None or token not in entry:
+            raise RuntimeError(f"vLLM returned no prompt log-prob for token {token} at position {position}")
+        row.append(float(entry[token].logprob))
+    return row
+
+
+class EngineBatch:
+    """A :class:`agentgym_core.rollout.RunningBatch` of requests on the backend's shared engine."""
+
+    def __init__(self, backend: VllmEngineBackend, params: SamplingParams) -> None:
+        self.backend, self.params = backend, params
+        self._keys: dict[str, Hashable] = {}  # request id -> caller's key, while decoding
+        self._outputs: list[Any] = []  # finished RequestOutputs not yet returned
+        self._added = 0
+        self._closed = False
+
+    @property
+    def active(self) -> int:
+        return len(self._keys)
+
+    @property
+    def pending_outputs(self) -> int:
+        return len(self._outputs)
+
+    def _seed(self) -> int | None:
+        seed = None if self.params.seed is None else self.params.seed + self._added  # per row, in add order
+        self._added += 1
+        return seed
+
+    def add(self, key: Hashable, prompt: Sequence[int], *, max_new_tokens: int, session: Hashable | None = None) -> None:
+        if self._closed:
+            raise RuntimeError("add() on a closed batch; open a new one with open_batch()")
+        cap = self.backend.request_cap(len(prompt), max_new_tokens, self.params.max_new_tokens)
+        sampling = self.backend.vllm_params(self.params, cap, seed=self._seed())
+        self._keys[self.backend._submit(self, prompt, sampling)] = key
+
+    def add_scoring(self, key: Hashable, sequence: Sequence[int]) -> str:
+        """Queue ``sequence`` for its prompt log-probs (one token is sampled and ignored)."""
+        sampling = self.backend.vllm_params(self.params, 1, seed=0, prompt_logprobs=True)
+        request_id = self.backend._submit(self, sequence, sampling)
+        self._keys[request_id] = key
+        return request_id
+
+    def deliver(self, output: Any) -> None:
+        """Called by the backend when one of this batch's requests finished."""
+        self._outputs.append(output)
+
+    def take_outputs(self) -> list[Any]:
+        outputs, self._outputs = self._outputs, []
+        for output in outputs:
+            self._keys.pop(output.request_id, None)
+        return outputs
+
+    def step(self) -> list[tuple[Hashable, Sample]]:
+        """One engine step; returns ``(key, reply)`` for this batch's requests that finished."""
+        if not self._outputs:
+            self.backend._advance()
+        done = []
+        for output in self._outputs:
+            key = self._keys.pop(output.request_id)
+            done.append((key, self._sample(output)))
+        self._outputs = []
+        return done
+
+    def _sample(self, output: Any) -> Sample:
+        completion = output.outputs[0]
+        ids = [int(t) for t in completion.token_ids]
+        if completion.logprobs is None or len(completion.logprobs) != len(ids):
+            raise RuntimeError(f"vLLM returned {0 if completion.logprobs is None else len(completion.logprobs)} "
+                               f"log-prob entries for {len(ids)} tokens (logprobs=0 was requested)")
+        logprobs = [float(entry[token].logprob) for entry, token in zip(completion.logprobs, ids, strict=True)]
+        reason = finish_reason(ids, completion.finish_reason, self.backend.eos_token_ids)
+        return Sample(token_ids=ids, logprobs=logprobs, finish_reason=reason)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Abort what is still decoding; the last batch closed puts a colocated engine to sleep."""
+        if self._closed:
+            return
+        self._closed = True
+        self.backend._forget(list(self._keys))
+        self._keys.clear()
+        self._outputs = []
+        self.backend._batch_closed()

@@ -1,0 +1,379 @@
+"""FAKE vLLM for tests: a contract fake of vLLM 0.14's public API, backed by a transformers model.
+
+vLLM cannot run here (no GPU, and the CPU build is not a dependency), so the vLLM backend's engine
+mode is tested against this stand-in. It mirrors the names and behaviour of vLLM 0.14 (the middle
+of the pinned range ``vllm>=0.13,<0.16``) that the backend touches, nothing else:
+
+- ``vllm.TokensPrompt`` (``vllm/inputs/data.py``): a TypedDict with ``prompt_token_ids``.
+- ``vllm.SamplingParams`` (``vllm/sampling_params.py``): n, temperature (0 = greedy), top_p, top_k
+  (0 or -1 = off), seed (per-request generator), stop, stop_token_ids, max_tokens (default 16),
+  logprobs (0 = the sampled token only), prompt_logprobs, skip_special_tokens; bad values raise.
+- ``vllm.outputs.RequestOutput`` / ``CompletionOutput`` and ``vllm.logprobs.Logprob``: token_ids,
+  logprobs as one ``{token_id: Logprob}`` dict per sampled token, finish_reason ('stop' | 'length'
+  | 'abort'), stop_reason (the stop string, the stop token id, or None for the model's EOS);
+  prompt_logprobs with None at position 0. ``step()`` returns cumulative outputs of every running
+  request, ``finished`` set on the last; stop-string tokens stay in ``token_ids``.
+- ``vllm.EngineArgs`` and ``vllm.LLMEngine`` (``vllm/v1/engine/llm_engine.py``): from_engine_args,
+  add_request(request_id, prompt, params), step(), abort_request(ids), has_unfinished_requests(),
+  collective_rpc(method, timeout, args, kwargs) -> one result per worker, sleep(level),
+  wake_up(tags) with tags 'weights' / 'kv_cache', is_sleeping(), reset_prefix_cache() -> bool,
+  and ``worker_extension_cls`` mixed into the worker (``self.model_runner.model.load_weights``).
+- Log-probs as ``logprobs_mode='processed_logprobs'``: after temperature and top-k/top-p masking
+  (greedy requests: at temperature 1). Prompt log-probs at temperature 1.
+
+Where the fake is stricter than vLLM, so the backend's ordering mistakes show up as errors: it
+refuses to add or step requests while any part sleeps, to load weights while the weights sleep, and
+to sleep with requests in flight. Its prefix cache keeps the first-token logits of each prompt
+until ``reset_prefix_cache()``, so a weight update without a reset samples from stale state, as a
+real stale KV block would. ``engine.calls`` records the control calls in order.
+
+Install it only inside a test: ``install(monkeypatch)`` puts it into ``sys.modules`` as ``vllm``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+import types
+from collections.abc import Iterable, Sequence
+from typing import Any, TypedDict
+
+import torch
+
+__version__ = "0.14.0+agentgym.fake"
+MIRRORS = "vllm 0.14 (pinned range >=0.13,<0.16)"
+ENGINES: list[LLMEngine] = []
+"""Every engine the fake built (tests reach the one a trainer created through here)."""
+
+
+class TokensPrompt(TypedDict, total=False):
+    """vllm.inputs.TokensPrompt: a prompt given as token ids."""
+
+    prompt_token_ids: list[int]
+
+
+@dataclasses.dataclass
+class SamplingParams:
+    """vllm.SamplingParams (the fields the backend sets)."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n != 1:
+            raise ValueError("the fake samples n=1 only")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be non-negative, got {self.temperature}.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}.")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"logprobs must be non-negative, got {self.logprobs}.")
+        self.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids or [])
+
+
+@dataclasses.dataclass
+class Logprob:
+    """vllm.logprobs.Logprob."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclasses.dataclass
+class CompletionOutput:
+    """vllm.outputs.CompletionOutput."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, Logprob]] | None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclasses.dataclass
+class RequestOutput:
+    """vllm.outputs.RequestOutput."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    prompt_logprobs: list[dict[int, Logprob] | None] | None
+    outputs: list[CompletionOutput]
+    finished: bool
+
+
+@dataclasses.dataclass
+class EngineArgs:
+    """vllm.EngineArgs (the fields the backend sets)."""
+
+    model: str
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    enable_prefix_caching: bool | None = None
+    enforce_eager: bool = False
+    seed: int | None = 0
+    enable_sleep_mode: bool = False
+    logprobs_mode: str = "raw_logprobs"
+    worker_extension_cls: str = ""
+
+    def __post_init__(self) -> None:
+        if self.logprobs_mode not in ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"):
+            raise ValueError(f"invalid logprobs_mode {self.logprobs_mode!r}")
+
+
+class _VllmModel:
+    """What ``model_runner.model`` is in a vLLM worker: the network plus its ``load_weights``."""
+
+    def __init__(self, hf_model: Any) -> None:
+        self.hf = hf_model
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        params = self.hf.state_dict()
+        loaded = set()
+        for name, tensor in weights:
+            params[name].copy_(tensor)  # unknown names raise KeyError, as vLLM's params_dict[name] does
+            loaded.add(name)
+        return loaded
+
+
+class _Worker:
+    def __init__(self, model: _VllmModel) -> None:
+        self.model_runner = types.SimpleNamespace(model=model)
+        self.device = torch.device("cpu")
+
+
+@dataclasses.dataclass
+class _Request:
+    request_id: str
+    prompt: list[int]
+    params: SamplingParams
+    generator: torch.Generator | None
+    output: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[dict[int, Logprob]] = dataclasses.field(default_factory=list)
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+
+
+class LLMEngine:
+    """vllm.LLMEngine (V1): the step-level engine, one CPU "worker" holding a transformers model."""
+
+    def __init__(self, args: EngineArgs) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.args = args
+        self.model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model, local_files_only=True)
+        length = args.max_model_len or self.model.config.max_position_embeddings
+        self.model_config = types.SimpleNamespace(max_model_len=length, model=args.model)
+        extension = _resolve(args.worker_extension_cls) if args.worker_extension_cls else object
+        worker_cls = type("Worker", (extension, _Worker), {})
+        self.workers = [worker_cls(_VllmModel(self.model))]
+        self.calls: list[tuple[Any, ...]] = []  # control calls in order: sleep, wake_up, collective_rpc, reset
+        self._sleeping: set[str] = set()
+        self._offloaded: dict[str, torch.Tensor] | None = None
+        self._prefix_cache: dict[tuple[int, ...], torch.Tensor] = {}
+        self._requests: dict[str, _Request] = {}
+        self._eos = self.model.config.eos_token_id
+        self._global = torch.Generator().manual_seed(args.seed or 0)
+        ENGINES.append(self)
+
+    @classmethod
+    def from_engine_args(cls, engine_args: EngineArgs, **_: Any) -> LLMEngine:
+        return cls(engine_args)
+
+    # -- requests ---------------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt: TokensPrompt, params: SamplingParams, **_: Any) -> None:
+        self._require_awake("add_request")
+        if request_id in self._requests:
+            raise ValueError(f"Request id {request_id} already running.")
+        ids = list(prompt["prompt_token_ids"])
+        if len(ids) >= self.model_config.max_model_len:
+            raise ValueError(f"The decoder prompt (length {len(ids)}) is longer than the maximum model length "
+                             f"of {self.model_config.max_model_len}.")
+        generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        self._requests[request_id] = _Request(request_id, ids, params, generator)
+
+    def abort_request(self, request_ids: Sequence[str] | str) -> None:
+        for request_id in [request_ids] if isinstance(request_ids, str) else request_ids:
+            self._requests.pop(request_id, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._requests)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self._requests)
+
+    def step(self) -> list[RequestOutput]:
+        self._require_awake("step")
+        outputs = []
+        for request in list(self._requests.values()):
+            reason, stop = self._decode_one(request)
+            if reason is not None:
+                del self._requests[request.request_id]
+            outputs.append(self._output(request, reason, stop))
+        return outputs
+
+    @torch.no_grad()
+    def _logits(self, request: _Request) -> torch.Tensor:
+        """Next-token logits; a prompt's first ones come from the prefix cache when it has them."""
+        if not request.output:
+            key = tuple(request.prompt)
+            cached = self._prefix_cache.get(key) if self.args.enable_prefix_caching is not False else None
+            if cached is not None and request.params.prompt_logprobs is None:
+                return cached
+            full = self.model(input_ids=torch.tensor([request.prompt])).logits[0].float()  # (T, V)
+            if request.params.prompt_logprobs is not None:
+                lp = torch.log_softmax(full[:-1], -1)
+                request.prompt_logprobs = [None] + [
+                    {t: Logprob(float(lp[i, t]))} for i, t in enumerate(request.prompt[1:])]
+            self._prefix_cache[key] = full[-1]
+            return full[-1]
+        ids = torch.tensor([request.prompt + request.output])
+        return self.model(input_ids=ids).logits[0, -1].float()
+
+    def _decode_one(self, request: _Request) -> tuple[str | None, int | str | None]:
+        p = request.params
+        logits = self._logits(request)  # (V,)
+        if p.temperature == 0:
+            token = int(logits.argmax())
+            processed = torch.log_softmax(logits, -1)
+        else:
+            scaled = _top_k_top_p(logits / p.temperature, p.top_k, p.top_p)
+            processed = torch.log_softmax(scaled, -1)
+            token = int(torch.multinomial(processed.exp(), 1, generator=request.generator or self._global))
+        request.output.append(token)
+        request.logprobs.append({token: Logprob(float(processed[token]), rank=1)})
+        if token in p.stop_token_ids:
+            return "stop", token
+        if not p.ignore_eos and token == self._eos:
+            return "stop", None
+        if p.stop:
+            text = self.tokenizer.decode(request.output, skip_special_tokens=p.skip_special_tokens)
+            for s in p.stop:
+                if s in text:
+                    return "stop", s
+        if len(request.output) >= (p.max_tokens or 16):
+            return "length", None
+        if len(request.prompt) + len(request.output) >= self.model_config.max_model_len:
+            return "length", None
+        return None, None
+
+    def _output(self, request: _Request, reason: str | None, stop: int | str | None) -> RequestOutput:
+        logprobs = list(request.logprobs) if request.params.logprobs is not None else None
+        completion = CompletionOutput(
+            index=0, text=self.tokenizer.decode(request.output), token_ids=list(request.output),
+            cumulative_logprob=None, logprobs=logprobs, finish_reason=reason, stop_reason=stop)
+        return RequestOutput(request.request_id, None, request.prompt, request.prompt_logprobs, [completion],
+                             finished=reason is not None)
+
+    # -- control ----------------------------------------------------------------------------------
+    def _require_awake(self, what: str) -> None:
+        if self._sleeping:
+            raise RuntimeError(f"{what} while the engine sleeps ({sorted(self._sleeping)}); call wake_up() first")
+
+    def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (),
+                       kwargs: dict[str, Any] | None = None) -> list[Any]:
+        self.calls.append(("collective_rpc", method))
+        if "weights" in self._sleeping:
+            raise RuntimeError(f"collective_rpc({method!r}) while the weights sleep; wake_up(tags=['weights']) first")
+        return [getattr(worker, method)(*args, **(kwargs or {})) for worker in self.workers]
+
+    def sleep(self, level: int = 1) -> None:
+        self.calls.append(("sleep", level))
+        if not self.args.enable_sleep_mode:
+            raise ValueError("Sleep mode is not enabled (enable_sleep_mode=True)")
+        if self._requests:
+            raise RuntimeError("sleep() with requests in flight; finish or abort them first")
+        params = self.model.state_dict()
+        self._offloaded = {k: v.clone() for k, v in params.items()} if level == 1 else None
+        with torch.no_grad():
+            for value in params.values():
+                value.zero_()  # the GPU copy is gone: level 1 keeps a CPU copy, level 2 nothing
+        self._prefix_cache.clear()
+        self._sleeping = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self.calls.append(("wake_up", tuple(tags) if tags else None))
+        tags = list(tags) if tags else ["weights", "kv_cache"]
+        for tag in tags:
+            if tag not in ("weights", "kv_cache"):
+                raise ValueError(f"unknown wake_up tag {tag!r}")
+        if "weights" in tags and "weights" in self._sleeping and self._offloaded is not None:
+            with torch.no_grad():
+                for name, value in self.model.state_dict().items():
+                    value.copy_(self._offloaded[name])
+            self._offloaded = None
+        self._sleeping -= set(tags)
+
+    def is_sleeping(self) -> bool:
+        return bool(self._sleeping)
+
+    def reset_prefix_cache(self) -> bool:
+        self.calls.append(("reset_prefix_cache",))
+        if self._requests:
+            return False  # vLLM cannot free blocks that running requests hold
+        self._prefix_cache.clear()
+        return True
+
+
+def _top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        order = torch.sort(logits, descending=True)
+        mass = torch.cumsum(torch.softmax(order.values, -1), -1)
+        drop = mass - torch.softmax(order.values, -1) > top_p
+        logits = logits.clone()
+        logits[order.indices[drop]] = float("-inf")
+    return logits
+
+
+def _resolve(qualname: str) -> type:
+    module, _, name = qualname.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def module() -> types.ModuleType:
+    """This fake as a ``vllm`` module object (with ``vllm.inputs``, ``vllm.outputs``, ``vllm.logprobs``)."""
+    vllm = types.ModuleType("vllm")
+    vllm.__doc__ = __doc__
+    for name in ("TokensPrompt", "SamplingParams", "EngineArgs", "LLMEngine", "RequestOutput", "CompletionOutput"):
+        setattr(vllm, name, globals()[name])
+    vllm.__version__ = __version__
+    vllm.inputs = types.SimpleNamespace(TokensPrompt=TokensPrompt)
+    vllm.outputs = types.SimpleNamespace(RequestOutput=RequestOutput, CompletionOutput=CompletionOutput)
+    vllm.logprobs = types.SimpleNamespace(Logprob=Logprob)
+    return vllm
+
+
+def install(monkeypatch: Any) -> types.ModuleType:
+    """Put the fake into ``sys.modules['vllm']`` for one test (monkeypatch undoes it)."""
+    fake = module()
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    return fake

@@ -1,0 +1,135 @@
+"""Server mode against real `agentgym serve-model` apps on loopback (the stand-in for `vllm serve` replicas)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import requests
+import torch
+
+from agentgym_core.rollout.backend import ContinuousBackend, SamplingParams
+from agentgym_core.testing import check_backend, serve_app
+
+pytest.importorskip("agentgym_backend_transformers")
+
+
+@pytest.fixture
+def replica(stand_in):
+    app, local = stand_in()
+    with serve_app(app) as url:
+        yield url, app, local
+
+
+def make(model_dir, urls, **options):
+    from agentgym_backend_vllm import make_backend
+
+    return make_backend({"model": str(model_dir), "mode": "server", "urls": list(urls), **options})
+
+
+def prompt(backend, text="Guess a number."):
+    return backend.encode(backend.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
+
+
+def test_check_backend_passes_against_the_stand_in_server(replica, tiny_model_dir):
+    url, _app, _local = replica
+    backend = make(tiny_model_dir, [url])
+    assert isinstance(backend, ContinuousBackend)
+    assert backend.max_model_len == 512  # read from GET /v1/models
+    check_backend(backend)
+
+
+def test_server_mode_never_imports_vllm(replica, tiny_model_dir):
+    url, _app, _local = replica
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        "from agentgym_backend_vllm import make_backend\n"
+        "from agentgym_core.rollout.backend import SamplingParams\n"
+        f"b = make_backend({{'model': {str(tiny_model_dir)!r}, 'mode': 'server', 'urls': [{url!r}]}})\n"
+        "print(len(b.generate([[1, 2, 3]], SamplingParams(max_new_tokens=2, seed=1))[0].token_ids))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() in ("1", "2")
+
+
+def test_generate_route_is_token_in_token_out(replica, tiny_model_dir):
+    url, _app, local = replica
+    backend = make(tiny_model_dir, [url])
+    ids = prompt(backend)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=5)
+    remote = backend.generate([ids], greedy)[0]
+    direct = local.generate([ids], greedy)[0]
+    assert remote.token_ids == direct.token_ids
+    assert remote.logprobs == pytest.approx(direct.logprobs, abs=1e-5)
+    answer = requests.post(f"{url}/inference/v1/generate", json={
+        "token_ids": ids, "sampling_params": {"max_tokens": 3, "temperature": 0, "bogus": 1}}, timeout=30)
+    assert answer.status_code == 400 and "bogus" in answer.text  # unknown sampling fields are not ignored
+
+
+def test_a_trajectorys_turns_stay_on_one_replica(tiny_model_dir, stand_in):
+    app_a, _ = stand_in()
+    app_b, _ = stand_in()
+    with serve_app(app_a) as url_a, serve_app(app_b) as url_b:
+        backend = make(tiny_model_dir, [url_a, url_b])
+        ids = prompt(backend)
+        params = SamplingParams(temperature=1.0, max_new_tokens=2, seed=5)
+        backend.generate([ids, ids], params, sessions=["traj-0", "traj-1"])
+        first = {k: r.url for k, r in backend._sessions.items()}
+        assert set(first.values()) == {url_a, url_b}  # two new sessions spread over the replicas
+        for _turn in range(2):
+            backend.generate([ids, ids], params, sessions=["traj-1", "traj-0"])
+            assert {k: r.url for k, r in backend._sessions.items()} == first
+        backend.release_session("traj-0")
+        assert "traj-0" not in backend._sessions
+
+
+def test_load_weights_pauses_loads_buckets_resets_then_resumes(replica, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    url, app, local = replica
+    backend = make(tiny_model_dir, [url], weight_bucket_mb=0.01)
+    new = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    backend.load_weights(new.state_dict())
+    calls = app.state.control_calls
+    assert calls[0] == ("pause", "wait") and calls[-2:] == [("reset_prefix_cache",), ("resume",)]
+    assert len(calls) > 4 and set(calls[1:-2]) == {("collective_rpc", "agentgym_load_weights_file")}
+    served = local.model.state_dict()
+    assert all(torch.equal(served[k], v) for k, v in new.state_dict().items())
+
+
+def test_colocated_replicas_sleep_after_a_rollout_and_wake_weights_then_kv_cache(replica, tiny_model_dir):
+    url, app, local = replica
+    backend = make(tiny_model_dir, [url], gpu_sharing="colocate")
+    ids = prompt(backend)
+    backend.generate([ids], SamplingParams(temperature=0.0, max_new_tokens=2))
+    assert app.state.control_calls == [("sleep", 1)]
+    asleep = requests.post(f"{url}/inference/v1/generate", json={"token_ids": ids}, timeout=30)
+    assert asleep.status_code == 409
+    backend.load_weights(local.model.state_dict())
+    calls = app.state.control_calls[1:]
+    assert calls[:2] == [("pause", "wait"), ("wake_up", ("weights",))]
+    assert calls[-3:] == [("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("resume",)]
+    assert set(calls[2:-3]) == {("collective_rpc", "agentgym_load_weights_file")}
+    assert backend.generate([ids], SamplingParams(temperature=0.0, max_new_tokens=2))[0].token_ids
+
+
+def test_unreachable_replica_and_missing_routes_explain_themselves(replica, tiny_model_dir, stand_in):
+    from agentgym_backend_vllm.server import ReplicaError
+
+    with pytest.raises(ReplicaError, match="is the replica running"):
+        make(tiny_model_dir, ["http://127.0.0.1:9"])
+    url, _app, _local = replica
+    from agentgym_core.model_server import create_model_app
+
+    app, _ = stand_in()
+    bare = create_model_app(app.state.generation.backend, {"model_name": "tiny", "max_context_tokens": 512,
+                                                           "control_routes": False})
+    with serve_app(bare) as bare_url:
+        backend = make(tiny_model_dir, [bare_url])
+        with pytest.raises(ReplicaError, match="VLLM_SERVER_DEV_MODE=1"):
+            backend.reset_prefix_cache()
