@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from agentgym_core.plugins import PluginManager, get_plugin_manager
-from agentgym_core.rl.batch import allocate_tasks, build_batch, step_seed, tasks_for_step
+from agentgym_core.rl.batch import allocate_tasks, build_batch, step_seed, tasks_for_step, trainable_trajectories
 from agentgym_core.rl.checkpoint import (
     latest_checkpoint,
     load_policy_weights,
@@ -32,9 +32,10 @@ from agentgym_core.rl.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from agentgym_core.rl.config import TrainConfig, save_config
+from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
 from agentgym_core.rl.estimator_api import AdvantageBatch
-from agentgym_core.rl.forward import ValueHead, forward_tokens, mixed_precision
+from agentgym_core.rl.critic import build_critic
+from agentgym_core.rl.forward import forward_tokens, mixed_precision
 from agentgym_core.rl.losses import kl_penalty, masked_mean
 from agentgym_core.rl.setup import build_optimizer, evaluate, load_policy, make_backend, open_envs, summarize
 from agentgym_core.rl.tracking import MetricsWriter
@@ -69,6 +70,7 @@ def train(
 
     # ---- setup: plugins, policy, reference, critic, optimizer -----------------------------------
     estimate = pm.get("advantage_estimator", alg.estimator)
+    check_group_size(cfg, estimate)  # GRPO/RLOO with one sample per task would train nothing
     scheduler = pm.get("round_scheduler", alg.rounds_ctrl.type)(alg.rounds_ctrl)
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if resume and checkpoint is None:
@@ -89,8 +91,9 @@ def train(
         reference = copy.deepcopy(model).eval().requires_grad_(False)
     if checkpoint is not None:
         load_policy_weights(model, checkpoint)
-    hidden = model.get_output_embeddings().weight.shape[1]
-    value_head = ValueHead(hidden).to(next(model.parameters()).device) if alg.critic.enabled else None
+    value_head = None  # the critic: its own model (separate) or a head on the policy (shared_trunk), rl/critic.py
+    if alg.critic.enabled:
+        value_head = build_critic(alg.critic, model, model_config=cfg.model, vocab_size=len(tokenizer))
     policy_params = [p for p in model.parameters() if p.requires_grad]
     optimizer, lr_schedule = build_optimizer(
         policy_params, list(value_head.parameters()) if value_head else [], cfg.optim, cfg.trainer.steps)
@@ -114,11 +117,12 @@ def train(
     final_horizon = max(alg.rounds_ctrl.stages)
     metrics: dict[str, float] = {}
 
-    with open_envs(pm, cfg.envs) as envs:
+    with open_envs(pm, cfg.envs, timeout_s=cfg.rollout.env_timeout_s) as envs:
         engines = {
             env.name: RolloutEngine(
                 backend, env.make_env, num_envs=env.config.max_concurrency, scheduler=scheduler, env_name=env.name,
                 config=RolloutConfig(max_total_tokens=cfg.rollout.max_total_tokens,
+                                     step_timeout_s=cfg.rollout.env_timeout_s,
                                      sampling=SamplingParams(temperature=cfg.rollout.temperature,
                                                              top_p=cfg.rollout.top_p,
                                                              max_new_tokens=cfg.rollout.max_new_tokens)))
@@ -162,7 +166,8 @@ def train(
             pm.hook.agentgym_observe_rollout(step=step, trajectories=trajectories, metrics={})
 
             # ---- 3. rewards on policy tokens: each turn's reward on its last sampled token ----------
-            batch = build_batch([t for t in trajectories if t.num_sampled_tokens > 0])
+            trainable, infra_failed = trainable_trajectories(trajectories)  # env errors/timeouts: not the policy's
+            batch = build_batch(trainable)
             precision = mixed_precision(cfg.model.mixed_precision, model)  # old, reference and new alike
             with torch.no_grad(), precision:
                 old = forward_tokens(model, batch.sequences, batch.mask, temperature=cfg.rollout.temperature,
@@ -224,6 +229,7 @@ def train(
                 "lr": lr_schedule.get_last_lr()[0],
                 "trajectories": float(len(trajectories)),
                 "trained_trajectories": float(len(keep)),
+                "infra_failed": float(infra_failed),  # left out of the loss: env error or timeout
                 "sampled_tokens": float(batch.mask.sum()),
                 "entropy": float(masked_mean(old.entropy, batch.mask)) if old.entropy is not None else 0.0,
                 "kl": float(masked_mean(token_kl, batch.mask)) if ref_logprobs is not None else 0.0,
