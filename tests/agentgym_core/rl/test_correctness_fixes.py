@@ -355,3 +355,24 @@ def test_critic_model_with_too_few_embeddings_is_refused():
 def test_gae_defaults_to_a_separate_critic():
     config = load_config(None, ["envs=[{name: x}]", "algorithm.estimator=gae", "algorithm.critic.enabled=true"])
     assert config.algorithm.critic.kind == "separate"
+
+
+def test_gae_with_a_separate_critic_trains_and_resumes_like_an_uninterrupted_run(tmp_path, pm, tiny_config):
+    from agentgym_core.rl.trainer import train
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    gae = {"trainer.steps": 2, "trainer.eval_tasks": 0, "algorithm.estimator": "gae",
+           "algorithm.critic.enabled": "true", "algorithm.advantage.lam": 0.95}
+    model, tokenizer = tiny_chat_model(seed=0)
+    train(tiny_config(tmp_path / "full", **gae), plugin_manager=pm, model=model, tokenizer=tokenizer)
+    full = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert all(x["value_loss"] > 0 and x["critic_grad_norm"] > 0 for x in full)
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    cut = tiny_config(tmp_path / "cut", **gae)
+    train(cut, plugin_manager=pm, model=model, tokenizer=tokenizer, stop_after=1)
+    model, tokenizer = tiny_chat_model(seed=0)
+    train(cut, resume=True, plugin_manager=pm, model=model, tokenizer=tokenizer)
+    resumed = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    for key in ("value_loss", "pg_loss", "critic_grad_norm", "advantage_abs_mean"):
+        assert resumed[-1][key] == pytest.approx(full[-1][key], rel=1e-4, abs=1e-6), key
