@@ -17,7 +17,14 @@ import torch
 from agentgym_core import hookimpl
 from agentgym_core.rl.batch import trainable_trajectories
 from agentgym_core.rl.config import AlgorithmConfig, ConfigError, load_config
-from agentgym_core.rl.losses import LOG_RATIO_BOUND, clamped_log_ratio, dual_clip, kl_penalty, policy_loss, value_loss
+from agentgym_core.rl.losses import (
+    LOG_RATIO_BOUND,
+    clamped_log_ratio,
+    dual_clip,
+    kl_penalty,
+    policy_loss,
+    value_loss,
+)
 from agentgym_core.rollout.trajectory import Trajectory
 
 # -- infrastructure failures ----------------------------------------------------------------------

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput, Estimator, min_group_size
+from agentgym_core.rl.estimator_api import (
+    AdvantageBatch,
+    AdvantageConfig,
+    AdvantageOutput,
+    Estimator,
+    min_group_size,
+)
 from agentgym_core.rl.rewards import place_rewards
 
 __all__ = ["EstimatorCheckError", "check_estimator"]

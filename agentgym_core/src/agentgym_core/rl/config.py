@@ -17,8 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentgym_core.finetune.options import WarmStartConfig
-from agentgym_core.rl.estimator_api import AdvantageConfig, Estimator, min_group_size
 from agentgym_core.rl import forward
+from agentgym_core.rl.estimator_api import AdvantageConfig, Estimator, min_group_size
 from agentgym_core.rl.losses import Aggregation, KLEstimator
 from agentgym_core.schedulers import RoundsConfig
 

@@ -23,7 +23,13 @@ import torch
 from tqdm import tqdm
 
 from agentgym_core.plugins import PluginManager, get_plugin_manager
-from agentgym_core.rl.batch import allocate_tasks, build_batch, step_seed, tasks_for_step, trainable_trajectories
+from agentgym_core.rl.batch import (
+    allocate_tasks,
+    build_batch,
+    step_seed,
+    tasks_for_step,
+    trainable_trajectories,
+)
 from agentgym_core.rl.checkpoint import (
     latest_checkpoint,
     load_policy_weights,
@@ -33,8 +39,8 @@ from agentgym_core.rl.checkpoint import (
     set_rng_state,
 )
 from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
-from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.critic import build_critic
+from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.forward import forward_tokens, mixed_precision
 from agentgym_core.rl.losses import kl_penalty, masked_mean
 from agentgym_core.rl.setup import build_optimizer, evaluate, load_policy, make_backend, open_envs, summarize
