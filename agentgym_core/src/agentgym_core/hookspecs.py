@@ -57,7 +57,8 @@ def agentgym_register_advantage_estimators(register: Register) -> None:
 
     ``obj`` is a callable ``estimate(batch, config) -> AdvantageOutput`` (see the trainer's
     ``agentgym_core.rl`` module for the batch layout). ``agentgym_core.testing.check_estimator``
-    checks the contract.
+    checks the contract. An estimator whose baseline is the other samples of a task sets
+    ``obj.min_group_size`` (e.g. 2); the trainer then refuses a smaller ``rollout.group_size``.
     """
 
 

@@ -44,6 +44,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agentgym_core.model_server_errors import OpenAIError
 from agentgym_core.model_server_tokens import CONTROL_ROUTES, GENERATE_ROUTE, add_token_routes
 from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
 
@@ -193,20 +194,6 @@ class CompletionRequest(_SamplingFields):
         if self.logprobs not in (None, 0, False):
             return "logprobs", "logprobs are only supported on /v1/chat/completions"
         return super().unsupported()
-
-
-class OpenAIError(Exception):
-    """An error answered in OpenAI's JSON shape."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 error_type: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.type = error_type or ("invalid_request_error" if status < 500 else "server_error")
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-        return JSONResponse(body, status_code=self.status)
 
 
 # -- batching ------------------------------------------------------------------------------------

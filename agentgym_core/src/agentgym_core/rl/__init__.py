@@ -5,7 +5,8 @@
 
 Where things are: ``trainer.train`` (the loop, one function), ``losses`` (PPO clip, KL, entropy,
 value loss), ``estimator_api`` + ``checks`` (the estimator plugin contract and its checker),
-``forward`` (packed/padded per-token forward), ``update`` (epochs x mini-batches),
+``forward`` (packed/padded per-token forward), ``critic`` (GAE's value model: separate or on the
+policy's trunk), ``update`` (epochs x mini-batches),
 ``config`` (typed config), ``checkpoint``, ``tracking`` (metrics), ``batch`` (task order, tensors).
 """
 

@@ -10,7 +10,7 @@ import torch
 
 from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["RLBatch", "allocate_tasks", "build_batch", "step_seed", "tasks_for_step"]
+__all__ = ["RLBatch", "allocate_tasks", "build_batch", "step_seed", "tasks_for_step", "trainable_trajectories"]
 
 
 @dataclass
@@ -27,6 +27,20 @@ class RLBatch:
     @property
     def num_tokens(self) -> int:
         return int(sum(len(s) for s in self.sequences))
+
+
+def trainable_trajectories(trajectories: Sequence[Trajectory]) -> tuple[list[Trajectory], int]:
+    """The trajectories the loss may see, and how many were left out for an infrastructure failure.
+
+    A trajectory the environment broke (``failed``: an env error or a timeout in create/reset/step)
+    says nothing about the policy: training on it as a zero-reward episode would punish the
+    actions that happened to precede a server crash. Those are left out and counted. Trajectories
+    with no sampled token (cut before the model spoke) are left out too, uncounted: there is
+    nothing in them to train. Order is kept, so groups stay where they were.
+    """
+    kept = [t for t in trajectories if not t.failed and t.num_sampled_tokens > 0]
+    infra_failed = sum(1 for t in trajectories if t.failed)
+    return kept, infra_failed
 
 
 def build_batch(trajectories: Sequence[Trajectory]) -> RLBatch:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput, Estimator
+from agentgym_core.rl.estimator_api import (
+    AdvantageBatch,
+    AdvantageConfig,
+    AdvantageOutput,
+    Estimator,
+    min_group_size,
+)
 from agentgym_core.rl.rewards import place_rewards
 
 __all__ = ["EstimatorCheckError", "check_estimator"]
@@ -47,13 +53,23 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) 
     Rules: returns an :class:`AdvantageOutput` of (B, T) finite tensors; zero off the policy mask;
     inputs are not mutated; deterministic; inserting environment tokens between turns does not
     change any policy token's advantage (environment tokens are not steps); the outcome reward on
-    the last policy token changes the advantages (it is not masked away).
+    the last policy token changes the advantages (it is not masked away); a ``min_group_size``
+    attribute, when declared, is 1 or 2 (the example's groups have 2 samples; an
+    estimator that needs more cannot be checked on it).
     """
     config = config or AdvantageConfig()
     name = getattr(estimate, "__name__", repr(estimate))
 
     def fail(rule: str, fix: str) -> None:
         raise EstimatorCheckError(f"estimator {name!r}: {rule}. {fix}")
+
+    try:
+        needed = min_group_size(estimate)
+    except TypeError as exc:
+        raise EstimatorCheckError(str(exc)) from None
+    if needed > 2:
+        fail(f"declares min_group_size={needed}, but the conformance example has groups of 2 samples",
+             "Declare the smallest group the estimator gives non-zero advantages for (2 for a leave-one-out baseline).")
 
     batch = _example(with_env_tokens=True)
     before = {k: v.clone() for k, v in vars(batch).items() if isinstance(v, torch.Tensor)}

@@ -16,8 +16,9 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+import agentgym_core.rl.forward as forward
 from agentgym_core.finetune_options import WarmStartConfig
-from agentgym_core.rl.estimator_api import AdvantageConfig
+from agentgym_core.rl.estimator_api import AdvantageConfig, Estimator, min_group_size
 from agentgym_core.rl.losses import Aggregation, KLEstimator
 from agentgym_core.schedulers import RoundsConfig
 
@@ -34,6 +35,7 @@ __all__ = [
     "TrainConfig",
     "TrainerConfig",
     "apply_overrides",
+    "check_group_size",
     "load_config",
     "save_config",
 ]
@@ -108,6 +110,12 @@ class RolloutConfig(_Section):
         default_factory=dict, description="Extra options of the backend (e.g. max_batch_size)."
     )
     eval_temperature: float = Field(0.0, ge=0.0, description="Temperature at evaluation (0 = greedy).")
+    env_timeout_s: float = Field(
+        600.0, gt=0.0, description="Limit in seconds on one environment call (create/reset/step, HTTP read "
+        "included). A call that takes longer fails its trajectory as an infrastructure failure, which is left "
+        "out of the loss and counted in the 'infra_failed' metric. 600 as in the anchor's scripts; WebArena and "
+        "SciWorld steps can take tens of seconds under load.",
+    )
 
 
 class KLConfig(_Section):
@@ -121,9 +129,18 @@ class KLConfig(_Section):
 
 
 class CriticConfig(_Section):
-    """``algorithm.critic``: the value head GAE needs."""
+    """``algorithm.critic``: the critic GAE needs (see ``agentgym_core.rl.critic``)."""
 
-    enabled: bool = Field(False, description="Train a value head on the policy's last hidden state.")
+    enabled: bool = Field(False, description="Train a critic (value function); GAE needs one.")
+    kind: Literal["separate", "shared_trunk"] = Field(
+        "separate", description="'separate': a model of its own (a copy of the policy's trunk, or model_path) with a "
+        "value head; value-loss gradients never reach the policy. 'shared_trunk': a value head on the policy's last "
+        "hidden state; cheaper (no second model), but the value loss trains the policy's trunk too.",
+    )
+    model_path: str | None = Field(
+        None, description="separate critic only: named model or HF directory for its trunk, e.g. a smaller model of "
+        "the policy's family (it must use the policy's tokenizer). None: a copy of the policy's initial weights.",
+    )
     vf_coef: float = Field(0.5, ge=0.0, description="Weight of the value loss.")
     value_clip: float | None = Field(0.2, description="Clip range of the value update; None disables.")
 
@@ -138,6 +155,11 @@ class AlgorithmConfig(_Section):
     critic: CriticConfig = Field(default_factory=CriticConfig, description="Value head (GAE).")
     clip_low: float = Field(0.2, ge=0.0, description="PPO clip: ratio >= 1 - clip_low.")
     clip_high: float | None = Field(None, ge=0.0, description="PPO clip-higher: ratio <= 1 + clip_high (None: clip_low).")
+    clip_ratio_c: float | None = Field(
+        3.0, gt=1.0, description="PPO dual clip (Ye et al. 2020): on tokens with a negative advantage the loss is "
+        "capped at clip_ratio_c * |A|, so a ratio that ran far above 1 cannot blow the step up. 3.0 as in verl; "
+        "None disables.",
+    )
     loss_agg: Aggregation = Field("token_mean", description="token_mean, seq_mean_token_mean, seq_mean_token_sum_norm.")
     entropy_coef: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each step's batch.")
@@ -145,13 +167,29 @@ class AlgorithmConfig(_Section):
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient clipping; None disables.")
     packing: bool = Field(
         False, description="Pack several sequences per row (block-diagonal attention) in the update forward. "
-        "Off by default: on the shared 2-core CPU bench/train_step.py found no clear win over length-sorted "
-        "padded rows (0.64x in one run, 1.08x best-of-2 in another).",
+        "Needs transformers >= 4.53.1 and torch >= 2.6 (older ones would let packed sequences attend to each "
+        "other; the config refuses them). Off by default: on the shared 2-core CPU bench/train_step.py found no "
+        "clear win over length-sorted padded rows (0.64x in one run, 1.08x best-of-2 in another).",
     )
     micro_batch_tokens: int = Field(4096, ge=64, description="Tokens per forward/backward in the update.")
     drop_zero_advantage: bool = Field(
-        True, description="Skip trajectories whose advantages are all 0 (e.g. GRPO groups with equal rewards)."
+        False, description="Leave trajectories whose advantages are all 0 (e.g. GRPO groups whose rewards tie) out "
+        "of the update. Off by default, as in the anchor and verl: such rows carry no policy-gradient signal, but "
+        "they still carry the KL and entropy terms and count in the loss normaliser; dropping them removes the KL "
+        "pull on exactly the prompts the policy has settled on and changes the loss scale from step to step. On: "
+        "cheaper updates when many groups tie.",
     )
+
+    @model_validator(mode="after")
+    def _packing_needs_recent_transformers(self) -> AlgorithmConfig:
+        if self.packing:
+            problem = forward.packing_support_problem(forward.installed_version("transformers"),
+                                                      forward.installed_version("torch"))
+            if problem is not None:
+                raise ValueError(f"algorithm.packing=true is unsafe here: {problem}. Set algorithm.packing=false "
+                                 f"(padded rows give the same numbers), or upgrade: pip install "
+                                 f"'transformers>={forward.PACKING_MIN_TRANSFORMERS}' 'torch>={forward.PACKING_MIN_TORCH}'")
+        return self
 
     @model_validator(mode="after")
     def _gae_needs_critic(self) -> AlgorithmConfig:
@@ -299,6 +337,25 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+
+
+def check_group_size(config: TrainConfig, estimate: Estimator) -> None:
+    """Raise :class:`ConfigError` when ``rollout.group_size`` is below what the estimator needs.
+
+    GRPO and RLOO take their baseline from the other samples of the same task; with one sample per
+    task every advantage is 0 and the run would train nothing. Estimators declare the minimum as a
+    ``min_group_size`` attribute (see :mod:`agentgym_core.rl.estimator_api`); the core knows no names.
+    """
+    needed = min_group_size(estimate)
+    have = config.rollout.group_size
+    if have < needed:
+        name = config.algorithm.estimator
+        raise ConfigError(
+            f"rollout.group_size={have} but algorithm.estimator={name!r} needs at least {needed} samples per task "
+            f"(its baseline is the other samples of the same task; with fewer every advantage is 0 and nothing "
+            f"trains). Set rollout.group_size={max(needed, 4)} (the anchor uses 4-8), or pick an estimator that "
+            f"needs no group, e.g. algorithm.estimator=reinforce_pp."
+        )
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:

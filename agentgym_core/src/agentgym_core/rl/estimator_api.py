@@ -14,6 +14,14 @@ The trainer puts every reward on a policy token (see :func:`agentgym_core.rl.rew
 a per-turn reward on the last token of that turn, the outcome reward on the last token the policy
 sampled. So estimators never need to look at environment tokens, and none of the reward is lost
 under the mask (the anchor's GAE and REINFORCE++ lose it exactly there).
+
+An estimator whose baseline comes from the other samples of a task (GRPO, RLOO) declares how many
+it needs with a ``min_group_size`` attribute on the registered object (absent: 1)::
+
+    grpo.min_group_size = 2
+
+The trainer refuses a run whose ``rollout.group_size`` is smaller, at start, instead of training on
+advantages that are all 0.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["AdvantageBatch", "AdvantageConfig", "AdvantageOutput", "Estimator"]
+__all__ = ["AdvantageBatch", "AdvantageConfig", "AdvantageOutput", "Estimator", "min_group_size"]
 
 
 @dataclass
@@ -72,3 +80,16 @@ class AdvantageOutput:
 
 Estimator = Callable[[AdvantageBatch, AdvantageConfig], AdvantageOutput]
 """The signature of every registered advantage estimator."""
+
+
+def min_group_size(estimate: Estimator) -> int:
+    """Samples per task ``estimate`` needs for a non-zero advantage: its ``min_group_size`` attribute, else 1.
+
+    Raises ``TypeError`` when the attribute is there but is not an integer >= 1 (a plugin bug).
+    """
+    value = getattr(estimate, "min_group_size", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        name = getattr(estimate, "__name__", repr(estimate))
+        raise TypeError(f"estimator {name!r} declares min_group_size={value!r}; it must be an int >= 1 "
+                        "(the samples per task its baseline needs; 1 when it needs no group)")
+    return value

@@ -10,6 +10,11 @@ Both layouts give the same numbers; they differ in cost:
 * **padded**: one sequence per row, right-padded to the longest of its forward, with an
   attention mask. This is the plain baseline ``bench/train_step.py`` measures against.
 
+Packing needs transformers >= 4.53.1 and torch >= 2.6 (:func:`packing_support_problem`): older
+transformers build a plain causal mask from ``position_ids`` for the eager and SDPA attention used
+here, and with torch < 2.6 transformers drops the packed mask, so tokens would silently attend to
+the sequences packed before them. The config refuses ``algorithm.packing: true`` there.
+
 Rows go through the model in forwards of at most ``max_tokens`` (rows x width) tokens.
 
 In both, the LM head only runs on positions whose *next* token the policy sampled
@@ -24,12 +29,66 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import metadata
 
 import torch
 
+from agentgym_core.rl.critic import SeparateCritic, ValueHead
 from agentgym_core.rl.losses import entropy_from_logits
 
-__all__ = ["TokenStats", "ValueHead", "forward_tokens", "mixed_precision", "pack_bins"]
+__all__ = [
+    "PACKING_MIN_TORCH",
+    "PACKING_MIN_TRANSFORMERS",
+    "TokenStats",
+    "ValueHead",
+    "forward_tokens",
+    "installed_version",
+    "mixed_precision",
+    "pack_bins",
+    "packing_support_problem",
+]
+
+PACKING_MIN_TRANSFORMERS = "4.53.1"
+"""First transformers release whose mask builder (``masking_utils.find_packed_sequence_indices``, PR
+#39194, shipped in the 4.53.1 patch release; absent from 4.53.0) turns restarting ``position_ids``
+into a block-diagonal mask for eager and SDPA attention when no attention mask is given."""
+PACKING_MIN_TORCH = "2.6"
+"""transformers applies that packed mask only with torch >= 2.6 (``and_masks`` needs it) and
+otherwise falls back, silently, to a plain causal mask."""
+
+
+def installed_version(package: str) -> str | None:
+    """The installed distribution's version string, or None when it is not installed."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a version string like '4.53.1', '2.6.0+cpu' or '5.0.0rc1'."""
+    parts: list[int] = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits or 0))
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def packing_support_problem(transformers_version: str | None, torch_version: str | None) -> str | None:
+    """Why packed rows would attend across sequences with these versions, or None when packing is safe."""
+    if transformers_version is None:
+        return "transformers is not installed"
+    if _release(transformers_version) < _release(PACKING_MIN_TRANSFORMERS):
+        return (f"transformers {transformers_version} does not detect packed sequences from position_ids (it needs "
+                f">= {PACKING_MIN_TRANSFORMERS}), so packed rows would attend across sequences")
+    if torch_version is None or _release(torch_version) < _release(PACKING_MIN_TORCH):
+        return (f"transformers applies the packed-sequence mask only with torch >= {PACKING_MIN_TORCH} (installed: "
+                f"{torch_version}), so packed rows would attend across sequences")
+    return None
 
 
 def mixed_precision(mode: str, model: torch.nn.Module) -> contextlib.AbstractContextManager:
@@ -50,19 +109,6 @@ def mixed_precision(mode: str, model: torch.nn.Module) -> contextlib.AbstractCon
     else:
         raise ValueError(f"model.mixed_precision must be no, bf16 or auto; got {mode!r}")
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
-
-
-class ValueHead(torch.nn.Module):
-    """The critic for GAE: a linear map of the policy model's last hidden state to a scalar."""
-
-    def __init__(self, hidden_size: int) -> None:
-        super().__init__()
-        self.proj = torch.nn.Linear(hidden_size, 1)
-        torch.nn.init.zeros_(self.proj.weight)
-        torch.nn.init.zeros_(self.proj.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.proj(hidden.float()).squeeze(-1)
 
 
 @dataclass
@@ -103,13 +149,15 @@ def forward_tokens(
     packing: bool = True,
     max_tokens: int = 4096,
     with_entropy: bool = False,
-    value_head: ValueHead | None = None,
+    value_head: ValueHead | SeparateCritic | None = None,
     pad_token_id: int = 0,
 ) -> TokenStats:
     """Forward ``sequences`` (B lists of ids) through ``model``; stats on positions where ``mask`` is 1.
 
     ``mask`` is (B, T) with ``T >= max(len(seq))``. Gradients flow (call under ``torch.no_grad()``
-    for old/reference log-probs).
+    for old/reference log-probs). ``value_head`` (see :mod:`agentgym_core.rl.critic`): a
+    :class:`ValueHead` reads the policy's last hidden state (shared trunk); a :class:`SeparateCritic`
+    runs its own trunk on the same rows, so value gradients never reach ``model``.
     """
     B, T = mask.shape
     device = next(model.parameters()).device
@@ -154,8 +202,11 @@ def forward_tokens(
         if keep.numel() == 0:
             continue
         # use_cache=False: with a cache transformers skips packed-sequence detection (attention would leak).
-        out = model(input_ids=ids, logits_to_keep=keep, output_hidden_states=value_head is not None,
-                    use_cache=False, **kwargs)
+        shared_trunk = isinstance(value_head, ValueHead)
+        out = model(input_ids=ids, logits_to_keep=keep, output_hidden_states=shared_trunk, use_cache=False, **kwargs)
+        value_hidden = None  # (rows, width, H): the hidden states the value head reads
+        if value_head is not None:
+            value_hidden = out.hidden_states[-1] if shared_trunk else value_head.last_hidden(ids, **kwargs)
         logits = out.logits.float() / temperature  # (rows, K, V)
         logp_all = torch.log_softmax(logits, dim=-1)  # (rows, K, V)
         slot = torch.full((int(keep.max()) + 1,), -1, dtype=torch.long, device=device)
@@ -170,6 +221,6 @@ def forward_tokens(
             if entropy is not None:
                 entropy[i, local] = entropy_from_logits(logits[row, k])
             if values is not None:
-                hidden = out.hidden_states[-1][row, cols - 1]  # (n, H): state before token t
+                hidden = value_hidden[row, cols - 1]  # (n, H): state before token t
                 values[i, local] = value_head(hidden)
     return TokenStats(logprobs=logprobs, entropy=entropy, values=values)

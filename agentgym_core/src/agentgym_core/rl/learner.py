@@ -37,8 +37,9 @@ import torch
 from agentgym_core.rl.batch import RLBatch
 from agentgym_core.rl.checkpoint import load_policy_weights, load_trainer_state, rng_state, save_checkpoint
 from agentgym_core.rl.config import ConfigError, TrainConfig
+from agentgym_core.rl.critic import build_critic
 from agentgym_core.rl.distributed import DistContext
-from agentgym_core.rl.forward import TokenStats, ValueHead, forward_tokens, mixed_precision
+from agentgym_core.rl.forward import TokenStats, forward_tokens, mixed_precision
 from agentgym_core.rl.losses import kl_penalty
 from agentgym_core.rl.setup import build_optimizer
 from agentgym_core.rl.update import UpdateInputs, ppo_update
@@ -75,7 +76,8 @@ def master_weights(model: torch.nn.Module, config: TrainConfig) -> None:
 class Learner:
     """Policy, reference, critic, optimizer: see the module docstring."""
 
-    def __init__(self, config: TrainConfig, model: torch.nn.Module, *, ctx: DistContext | None = None) -> None:
+    def __init__(self, config: TrainConfig, model: torch.nn.Module, *, ctx: DistContext | None = None,
+                 vocab_size: int | None = None) -> None:
         self.config, self.ctx = config, ctx or DistContext(device=next(model.parameters()).device)
         alg = config.algorithm
         if self.ctx.distributed:
@@ -92,8 +94,9 @@ class Learner:
         self.reference: torch.nn.Module | None = None
         if alg.kl.coef > 0 and not config.model.lora.enabled:  # LoRA: the reference is the model with adapters off
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
-        hidden = model.get_output_embeddings().weight.shape[1]
-        self.value_head = ValueHead(hidden).to(self.device) if alg.critic.enabled else None
+        # The critic: its own model (separate, the default) or a head on the policy's trunk (rl/critic.py).
+        self.value_head = build_critic(alg.critic, model, model_config=config.model, vocab_size=vocab_size) \
+            if alg.critic.enabled else None
         if self.ctx.distributed:
             self._shard()
         policy_params = [p for p in self.model.parameters() if p.requires_grad]

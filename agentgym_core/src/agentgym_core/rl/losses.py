@@ -14,6 +14,11 @@ Aggregation (``agg``), the choice between token-level and sequence-level losses:
 
 When a mini-batch is split into micro-batches, pass the mini-batch's ``num_tokens`` /
 ``num_seqs`` so that accumulating micro-batch gradients equals one big step.
+
+Departures from the papers, for numerical safety: every log-ratio (new/old in the surrogate,
+ref/new in the KL) is clamped to [-20, 20] before ``exp`` (:func:`clamped_log_ratio`), so one
+token whose probability collapsed cannot turn the loss into inf/NaN; and the surrogate has PPO's
+dual clip (Ye et al. 2020) on negative advantages, on by default with ``clip_ratio_c = 3`` as in verl.
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ import torch
 __all__ = [
     "Aggregation",
     "KLEstimator",
+    "LOG_RATIO_BOUND",
     "aggregate",
+    "clamped_log_ratio",
+    "dual_clip",
     "entropy_from_logits",
     "kl_penalty",
     "masked_mean",
@@ -36,6 +44,35 @@ __all__ = [
 
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 KLEstimator = Literal["k1", "k2", "k3", "low_var_kl"]
+
+LOG_RATIO_BOUND = 20.0
+"""|log(p / q)| is clamped to this before ``exp``: e^20 ~ 5e8 is finite in fp32 and bf16, and any ratio
+beyond it is already clipped away by PPO or dominated by the KL clamp."""
+
+
+def clamped_log_ratio(logp: torch.Tensor, logq: torch.Tensor, bound: float = LOG_RATIO_BOUND) -> torch.Tensor:
+    """``log(p / q) = logp - logq`` clamped to [-bound, bound]; (B, T), (B, T) -> (B, T).
+
+    The clamp keeps ``exp`` of it finite; the gradient is 0 where it is active, as a token that far
+    from the old (or reference) policy carries no trustworthy signal.
+    """
+    return torch.clamp(logp - logq, -bound, bound)  # (B, T)
+
+
+def dual_clip(per_token: torch.Tensor, advantages: torch.Tensor, clip_ratio_c: float) -> torch.Tensor:
+    """PPO dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL").
+
+    For a negative advantage the clipped surrogate loss ``-min(r A, clip(r) A)`` grows without
+    bound as the ratio r grows; dual clip caps it at ``-c * A`` (c > 1)::
+
+        L = min(L_clip, -c * A)   where A < 0
+        L = L_clip                 where A >= 0
+
+    All (B, T) -> (B, T). At c * A the gradient is 0: a token the new policy made c times more
+    likely than the old one, while the advantage says it was bad, is not pushed further.
+    """
+    capped = torch.minimum(per_token, -clip_ratio_c * advantages)  # (B, T)
+    return torch.where(advantages < 0, capped, per_token)  # (B, T)
 
 
 def aggregate(
@@ -88,31 +125,40 @@ def policy_loss(
     *,
     clip_low: float = 0.2,
     clip_high: float | None = None,
+    clip_ratio_c: float | None = 3.0,
     agg: Aggregation = "token_mean",
     **agg_kwargs: float | None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped surrogate (Schulman et al. 2017), with optional asymmetric clip-higher (DAPO).
+    """PPO's clipped surrogate (Schulman et al. 2017), with optional asymmetric clip-higher (DAPO)
+    and dual clip (Ye et al. 2020).
 
-        ratio = exp(logp - logp_old)
+        ratio = exp(clamp(logp - logp_old, -20, 20))
         L     = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)
+        L     = min(L, -clip_ratio_c * A)   where A < 0   (dual clip; clip_ratio_c=None disables)
 
     ``clip_high=None`` uses ``clip_low`` (symmetric PPO). All tensors (B, T). Returns the scalar
-    loss and metrics: ``clip_frac`` (share of policy tokens where the clip was active) and
-    ``approx_kl`` (k3 estimate of KL(old || new) on policy tokens).
+    loss and metrics: ``clip_frac`` (share of policy tokens where the clip was active),
+    ``dual_clip_frac`` (share where the dual clip was) and ``approx_kl`` (k3 estimate of
+    KL(old || new) on policy tokens).
     """
     clip_high = clip_low if clip_high is None else clip_high
-    log_ratio = (logprobs - old_logprobs) * mask  # (B, T)
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (the dual clip caps the loss at c * |A|); got {clip_ratio_c}")
+    log_ratio = clamped_log_ratio(logprobs, old_logprobs) * mask  # (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)
     unclipped = -advantages * ratio  # (B, T)
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)  # (B, T)
-    per_token = torch.maximum(unclipped, clipped)  # (B, T)
+    single = torch.maximum(unclipped, clipped)  # (B, T)
+    per_token = dual_clip(single, advantages, clip_ratio_c) if clip_ratio_c is not None else single  # (B, T)
     loss = aggregate(per_token, mask, agg, **agg_kwargs)
     with torch.no_grad():
         m = mask > 0
         n = m.sum().clamp(min=1)
         clip_frac = ((clipped > unclipped) & m).sum() / n
+        dual_clip_frac = ((per_token < single) & m).sum() / n
         approx_kl = ((ratio - 1 - log_ratio) * m).sum() / n
-    return loss, {"clip_frac": float(clip_frac), "approx_kl": float(approx_kl)}
+    return loss, {"clip_frac": float(clip_frac), "dual_clip_frac": float(dual_clip_frac),
+                  "approx_kl": float(approx_kl)}
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: KLEstimator = "low_var_kl") -> torch.Tensor:
@@ -124,9 +170,10 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: KLEstim
         k2 = (log r)^2 / 2
         k3 = r - 1 - log r               unbiased, non-negative, low variance ("low_var_kl")
 
-    ``low_var_kl`` is k3 clamped to [-10, 10] as the anchor's recipe uses it. (B, T) -> (B, T).
+    ``log r`` is clamped to [-20, 20] first (:func:`clamped_log_ratio`), so ``exp`` in k3 stays
+    finite; ``low_var_kl`` is k3 clamped to [-10, 10] as the anchor's recipe uses it. (B, T) -> (B, T).
     """
-    log_r = ref_logprobs - logprobs  # (B, T)
+    log_r = clamped_log_ratio(ref_logprobs, logprobs)  # (B, T)
     if kind == "k1":
         return -log_r
     if kind == "k2":

@@ -43,7 +43,7 @@ class RolloutWorker:
         self.engines = {
             env.name: RolloutEngine(
                 backend, env.make_env, num_envs=env.config.max_concurrency, scheduler=scheduler, env_name=env.name,
-                config=EngineConfig(max_total_tokens=rollout.max_total_tokens,
+                config=EngineConfig(max_total_tokens=rollout.max_total_tokens, step_timeout_s=rollout.env_timeout_s,
                                     sampling=SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
                                                             max_new_tokens=rollout.max_new_tokens)))
             for env in envs

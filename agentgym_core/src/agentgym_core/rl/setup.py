@@ -37,7 +37,7 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None) -
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device) if device is None else torch.device(device)
-    model, tokenizer = load_pretrained(config.path, device=device, dtype=config.dtype)
+    model, tokenizer = load_pretrained(config.path, device=str(device), dtype=config.dtype)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if config.lora.enabled:
@@ -91,8 +91,11 @@ class EnvHandle:
 
 
 @contextlib.contextmanager
-def open_envs(pm: PluginManager, configs: list[EnvConfig]) -> Iterator[list[EnvHandle]]:
-    """Connect to each env's server; start one on loopback (in this process) when no URL is given."""
+def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float = 60.0) -> Iterator[list[EnvHandle]]:
+    """Connect to each env's server; start one on loopback (in this process) when no URL is given.
+
+    ``timeout_s`` limits one HTTP request (``rollout.env_timeout_s`` in the trainer).
+    """
     from agentgym_core.serving import serve_env
 
     with contextlib.ExitStack() as stack:
@@ -102,7 +105,7 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig]) -> Iterator[list[EnvH
             if url is None:
                 env_cls = pm.env_class(cfg.name)
                 url = stack.enter_context(serve_env(env_cls, cfg.env_kwargs, max_instances=max(64, cfg.max_concurrency)))
-            client = EnvClient(url)
+            client = EnvClient(url, timeout=timeout_s)
             stack.callback(client.close)
             catalog = client.tasks()
             train = cfg.train_tasks if cfg.train_tasks is not None else catalog.split(cfg.train_split)
@@ -161,7 +164,8 @@ def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: 
         if not tasks:
             continue
         engine_cfg = EngineConfig(sampling=sampling, max_turns=horizon,
-                                   max_total_tokens=config.rollout.max_total_tokens)
+                                  max_total_tokens=config.rollout.max_total_tokens,
+                                  step_timeout_s=config.rollout.env_timeout_s)
         bar = tqdm(total=len(tasks), desc=f"eval {env.name} (step {step})", unit="traj", leave=False,
                    disable=not progress, dynamic_ncols=True)
         def done(traj: Trajectory, bar: Any = bar, counts: list[int] = [0]) -> None:  # noqa: B006 - per env

@@ -32,9 +32,9 @@ import torch
 from tqdm import tqdm
 
 from agentgym_core.plugins import PluginManager, get_plugin_manager
-from agentgym_core.rl.batch import build_batch, step_seed
+from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
 from agentgym_core.rl.checkpoint import latest_checkpoint, set_rng_state
-from agentgym_core.rl.config import TrainConfig, save_config
+from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
 from agentgym_core.rl.distributed import broadcast_object, init_from_environment, spawn
 from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.learner import Learner
@@ -92,6 +92,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
     try:
         # ---- setup: plugins, policy, learner (reference, critic, optimizer) ------------------------
         estimate = pm.get("advantage_estimator", alg.estimator) if ctx.is_main else None
+        if estimate is not None:
+            check_group_size(cfg, estimate)  # GRPO/RLOO with one sample per task would train nothing
         scheduler = pm.get("round_scheduler", alg.rounds_ctrl.type)(alg.rounds_ctrl)
         checkpoint = latest_checkpoint(run_dir) if resume else None
         if resume and checkpoint is None:
@@ -104,7 +106,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
         # The rollout side samples from the learner's own module on one process; sharded learners
         # hand it a full copy of the initial weights, then new weights after every update.
         rollout_model = copy.deepcopy(model) if ctx.distributed and ctx.is_main else model
-        learner = Learner(cfg, model, ctx=ctx)  # the KL reference is taken from the initial weights here
+        learner = Learner(cfg, model, ctx=ctx, vocab_size=len(tokenizer))  # the KL reference is taken from the initial weights here
         learner.pad_token_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
         start_step = 0
         if checkpoint is not None:
@@ -120,7 +122,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             if ctx.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
                 backend, shares = make_backend(pm, cfg, rollout_model, tokenizer)
-                envs = stack.enter_context(open_envs(pm, cfg.envs))
+                envs = stack.enter_context(open_envs(pm, cfg.envs, timeout_s=cfg.rollout.env_timeout_s))
                 worker = RolloutWorker(cfg, envs, backend, scheduler=scheduler,
                                        receives_weights=ctx.distributed or not shares)
                 stack.callback(worker.close)
@@ -148,8 +150,10 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 rollout = worker.collect(step) if ctx.is_main else None
                 if ctx.is_main:
                     pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
-                trained = broadcast_object(
-                    [t for t in rollout.trajectories if t.num_sampled_tokens > 0] if ctx.is_main else None, ctx)
+                # Trajectories an env error or timeout broke are the infrastructure's failure, not the
+                # policy's: left out of the loss and counted.
+                trainable, infra_failed = trainable_trajectories(rollout.trajectories) if ctx.is_main else ([], 0)
+                trained = broadcast_object(trainable if ctx.is_main else None, ctx)
 
                 # ---- 3. rewards on policy tokens, old and reference log-probs (the learner) -----------
                 batch = build_batch(trained)
@@ -196,6 +200,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     "lr": learner.lr,
                     "trajectories": float(len(trajectories)),
                     "trained_trajectories": float(len(keep)),
+                    "infra_failed": float(infra_failed),
                     "sampled_tokens": float(scored.mask.sum()),
                     "entropy": float(masked_mean(scored.old.entropy, scored.mask)) if scored.old.entropy is not None
                     else 0.0,

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from agentgym_core.rl.config import AlgorithmConfig
+from agentgym_core.rl.critic import SeparateCritic, ValueHead
 from agentgym_core.rl.distributed import DistContext, all_reduce_stats, shard_rows
-from agentgym_core.rl.forward import ValueHead, forward_tokens
+from agentgym_core.rl.forward import forward_tokens
 from agentgym_core.rl.losses import aggregate, kl_penalty, policy_loss, value_loss
 
 __all__ = ["UpdateInputs", "ppo_update"]
@@ -59,7 +60,7 @@ def ppo_update(
     *,
     temperature: float,
     generator: torch.Generator,
-    value_head: ValueHead | None = None,
+    value_head: ValueHead | SeparateCritic | None = None,
     norm_length: int | None = None,
     pad_token_id: int = 0,
     ctx: DistContext | None = None,
@@ -68,9 +69,13 @@ def ppo_update(
     ctx = ctx or DistContext()
     B = len(inputs.sequences)
     lengths = [len(s) for s in inputs.sequences]
+    # A separate critic's gradients are clipped on their own (its value loss is not the policy's step);
+    # a shared-trunk head's share the policy's norm, as its loss flows through the same trunk.
+    critic_params = list(value_head.parameters()) if isinstance(value_head, SeparateCritic) else []
+    critic_ids = {id(p) for p in critic_params}
     # The optimizer's parameters, not model.parameters(): under FSDP2 the module may hold its
     # gathered (unsharded) parameters between passes, while gradients land on the sharded ones.
-    params = [p for group in optimizer.param_groups for p in group["params"]]
+    params = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in critic_ids]
     sums: dict[str, float] = {}
     n_steps = 0
     tokens = 0
@@ -103,7 +108,8 @@ def ppo_update(
                 logp = out.logprobs[:, : mask.shape[1]]
                 pg, pg_stats = policy_loss(
                     logp, inputs.old_logprobs[micro], inputs.advantages[micro], mask,
-                    clip_low=config.clip_low, clip_high=config.clip_high, agg=config.loss_agg, **agg_kw,
+                    clip_low=config.clip_low, clip_high=config.clip_high, clip_ratio_c=config.clip_ratio_c,
+                    agg=config.loss_agg, **agg_kw,
                 )
                 loss = pg
                 share = float(mask.sum()) / num_tokens  # this micro-batch's share of the metrics
@@ -134,6 +140,8 @@ def ppo_update(
                 grad_norm = torch.linalg.vector_norm(
                     torch.stack([p.grad.norm() for p in params if p.grad is not None]))
             stats["grad_norm"] = float(grad_norm)
+            if critic_params and config.max_grad_norm is not None:
+                stats["critic_grad_norm"] = float(torch.nn.utils.clip_grad_norm_(critic_params, config.max_grad_norm))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             for k, v in stats.items():

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentgym_backend_vllm.config import VllmBackendConfig
+from agentgym_core.rollout.backend import BackendCapabilities
 
 __all__ = ["make_backend"]
 
@@ -25,3 +26,10 @@ def make_backend(config: VllmBackendConfig | Mapping[str, Any] | None = None) ->
     from agentgym_backend_vllm.engine import VllmEngineBackend
 
     return VllmEngineBackend.from_config(config)
+
+
+# Both modes keep their own copy of the policy (never the trainer's module) and take new weights
+# through load_weights after every update; prompts join a running batch; prefix caching plays the
+# part of sessions.
+make_backend.capabilities = BackendCapabilities(  # type: ignore[attr-defined]
+    shares_trainer_module=False, sessions=True, continuous_batching=True, weight_sync="load_weights")

@@ -7,8 +7,8 @@ For trajectory i of a group G (samples of the same task), with score s_i = the s
 
 A_i is given to every policy token of trajectory i. ``std`` is the unbiased sample std, as in
 the reference implementations. Departures: a group of one sample gets advantage 0 (there is no
-baseline); per-turn rewards enter only through the score s_i (GRPO is an outcome-level estimator),
-so use ``reinforce_pp`` or ``gae`` to credit turns separately. Dr. GRPO (Liu et al. 2025) also
+baseline), so ``grpo.min_group_size = 2`` makes the trainer refuse ``rollout.group_size: 1``;
+per-turn rewards enter only through the score s_i (GRPO is an outcome-level estimator), so use ``reinforce_pp`` or ``gae`` to credit turns separately. Dr. GRPO (Liu et al. 2025) also
 changes the loss aggregation; pick ``loss_agg: seq_mean_token_sum_norm`` in the policy loss for that.
 """
 
@@ -36,3 +36,6 @@ def grpo(batch: AdvantageBatch, config: AdvantageConfig) -> AdvantageOutput:
     advantage = torch.where(counts > 1, advantage, torch.zeros_like(advantage))
     advantages = advantage[:, None] * mask  # (B, T)
     return AdvantageOutput(advantages=advantages, returns=advantages.clone())
+
+
+grpo.min_group_size = 2  # type: ignore[attr-defined]  # the baseline is the rest of the group
