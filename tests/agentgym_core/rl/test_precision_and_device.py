@@ -1,0 +1,99 @@
+"""Master weights, and the learner on CUDA (tests marked ``gpu`` skip without a CUDA device)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from agentgym_core.rl.config import load_config
+from agentgym_core.rl.learner import Learner, master_weights
+
+
+def _config(*overrides: str):
+    return load_config(None, ["envs=[{name: word}]", "trainer.progress=false", *overrides])
+
+
+def test_bf16_weights_become_float32_masters():
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, _ = tiny_chat_model(seed=0)
+    model.to(torch.bfloat16)
+    learner = Learner(_config("algorithm.kl.coef=0.01"), model)
+    assert {p.dtype for p in learner.model.parameters()} == {torch.float32}
+    assert all(p.dtype == torch.float32 for group in learner.optimizer.param_groups for p in group["params"])
+
+
+def test_bf16_optimizer_weights_only_when_asked_by_name_and_with_a_warning():
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, _ = tiny_chat_model(seed=0)
+    model.to(torch.bfloat16)
+    with pytest.warns(UserWarning, match="low_precision_params"):
+        master_weights(model, _config("optim.low_precision_params=true"))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        master_weights(model, _config())  # the default: silently float32
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_adamw_on_bf16_weights_barely_moves_them():
+    """Why masters matter: at lr 1e-6 most bf16 weights do not change at all after AdamW steps."""
+    torch.manual_seed(0)
+    start = torch.randn(4096)
+    changed = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        w = torch.nn.Parameter(start.to(dtype))
+        opt = torch.optim.AdamW([w], lr=1e-6, weight_decay=0.0)
+        for _ in range(5):
+            w.grad = torch.ones_like(w)
+            opt.step()
+        changed[dtype] = float((w.detach() != start.to(dtype)).float().mean())
+    assert changed[torch.float32] == 1.0
+    assert changed[torch.bfloat16] < 0.2  # most bf16 weights never moved
+
+
+@pytest.mark.gpu
+def test_rl_and_sft_steps_on_cuda(tmp_path):
+    """One RL step and one SFT step with the model and every batch tensor on CUDA."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from learner_ranks import run, train_lines
+
+    run(str(tmp_path / "run"), ["trainer.steps=1", "model.device=cuda"])
+    assert train_lines(tmp_path / "run")[0]["sampled_tokens"] > 0
+
+
+@pytest.mark.gpu
+def test_qwen2_5_1_5b_config_trains_one_bf16_mixed_precision_step_with_float32_masters():
+    """A randomly initialised model of Qwen2.5-1.5B's shape (no hub on the GPU machine): one update."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from agentgym_core.rl.update import UpdateInputs
+
+    config = Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
+                         tie_word_embeddings=True, rope_theta=1e6)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).cuda()
+    learner = Learner(_config("model.mixed_precision=bf16", "algorithm.kl.coef=0", "optim.lr=1e-5"), model)
+    assert {p.dtype for p in learner.model.parameters()} == {torch.float32}
+    before = {n: p.detach().clone() for n, p in learner.model.named_parameters() if "layers.0." in n}
+    T = 256
+    seqs = [torch.randint(0, 151936, (T,)).tolist() for _ in range(4)]
+    mask = torch.zeros(4, T, device="cuda")
+    mask[:, T // 2:] = 1
+    inputs = UpdateInputs(sequences=seqs, mask=mask, advantages=torch.randn(4, 1, device="cuda").expand(4, T) * mask,
+                          returns=torch.zeros(4, T, device="cuda"), old_logprobs=torch.full((4, T), -12.0, device="cuda"))
+    metrics = learner.update(inputs, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert metrics["grad_norm"] > 0
+    after = dict(learner.model.named_parameters())
+    assert any(not torch.equal(before[n], after[n].detach()) for n in before)
+    print(f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
