@@ -45,7 +45,7 @@ def test_adamw_on_bf16_weights_barely_moves_them():
     start = torch.randn(4096)
     changed = {}
     for dtype in (torch.float32, torch.bfloat16):
-        w = torch.nn.Parameter(start.to(dtype))
+        w = torch.nn.Parameter(start.to(dtype).clone())
         opt = torch.optim.AdamW([w], lr=1e-6, weight_decay=0.0)
         for _ in range(5):
             w.grad = torch.ones_like(w)
