@@ -87,13 +87,14 @@ class Learner:
             if alg.critic.enabled:
                 raise ConfigError("trainer.learners > 1 with a critic (GAE) is not supported yet: "
                                   "use grpo/rloo/reinforce_pp, or trainer.learners=1")
+        self.reference: torch.nn.Module | None = None
+        if alg.kl.coef > 0 and not config.model.lora.enabled:  # LoRA: the reference is the model with adapters off
+            # Copied before the masters are made: a frozen reference keeps the dtype it was loaded in.
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         master_weights(model, config)
         self.model = model
         self.device = next(model.parameters()).device
         self.pad_token_id = 0
-        self.reference: torch.nn.Module | None = None
-        if alg.kl.coef > 0 and not config.model.lora.enabled:  # LoRA: the reference is the model with adapters off
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         # The critic: its own model (separate, the default) or a head on the policy's trunk (rl/critic.py).
         self.value_head = build_critic(alg.critic, model, model_config=config.model, vocab_size=vocab_size) \
             if alg.critic.enabled else None
