@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from agentgym_core import commands
+from agentgym_core.env import EnvError
 from agentgym_core.plugins import PluginError
 
 EPILOG = """\
@@ -49,15 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]  # `train R.yaml --print-config key=value`: still overrides
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
-    except (PluginError, ValueError, FileNotFoundError) as exc:
-        print(f"agentgym: error: {exc}", file=sys.stderr)
+    except (PluginError, ValueError, FileNotFoundError, EnvError) as exc:
+        # Setup errors (bad names, options, files, an unreachable server) end as one line that says the fix.
+        print(f"agentgym: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -33,6 +33,8 @@ from agentgym_core.rl.config import (
     RolloutConfig,
     _check_keys,
     apply_overrides,
+    read_recipe,
+    validation_message,
 )
 
 __all__ = [
@@ -141,19 +143,13 @@ class CollectConfig(_Section):
 
 def load_finetune_config(path: str | Path | None, overrides: list[str] | None = None) -> FinetuneConfig:
     """Read a fine-tuning YAML recipe, apply ``a.b=value`` overrides, validate (errors say the fix)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist; see examples/*_sft_*.yaml") from None
+    data = read_recipe(path) if path is not None else {}
     data = apply_overrides(data, list(overrides or []))
     _check_keys(FinetuneConfig, data, "")
     try:
         return FinetuneConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+        raise ConfigError(validation_message(exc)) from None
 
 
 def save_finetune_config(config: FinetuneConfig, path: str | Path) -> None:

@@ -36,6 +36,7 @@ from agentgym_core.rl.config import TrainConfig, save_config
 from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.forward import ValueHead, forward_tokens, mixed_precision
 from agentgym_core.rl.losses import kl_penalty, masked_mean
+from agentgym_core.rl.plugin_options import bind_plugin_options
 from agentgym_core.rl.setup import build_optimizer, evaluate, load_policy, make_backend, open_envs, summarize
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.update import UpdateInputs, ppo_update
@@ -63,6 +64,7 @@ def train(
     ``stop_after`` ends the run after that many steps of this call, as a kill would (tests).
     """
     pm = plugin_manager or get_plugin_manager()
+    config = bind_plugin_options(config, pm)  # estimator/scheduler plugins get their own typed options
     cfg, alg = config, config.algorithm
     run_dir = Path(cfg.trainer.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
