@@ -187,7 +187,7 @@ class TrainerConfig(_Section):
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps (the last step is always saved).")
     keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk.")
     save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
-    tensorboard: bool = Field(True, description="Also log to TensorBoard when it is installed.")
+    tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")
 

@@ -226,6 +226,7 @@ def train(
                 "lr": lr_schedule.get_last_lr()[0],
                 "trajectories": float(len(trajectories)),
                 "trained_trajectories": float(len(keep)),
+                "skipped_update": float(not keep),  # every group tied: no advantage, no optimizer step
                 "sampled_tokens": float(batch.mask.sum()),
                 "entropy": float(masked_mean(old.entropy, batch.mask)) if old.entropy is not None else 0.0,
                 "kl": float(masked_mean(token_kl, batch.mask)) if ref_logprobs is not None else 0.0,
@@ -241,7 +242,8 @@ def train(
             scheduler.update(step, metrics)
             writer.write(step + 1, metrics)
             bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
-                            turns=f"{metrics['turns']:.1f}", horizon=horizon)
+                            turns=f"{metrics['turns']:.1f}", horizon=horizon,
+                            **({"update": "skipped (groups tied)"} if not keep else {}))
             if cfg.trainer.save_trajectories:
                 traj_dir = run_dir / "trajectories"
                 traj_dir.mkdir(exist_ok=True)
