@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -27,7 +28,26 @@ examples:
   agentgym train examples/babyai_grpo_cpu.yaml
   agentgym serve-model smollm2-135m-instruct --port 8001   OpenAI-compatible API
   agentgym view runs/my_run                                 replay a run in the browser
+
+CPU threads: torch uses half the CPUs this process may run on (at least 1) unless you set
+OMP_NUM_THREADS, --threads N (eval, collect, serve-model) or model.threads: N (train). With
+another CPU-bound job on a 2-core machine, 2 threads generated x2.3 slower than 1
+(bench/threads.py), while alone 2 threads were at most x1.3 faster.
 """
+
+
+def default_threads() -> int:
+    """torch's CPU threads when nothing sets them: half the CPUs this process may use, at least 1.
+
+    torch's own default is one thread per core; when another job holds a core, those threads wait
+    for each other at every operator (bench/threads.py measured generation x2.3 slower at 2 threads
+    than at 1 on a 2-core machine with one competing job).
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // 2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", str(default_threads()))  # read by torch when it is first imported
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):

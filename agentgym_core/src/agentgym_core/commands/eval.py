@@ -38,7 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--num-envs", type=int, default=16, help="environment instances in flight")
     parser.add_argument("--env-url", default=None, help="evaluate against a running env server")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda (local backends)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (local backends)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: half the CPUs, at least 1, or $OMP_NUM_THREADS; 1 is fastest when "
+                             "other jobs share the CPU)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--out", dest="out_dir", default=None, help="run directory (default runs/eval-ENV-TIME)")
     parser.set_defaults(func=run)

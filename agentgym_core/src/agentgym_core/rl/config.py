@@ -67,7 +67,8 @@ class ModelConfig(_Section):
     path: str = Field("smollm2-135m-instruct", description="Named model, .gguf file or HF model directory.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Training dtype.")
     device: str = Field("auto", description="'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:1'.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: torch's default).")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: under `agentgym`, half the CPUs "
+                                "or $OMP_NUM_THREADS; 1 is fastest when other jobs share the CPU).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     mixed_precision: Literal["no", "bf16", "auto"] = Field(
         "no", description="Run training forwards/backwards under bfloat16 autocast (weights and optimizer stay in "
