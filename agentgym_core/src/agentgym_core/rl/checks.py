@@ -49,7 +49,7 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) 
     change any policy token's advantage (environment tokens are not steps); the outcome reward on
     the last policy token changes the advantages (it is not masked away).
     """
-    config = config or AdvantageConfig()
+    config = config or getattr(estimate, "options_model", AdvantageConfig)()  # a plugin's own options, defaults
     name = getattr(estimate, "__name__", repr(estimate))
 
     def fail(rule: str, fix: str) -> None:
