@@ -186,7 +186,9 @@ class TrainerConfig(_Section):
     eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps (the last step is always saved).")
-    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk.")
+    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are "
+                                  "deleted. One SmolLM2-135M checkpoint is 1.6 GB (542 MB weights + 1,076 MB AdamW "
+                                  "state; bench/checkpoint_size.py).")
     save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
     tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
