@@ -144,3 +144,12 @@ def test_overrides_after_print_config_apply(capsys, tmp_path):
         main(["train", str(path), "--print-config", "--bogus"])
     assert exit_info.value.code == 2
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_env_kwargs_that_are_not_a_json_object_show_the_expected_form(capsys):
+    for text, problem in (("{x", "not valid JSON"), ("[1]", "expected a JSON object")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["eval", "--env", "guess", "--env-kwargs", text])
+        assert exit_info.value.code == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert problem in last and '{"max_turns": 20}' in last
