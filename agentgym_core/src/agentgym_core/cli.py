@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
 
 from agentgym_core import commands
+from agentgym_core.env import EnvError
 from agentgym_core.plugins import PluginError
 
 EPILOG = """\
@@ -26,7 +28,26 @@ examples:
   agentgym train examples/babyai_grpo_cpu.yaml
   agentgym serve-model smollm2-135m-instruct --port 8001   OpenAI-compatible API
   agentgym view runs/my_run                                 replay a run in the browser
+
+CPU threads: torch uses half the CPUs this process may run on (at least 1) unless you set
+OMP_NUM_THREADS, --threads N (eval, collect, serve-model) or model.threads: N (train). With
+another CPU-bound job on a 2-core machine, 2 threads generated x2.3 slower than 1
+(bench/threads.py), while alone 2 threads were at most x1.3 faster.
 """
+
+
+def default_threads() -> int:
+    """torch's CPU threads when nothing sets them: half the CPUs this process may use, at least 1.
+
+    torch's own default is one thread per core; when another job holds a core, those threads wait
+    for each other at every operator (bench/threads.py measured generation x2.3 slower at 2 threads
+    than at 1 on a 2-core machine with one competing job).
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // 2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,16 +69,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", str(default_threads()))  # read by torch when it is first imported
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]  # `train R.yaml --print-config key=value`: still overrides
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
-    except (PluginError, ValueError, FileNotFoundError) as exc:
-        print(f"agentgym: error: {exc}", file=sys.stderr)
+    except (PluginError, ValueError, FileNotFoundError, EnvError) as exc:
+        # Setup errors (bad names, options, files, an unreachable server) end as one line that says the fix.
+        print(f"agentgym: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

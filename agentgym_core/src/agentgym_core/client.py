@@ -30,7 +30,7 @@ from agentgym_core.env import (
     TaskCatalog,
 )
 
-__all__ = ["EnvClient", "HTTPEnv", "RemoteError"]
+__all__ = ["EnvClient", "HTTPEnv", "RemoteError", "ServerUnreachableError"]
 
 
 class RemoteError(EnvError):
@@ -39,6 +39,24 @@ class RemoteError(EnvError):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(f"{message} (HTTP {status} {code})")
         self.status, self.code, self.message = status, code, message
+
+
+class ServerUnreachableError(EnvError):
+    """No answer from the environment server (refused, timed out, unknown host); the message says what to check."""
+
+    def __init__(self, base_url: str, exc: Exception) -> None:
+        text = str(exc).lower()
+        if isinstance(exc, requests.Timeout):
+            reason = "no answer in time"
+        elif "refused" in text:
+            reason = "connection refused"
+        elif "name or service not known" in text or "nodename nor servname" in text or "resolve" in text:
+            reason = "unknown host"
+        else:
+            reason = type(exc).__name__
+        super().__init__(f"cannot reach the environment server at {base_url} ({reason}); is `agentgym serve ENV` "
+                         "running there? Start it, or fix the URL (--env-url, or envs[].url in a recipe)")
+        self.base_url, self.reason = base_url, reason
 
 
 class _RemoteEpisodeEnded(RemoteError, EpisodeEndedError):
@@ -90,7 +108,7 @@ class EnvClient:
                 break
             except (requests.ConnectionError, requests.Timeout) as exc:
                 if attempt + 1 == attempts or isinstance(exc, requests.ReadTimeout) and not idempotent:
-                    raise EnvError(f"cannot reach the environment server at {self.base_url}: {exc}") from exc
+                    raise ServerUnreachableError(self.base_url, exc) from exc
                 time.sleep(min(2.0, 0.1 * 2**attempt))
         if response.status_code >= 400:
             raise self._error(response)

@@ -18,6 +18,8 @@ Conventions (checked by :func:`agentgym_core.testing.check_env`):
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import re
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -32,6 +34,7 @@ __all__ = [
     "ResetResult",
     "StepResult",
     "TaskCatalog",
+    "check_env_options",
     "parse_react_action",
 ]
 
@@ -189,3 +192,37 @@ class Env(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, default is a no-op
         """Free resources. Must be idempotent."""
+
+
+def check_env_options(env_cls: type[Env], options: dict[str, Any], *, where: str = "env_kwargs") -> None:
+    """Raise ValueError before any episode when ``options`` do not fit ``env_cls``'s constructor.
+
+    An unknown name gets "did you mean"; a missing required argument is named. Then, when options
+    are given, the constructor is called once with them (and the instance closed), so a value it
+    rejects (or a ``**options`` constructor's own check) fails here instead of in every episode. ``where`` names the setting in the message
+    (``--env-kwargs``, ``envs[0].env_kwargs``).
+    """
+    if not isinstance(options, dict):
+        raise ValueError(f"{where} must be a JSON/YAML object of constructor options, got {options!r}")
+    label = getattr(env_cls, "name", "") or env_cls.__name__
+    try:
+        params = inspect.signature(env_cls).parameters
+    except (TypeError, ValueError):  # no signature to read: let the constructor judge
+        params = None
+    if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        accepted = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        for key in options:
+            if key not in accepted:
+                close = difflib.get_close_matches(str(key), accepted, n=1, cutoff=0.5)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"{where}: environment {label!r} takes no option {key!r}.{hint} "
+                                 f"Its options: {', '.join(accepted) or 'none'}.")
+        missing = [n for n in accepted if params[n].default is inspect.Parameter.empty and n not in options]
+        if missing:
+            raise ValueError(f"{where}: environment {label!r} needs the option {missing[0]!r}; add it")
+    if options:  # the values: only the constructor knows what it accepts
+        try:
+            probe = env_cls(**options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        probe.close()

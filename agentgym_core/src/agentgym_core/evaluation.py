@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentgym_core.env import Env
+from agentgym_core.env import Env, check_env_options
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
@@ -143,11 +143,16 @@ def _make_env_factory(config: EvalConfig) -> tuple[Callable[[], Env], Any]:
     if config.env_url:
         from agentgym_core.client import EnvClient, HTTPEnv
 
+        if config.env_options:
+            raise ValueError("--env-kwargs configures an in-process environment; with --env-url, pass them to "
+                             "the server instead: agentgym serve ENV --env-kwargs '{...}'")
         client = EnvClient(config.env_url, timeout=config.step_timeout_s)
         return (lambda: HTTPEnv(client=client, env=config.env)), client.tasks()
     from agentgym_core.plugins import get_plugin_manager
 
-    env_cls = get_plugin_manager().env_class(config.env).configured(**config.env_options)
+    env_cls = get_plugin_manager().env_class(config.env)
+    check_env_options(env_cls, config.env_options, where="--env-kwargs")  # not one env_error per trajectory
+    env_cls = env_cls.configured(**config.env_options)
     return (lambda: env_cls(**config.env_options)), env_cls.tasks()
 
 

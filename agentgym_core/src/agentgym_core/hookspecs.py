@@ -59,6 +59,9 @@ def agentgym_register_advantage_estimators(register: Register) -> None:
     ``agentgym_core.rl`` module for the batch layout). ``agentgym_core.testing.check_estimator``
     checks the contract. An estimator whose baseline is the other samples of a task sets
     ``obj.min_group_size`` (e.g. 2); the trainer then refuses a smaller ``rollout.group_size``.
+    Options of its own: set ``estimate.options_model`` to a subclass of
+    ``AdvantageConfig`` with typed fields; the recipe's ``algorithm.advantage`` is checked against
+    it and ``config`` is an instance of it (``agentgym_core.rl.plugin_options``).
     """
 
 
@@ -82,7 +85,9 @@ def agentgym_register_round_schedulers(register: Register) -> None:
     (``agentgym_core.schedulers``). The scheduler's ``horizon(step)`` returns the maximum number of
     turns per trajectory at a training step (ScalingInter-RL grows it in stages);
     ``update(step, metrics)`` lets adaptive schedules react to training success; ``state_dict()``
-    and ``load_state_dict(state)`` make a resumed run continue exactly where it stopped.
+    and ``load_state_dict(state)`` make a resumed run continue exactly where it stopped. Options of
+    its own: set ``make_scheduler.options_model`` to a subclass of ``RoundsConfig``; the recipe's
+    ``algorithm.rounds_ctrl`` is checked against it and passed as an instance of it.
     """
 
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import shlex
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -33,7 +35,9 @@ __all__ = [
     "PluginManager",
     "Registration",
     "UnknownNameError",
+    "checkout_root",
     "get_plugin_manager",
+    "install_hint",
     "reset_plugin_manager",
 ]
 
@@ -43,19 +47,44 @@ DEFAULT_PLUGINS: tuple[str, ...] = ("agentgym_core.builtin",)
 """Modules shipped with the core, registered like any other plugin (name = last dotted part)."""
 
 KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
-    ("env", "babyai"): "babyai",
-    ("env", "textcraft"): "textcraft",
-    ("env", "sciworld"): "sciworld",
-    ("env", "search"): "search",
-    ("env", "webarena"): "webarena",
-    ("rollout_backend", "transformers"): "transformers",
-    ("rollout_backend", "openai"): "openai",
-    ("advantage_estimator", "gae"): "estimators",
-    ("advantage_estimator", "grpo"): "estimators",
-    ("advantage_estimator", "rloo"): "estimators",
-    ("advantage_estimator", "reinforce_pp"): "estimators",
+    ("env", "babyai"): "agentgym_env_babyai",
+    ("env", "textcraft"): "agentgym_env_textcraft",
+    ("env", "sciworld"): "agentgym_env_sciworld",
+    ("env", "search"): "agentgym_env_search",
+    ("env", "webarena"): "agentgym_env_webarena",
+    ("rollout_backend", "transformers"): "plugins/agentgym_backend_transformers",
+    ("rollout_backend", "openai"): "plugins/agentgym_backend_openai",
+    ("advantage_estimator", "gae"): "plugins/agentgym_estimators",
+    ("advantage_estimator", "grpo"): "plugins/agentgym_estimators",
+    ("advantage_estimator", "rloo"): "plugins/agentgym_estimators",
+    ("advantage_estimator", "reinforce_pp"): "plugins/agentgym_estimators",
 }
-"""(kind, name) of things first-party packages provide -> the `agentgym[extra]` that installs it."""
+"""(kind, name) of things first-party packages provide -> that package's folder in the agentgym checkout.
+
+These packages are not on the public index (the name ``agentgym`` there is an unrelated project),
+so the hint installs the folder: see :func:`install_hint`.
+"""
+
+
+def checkout_root() -> Path | None:
+    """The agentgym checkout this core was installed from (editable install), or None."""
+    import agentgym_core
+
+    root = Path(agentgym_core.__file__).resolve().parents[3]  # <root>/agentgym_core/src/agentgym_core/
+    return root if (root / "agentgym_core" / "pyproject.toml").is_file() else None
+
+
+def install_hint(folder: str) -> str:
+    """The command that installs the first-party package in ``folder`` of the agentgym checkout.
+
+    With an editable core the checkout is known and the path is absolute (it works from any
+    directory); otherwise the command is relative to a checkout's root. The command is in
+    backticks, so it stands apart from the sentence around it.
+    """
+    root = checkout_root()
+    if root is not None and (root / folder / "pyproject.toml").is_file():
+        return f"`pip install -e {shlex.quote(str(root / folder))}`"
+    return f"`pip install -e ./{folder}` (in a checkout of agentgym; scripts/install.sh installs every package)"
 
 _KIND_LABELS = {
     "env": "environment",
@@ -240,9 +269,10 @@ class PluginManager:
         if close:
             parts.append("Did you mean " + " or ".join(repr(c) for c in close) + "?")
         parts.append(f"Installed {label}s: {', '.join(known) if known else 'none'}.")
-        extra = KNOWN_PROVIDERS.get((kind, name))
-        if extra is not None:
-            parts.append(f"{name!r} is provided by a separate package: pip install 'agentgym[{extra}]'.")
+        folder = KNOWN_PROVIDERS.get((kind, name))
+        if folder is not None:
+            package = folder.rsplit("/", 1)[-1].replace("_", "-")
+            parts.append(f"{name!r} is provided by agentgym's package {package}; install it with {install_hint(folder)}.")
         else:
             parts.append("Is the package that provides it installed? `agentgym plugins` lists what is loaded.")
         broken = self.broken_plugins()

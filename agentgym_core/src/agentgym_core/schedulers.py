@@ -38,7 +38,9 @@ __all__ = [
 class RoundsConfig(BaseModel):
     """``algorithm.rounds_ctrl``: the turn-horizon schedule (keys as in AgentGym-RL)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Extra keys are kept until the named plugin is known; rl.plugin_options then checks them against
+    # the plugin's ``options_model`` (a subclass of this class), with "did you mean" for typos.
+    model_config = ConfigDict(extra="allow")
 
     type: str = Field("fixed", description="Scheduler name: fixed, scaling_inter_stepwise, adaptive, or a plugin's.")
     rounds: int | list[int] = Field(

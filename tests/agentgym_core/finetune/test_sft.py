@@ -55,6 +55,8 @@ def test_sft_learns_the_expert_and_saves_an_rl_checkpoint(tmp_path, tiny, guess_
     after = _nll(model, examples)
     assert after < before - 0.5, (before, after)
     assert result.steps == 9 and result.checkpoint is not None and result.checkpoint.name == "step_000009"
+    # Saved at steps 2, 4, 6, 8 and 9; trainer.keep_checkpoints (default 2) keeps the newest two.
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step_*")) == ["step_000008", "step_000009"]
     assert (result.checkpoint / "DONE").exists() and (result.model_path / "config.json").exists()
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == list(range(1, 10))
@@ -141,6 +143,9 @@ def test_warm_start_inside_an_rl_recipe(tmp_path):
     fresh, tokenizer = tiny_chat_model(seed=0)
     again = train(config2, resume=True, plugin_manager=pm, model=fresh, tokenizer=tokenizer)
     assert again["eval_sft"] == results["eval_sft"] and again["eval_base"] == results["eval_base"]
+    # On disk: the warm start's one checkpoint, and RL's newest keep_checkpoints (2) of its own.
+    assert [p.name for p in (run / "warm_start" / "checkpoints").glob("step_*")] == ["step_000001"]
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000002"]
 
 
 def test_warm_start_needs_data_or_expert():

@@ -51,10 +51,13 @@ def test_recipes_in_examples_validate():
         (load_config if recipe_kind(recipe) == "rl" else load_finetune_config)(recipe)
 
 
-def test_train_command_dispatches_on_the_recipe_kind(capsys):
+def test_train_command_dispatches_on_the_recipe_kind(capsys, pm):
     from pathlib import Path
 
     from agentgym_core.cli import main
+    from agentgym_core.plugins import reset_plugin_manager
+
+    reset_plugin_manager(pm)  # --print-config looks the estimator up
 
     examples = Path(__file__).parents[3] / "examples"
     assert main(["train", str(examples / "babyai_sft_cpu.yaml"), "--print-config"]) == 0
@@ -63,3 +66,4 @@ def test_train_command_dispatches_on_the_recipe_kind(capsys):
     assert "algorithm:" in capsys.readouterr().out
     assert main(["train", str(examples / "babyai_grpo_cpu.yaml"), "kind=ppo"]) == 2
     assert "unknown recipe kind 'ppo'" in capsys.readouterr().err
+    reset_plugin_manager(None)

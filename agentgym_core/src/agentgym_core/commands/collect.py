@@ -31,7 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128, help="model policy: per-turn generation cap")
     parser.add_argument("--num-envs", type=int, default=8, help="model policy: environment instances in flight")
     parser.add_argument("--device", default="auto", help="model policy: auto, cpu or cuda")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: half the CPUs, at least 1, or $OMP_NUM_THREADS; 1 is fastest when "
+                             "other jobs share the CPU)")
     parser.add_argument("--seed", type=int, default=0, help="seed of task order and sampling")
     parser.set_defaults(func=run)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from agentgym_core.commands._table import format_table
-from agentgym_core.plugins import get_plugin_manager
+from agentgym_core.plugins import get_plugin_manager, install_hint
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
             splits, categories = f"error: {exc}", "?"
         rows.append((name, splits, categories, registration.package, registration.summary))
     if not rows:
-        print("No environments installed. Install one, e.g.: pip install 'agentgym[babyai]'")
+        print(f"No environments installed. Install one, e.g. BabyAI: {install_hint('agentgym_env_babyai')}")
     else:
         print(format_table(["env", "splits", "categories", "package", "summary"], rows))
     for plugin in manager.broken_plugins():

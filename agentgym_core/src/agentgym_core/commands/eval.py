@@ -9,6 +9,17 @@ import sys
 from agentgym_core.commands._table import format_table
 
 
+def json_object(text: str) -> dict:
+    """``--env-kwargs``: a JSON object, or an argparse error that shows the expected form."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg}); write e.g. '{{\"max_turns\": 20}}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of options, e.g. '{{\"max_turns\": 20}}', got {text}")
+    return value
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval", help="evaluate a model on an environment's tasks (success rate and score per category)",
@@ -28,7 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--split", default="test", help="task split")
     parser.add_argument("--limit", type=int, default=None,
                         help="only N tasks, taken round-robin across the split's categories")
-    parser.add_argument("--env-kwargs", dest="env_options", type=json.loads, default=None,
+    parser.add_argument("--env-kwargs", dest="env_options", type=json_object, default=None,
                         help='JSON object of environment constructor options, e.g. \'{"max_turns": 20}\'')
     parser.add_argument("--n-samples", type=int, default=1, help="K samples per task (Avg@K / Pass@K)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
@@ -38,7 +49,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--num-envs", type=int, default=16, help="environment instances in flight")
     parser.add_argument("--env-url", default=None, help="evaluate against a running env server")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda (local backends)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (local backends)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: half the CPUs, at least 1, or $OMP_NUM_THREADS; 1 is fastest when "
+                             "other jobs share the CPU)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--include-tokens", action="store_true",
                         help="also log token ids, loss mask and log-probs (the viewer's token view; ~3x larger log)")

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_finetune_config(config_path, overrides)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -25,7 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="the model id clients send (default: MODEL as given)")
     parser.add_argument("--backend", default="transformers", help="rollout backend that loads and samples the model")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: half the CPUs, at least 1, or $OMP_NUM_THREADS; 1 is fastest when "
+                             "other jobs share the CPU)")
     parser.add_argument("--max-batch-size", type=int, default=32, help="most sequences sampled in one call")
     parser.add_argument("--default-max-tokens", type=int, default=512,
                         help="reply cap for requests that do not set max_tokens")

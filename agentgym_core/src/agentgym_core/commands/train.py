@@ -39,6 +39,24 @@ def _success_table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def check_envs(config) -> None:
+    """Each env's server answers (``url``) or its class takes the recipe's ``env_kwargs``; else a one-line error."""
+    from agentgym_core.client import EnvClient
+    from agentgym_core.env import check_env_options
+    from agentgym_core.plugins import get_plugin_manager
+
+    for index, env in enumerate(config.envs):
+        if env.url:
+            client = EnvClient(env.url, timeout=10.0, retries=1)
+            try:
+                client.health()
+            finally:
+                client.close()
+        else:
+            check_env_options(get_plugin_manager().env_class(env.name), env.env_kwargs,
+                              where=f"envs[{index}].env_kwargs")
+
+
 def run(args: argparse.Namespace) -> int:
     import yaml
 
@@ -48,21 +66,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         kind = recipe_kind(config_path, overrides)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2
     if kind != "rl":  # one entry point for every trainer; finetune reads the same arguments
         from agentgym_core.commands import finetune
 
         return finetune.run(args)
     overrides = [o for o in overrides if not o.startswith("kind=")]  # `kind=rl` only chose the trainer
+    from agentgym_core.plugins import get_plugin_manager
+    from agentgym_core.rl.plugin_options import bind_plugin_options
+
     try:
-        config = load_config(config_path, overrides)
+        # The estimator and scheduler must exist and take the recipe's options, even for --print-config.
+        config = bind_plugin_options(load_config(config_path, overrides), get_plugin_manager())
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
         return 0
+    check_envs(config)  # before the model loads: a typo or a dead server fails in a second, in one line
 
     from agentgym_core.pipeline import run_rl_recipe
 

@@ -33,6 +33,8 @@ from agentgym_core.rl.config import (
     RolloutConfig,
     _check_keys,
     apply_overrides,
+    read_recipe,
+    validation_message,
 )
 
 __all__ = [
@@ -59,7 +61,9 @@ class FinetuneTrainerConfig(_Section):
     eval_max_turns: int = Field(12, ge=1, description="Turn budget of evaluation episodes.")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (the last is always saved).")
-    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk.")
+    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are "
+                                  "deleted. One SmolLM2-135M checkpoint is 1.6 GB (542 MB weights + 1,076 MB AdamW "
+                                  "state; bench/checkpoint_size.py).")
     progress: bool = Field(True, description="Show a console progress bar.")
     tensorboard: bool = Field(False, description="Also log to TensorBoard when it is installed.")
 
@@ -141,19 +145,13 @@ class CollectConfig(_Section):
 
 def load_finetune_config(path: str | Path | None, overrides: list[str] | None = None) -> FinetuneConfig:
     """Read a fine-tuning YAML recipe, apply ``a.b=value`` overrides, validate (errors say the fix)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist; see examples/*_sft_*.yaml") from None
+    data = read_recipe(path) if path is not None else {}
     data = apply_overrides(data, list(overrides or []))
     _check_keys(FinetuneConfig, data, "")
     try:
         return FinetuneConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+        raise ConfigError(validation_message(exc)) from None
 
 
 def save_finetune_config(config: FinetuneConfig, path: str | Path) -> None:

@@ -57,7 +57,7 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) 
     attribute, when declared, is 1 or 2 (the example's groups have 2 samples; an
     estimator that needs more cannot be checked on it).
     """
-    config = config or AdvantageConfig()
+    config = config or getattr(estimate, "options_model", AdvantageConfig)()  # a plugin's own options, defaults
     name = getattr(estimate, "__name__", repr(estimate))
 
     def fail(rule: str, fix: str) -> None:

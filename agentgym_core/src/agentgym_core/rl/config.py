@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
 import agentgym_core.rl.forward as forward
 from agentgym_core.finetune_options import WarmStartConfig
@@ -37,6 +37,7 @@ __all__ = [
     "apply_overrides",
     "check_group_size",
     "load_config",
+    "read_recipe",
     "save_config",
 ]
 
@@ -68,7 +69,8 @@ class ModelConfig(_Section):
     path: str = Field("smollm2-135m-instruct", description="Named model, .gguf file or HF model directory.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Training dtype.")
     device: str = Field("auto", description="'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:1'.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: torch's default).")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: under `agentgym`, half the CPUs "
+                                "or $OMP_NUM_THREADS; 1 is fastest when other jobs share the CPU).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     mixed_precision: Literal["no", "bf16", "auto"] = Field(
         "no", description="Run training forwards/backwards under bfloat16 autocast (weights and optimizer stay in "
@@ -149,8 +151,11 @@ class AlgorithmConfig(_Section):
     """``algorithm``: estimator, losses and the PPO update schedule."""
 
     estimator: str = Field("grpo", description="Advantage estimator plugin: gae, grpo, rloo, reinforce_pp, ...")
-    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Estimator knobs.")
-    rounds_ctrl: RoundsConfig = Field(default_factory=RoundsConfig, description="Turn-horizon schedule.")
+    # SerializeAsAny: a plugin's options subclass is saved with its own fields (see rl.plugin_options).
+    advantage: SerializeAsAny[AdvantageConfig] = Field(
+        default_factory=AdvantageConfig, description="Estimator knobs (plus the estimator plugin's own).")
+    rounds_ctrl: SerializeAsAny[RoundsConfig] = Field(
+        default_factory=RoundsConfig, description="Turn-horizon schedule (plus the scheduler plugin's own options).")
     kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference policy.")
     critic: CriticConfig = Field(default_factory=CriticConfig, description="Value head (GAE).")
     clip_low: float = Field(0.2, ge=0.0, description="PPO clip: ratio >= 1 - clip_low.")
@@ -225,9 +230,11 @@ class TrainerConfig(_Section):
     eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps (the last step is always saved).")
-    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk.")
+    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are "
+                                  "deleted. One SmolLM2-135M checkpoint is 1.6 GB (542 MB weights + 1,076 MB AdamW "
+                                  "state; bench/checkpoint_size.py).")
     save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
-    tensorboard: bool = Field(True, description="Also log to TensorBoard when it is installed.")
+    tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")
 
@@ -262,8 +269,8 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 def _check_keys(model: type[BaseModel], data: Any, where: str) -> None:
     """Raise ConfigError for the first unknown key, naming the closest valid one."""
-    if not isinstance(data, dict):
-        return
+    if not isinstance(data, dict) or model.model_config.get("extra") == "allow":
+        return  # a plugin's options (algorithm.advantage, rounds_ctrl): checked by rl.plugin_options
     fields = model.model_fields
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
@@ -312,8 +319,7 @@ def recipe_kind(path: str | Path | None, overrides: list[str] | None = None) -> 
     """
     kind = "rl"
     if path is not None and Path(path).exists():
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        kind = str(data.get("kind", "rl")) if isinstance(data, dict) else "rl"
+        kind = str(read_recipe(path).get("kind", "rl"))
     for override in overrides or []:
         if override.startswith("kind="):
             kind = override.split("=", 1)[1].strip()
@@ -324,19 +330,46 @@ def recipe_kind(path: str | Path | None, overrides: list[str] | None = None) -> 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a YAML recipe, apply overrides, validate. Errors are :class:`ConfigError` with the fix."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist; see examples/*.yaml for recipes") from None
+    data = read_recipe(path) if path is not None else {}
     data = apply_overrides(data, list(overrides or []))
     _check_keys(TrainConfig, data, "")
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+        raise ConfigError(validation_message(exc)) from None
+
+
+def read_recipe(path: str | Path) -> dict[str, Any]:
+    """The mapping in the YAML recipe ``path``; a one-line ConfigError naming the file (and line) if unreadable."""
+    path = Path(path)
+    if path.is_dir():
+        hint = f"; to continue that run: --resume {path}" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"{path} is a directory; pass a YAML recipe file, e.g. examples/babyai_grpo_cpu.yaml{hint}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist; see examples/*.yaml for recipes") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the recipe {path}: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"{where}: not valid YAML ({problem}); fix that line of the recipe") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe is a YAML mapping of sections (model:, envs:, ...), "
+                          f"got a {type(data).__name__}")
+    return data
+
+
+def validation_message(exc: ValidationError) -> str:
+    """A pydantic error as one line: every bad key with what was wrong."""
+    problems = [f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()]
+    return "invalid config: " + "; ".join(problems)
 
 
 def check_group_size(config: TrainConfig, estimate: Estimator) -> None:

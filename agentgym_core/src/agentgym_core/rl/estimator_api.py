@@ -57,7 +57,9 @@ class AdvantageBatch:
 class AdvantageConfig(BaseModel):
     """Knobs shared by all estimators; each estimator reads the ones it needs."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Extra keys are kept until the named plugin is known; rl.plugin_options then checks them against
+    # the plugin's ``options_model`` (a subclass of this class), with "did you mean" for typos.
+    model_config = ConfigDict(extra="allow")
 
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per policy token (GAE, REINFORCE++).")
     lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda.")

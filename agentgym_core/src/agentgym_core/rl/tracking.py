@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
 __all__ = ["MetricsWriter"]
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Warn about ``message`` once per process (a run and its warm start must not repeat it)."""
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
 
 
 class MetricsWriter:
@@ -32,8 +42,10 @@ class MetricsWriter:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
-            except ImportError:  # tensorboard is optional
+            except ImportError:  # tensorboard is optional, but a setting that does nothing must say so
                 self._tb = None
+                _warn_once("trainer.tensorboard is true but TensorBoard is not installed, so only metrics.jsonl "
+                           "is written; pip install tensorboard, or set trainer.tensorboard: false")
         if wandb_project:
             try:
                 import wandb

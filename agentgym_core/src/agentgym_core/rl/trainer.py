@@ -41,6 +41,7 @@ from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
 from agentgym_core.rl.rollout_worker import RolloutWorker
 from agentgym_core.rl.setup import load_policy, make_backend, open_envs, resolve_device, summarize
+from agentgym_core.rl.plugin_options import bind_plugin_options
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.update import UpdateInputs
 
@@ -76,6 +77,7 @@ def train(
                              "yourself with torchrun and call train() in each)")
         return _spawn_learners(config, resume=resume, stop_after=stop_after, eval_before=eval_before)
     pm = plugin_manager or get_plugin_manager()
+    config = bind_plugin_options(config, pm)  # estimator/scheduler plugins get their own typed options
     return _train(config, pm, resume=resume, model=model, tokenizer=tokenizer, stop_after=stop_after,
                   eval_before=eval_before)
 
@@ -201,6 +203,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     "trajectories": float(len(trajectories)),
                     "trained_trajectories": float(len(keep)),
                     "infra_failed": float(infra_failed),
+                    "skipped_update": float(not keep),  # every group tied: no advantage, no optimizer step
                     "sampled_tokens": float(scored.mask.sum()),
                     "entropy": float(masked_mean(scored.old.entropy, scored.mask)) if scored.old.entropy is not None
                     else 0.0,
@@ -218,7 +221,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 scheduler.update(step, metrics)
                 writer.write(step + 1, metrics)
                 bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
-                                turns=f"{metrics['turns']:.1f}", horizon=horizon)
+                                turns=f"{metrics['turns']:.1f}", horizon=horizon,
+                                **({"update": "skipped (groups tied)"} if not keep else {}))
                 if cfg.trainer.save_trajectories:
                     _save_trajectories(run_dir, step, trajectories, batch.trajectories, adv.advantages)
 
@@ -317,7 +321,8 @@ def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, worker: RolloutWorker
 # ---- several learner ranks on this machine --------------------------------------------------------------
 def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_before: dict[str, Any] | None,
                result_path: str) -> None:
-    results = _train(config, get_plugin_manager(), resume=resume, model=None, tokenizer=None,
+    pm = get_plugin_manager()
+    results = _train(bind_plugin_options(config, pm), pm, resume=resume, model=None, tokenizer=None,
                      stop_after=stop_after, eval_before=eval_before)
     if int(os.environ["RANK"]) == 0:
         Path(result_path).write_bytes(pickle.dumps(results))

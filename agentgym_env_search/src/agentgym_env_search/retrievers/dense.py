@@ -81,7 +81,7 @@ class _Encoder:
             from transformers import AutoModel, AutoTokenizer
         except ImportError as exc:
             raise ImportError(f"the dense retriever needs torch and transformers ({exc}); "
-                              "pip install 'agentgym-env-search[dense]'") from exc
+                              "pip install torch transformers") from exc
         model_dir = resolve_model_dir(options.model)
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))

@@ -1,4 +1,8 @@
-"""The plugin module named by the `agentgym` entry point: it registers the environment."""
+"""The plugin module named by the `agentgym` entry point: what this package adds to agentgym.
+
+Each hook registers things by name; imports happen inside the hooks, so loading the plugin costs
+nothing until a catalog is asked for.
+"""
 
 from agentgym_core import hookimpl
 from agentgym_core.experts import ExpertSpec, lazy_player
@@ -15,3 +19,32 @@ def agentgym_register_envs(register):
 def agentgym_register_experts(register):
     # A third-party environment ships its expert the same way: agentgym collect --env guess --policy expert
     register("guess", ExpertSpec(play=lazy_player("agentgym_env_guess.env", "solve")), summary="binary search")
+
+
+@hookimpl
+def agentgym_register_round_schedulers(register):
+    from agentgym_env_guess.schedule import make_warmup
+
+    register("guess_warmup", make_warmup,
+             summary="A short turn budget for the first steps, then the full one (options: warmup_steps, warmup_rounds).")
+
+
+@hookimpl
+def agentgym_observe_run_start(run_dir, config):
+    from agentgym_env_guess.observer import tally
+
+    tally.start(run_dir, config)
+
+
+@hookimpl
+def agentgym_observe_rollout(step, trajectories):
+    from agentgym_env_guess.observer import tally
+
+    tally.add(step, trajectories)
+
+
+@hookimpl
+def agentgym_observe_run_end(run_dir):
+    from agentgym_env_guess.observer import tally
+
+    tally.finish(run_dir)
