@@ -37,6 +37,7 @@ __all__ = [
     "load_config",
     "read_recipe",
     "save_config",
+    "validation_message",
 ]
 
 
