@@ -39,6 +39,7 @@ __all__ = [
     "load_config",
     "read_recipe",
     "save_config",
+    "validation_message",
 ]
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agentgym_core.plugins import PluginError, PluginManager
-from agentgym_core.rl.config import ConfigError, TrainConfig, validation_message
+from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.estimator_api import AdvantageConfig
 from agentgym_core.schedulers import RoundsConfig
 
@@ -57,7 +57,8 @@ def _bind(section: BaseModel, model: type[BaseModel], where: str, what: str) -> 
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_message(exc).replace("invalid config: ", f"invalid config: {where}.")) from None
+        problems = [f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("invalid config: " + "; ".join(problems)) from None
 
 
 def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> TrainConfig:
