@@ -39,9 +39,9 @@ from agentgym_core.rl.distributed import broadcast_object, init_from_environment
 from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
+from agentgym_core.rl.plugin_options import bind_plugin_options
 from agentgym_core.rl.rollout_worker import RolloutWorker
 from agentgym_core.rl.setup import load_policy, make_backend, open_envs, resolve_device, summarize
-from agentgym_core.rl.plugin_options import bind_plugin_options
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.update import UpdateInputs
 
