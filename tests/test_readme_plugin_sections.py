@@ -38,9 +38,28 @@ def test_the_estimator_example_runs_with_its_options():
     pytest.importorskip("torch")
     from agentgym_core.rl import check_estimator
 
-    code = re.search(r"```python\n(.*?)```", writing_plugins(), re.S).group(1)
+    blocks = re.findall(r"```python\n(.*?)```", writing_plugins(), re.S)
+    code = next(b for b in blocks if "baseline_estimator" in b)
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)
     estimate = namespace["baseline_estimator"]
     assert estimate.options_model().baseline == 0.5
     check_estimator(estimate)
+
+
+def test_the_expert_example_registers_a_player_that_solves_guess():
+    """The README's expert snippet, run as written, registers an expert that wins a guess task."""
+    pytest.importorskip("agentgym_env_guess")
+    from agentgym_core.experts import ExpertSpec
+    from agentgym_core.finetune.experts import play_expert
+    from agentgym_env_guess.env import GuessEnv
+
+    blocks = re.findall(r"```python\n(.*?)```", writing_plugins(), re.S)
+    code = next(b for b in blocks if "agentgym_register_experts" in b)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    registered = {}
+    namespace["agentgym_register_experts"](lambda name, obj, summary="": registered.setdefault(name, obj))
+    assert isinstance(registered["guess"], ExpertSpec)
+    recording, error = play_expert(registered["guess"], GuessEnv(), 3)
+    assert error is None and recording.steps[-1][1].success
