@@ -97,3 +97,22 @@ def test_qwen2_5_1_5b_config_trains_one_bf16_mixed_precision_step_with_float32_m
     after = dict(learner.model.named_parameters())
     assert any(not torch.equal(before[n], after[n].detach()) for n in before)
     print(f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+
+
+def test_log_probs_and_entropy_in_chunks_equal_one_pass(monkeypatch):
+    """Chunking the float log-softmax over response positions changes no number."""
+    import agentgym_core.rl.forward as forward
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, _ = tiny_chat_model(seed=0)
+    seqs = [[1, 5, 9, 13, 17, 21, 25, 29], [2, 4, 6, 8, 10]]
+    mask = torch.zeros(2, 8)
+    mask[0, 2:] = 1
+    mask[1, 1:5] = 1
+    with torch.no_grad():
+        whole = forward.forward_tokens(model, seqs, mask, with_entropy=True, temperature=0.7)
+        monkeypatch.setattr(forward, "LOGIT_CHUNK", 2)
+        chunked = forward.forward_tokens(model, seqs, mask, with_entropy=True, temperature=0.7)
+    torch.testing.assert_close(chunked.logprobs, whole.logprobs, rtol=0, atol=1e-6)
+    torch.testing.assert_close(chunked.entropy, whole.entropy, rtol=0, atol=1e-6)
+    assert bool((whole.logprobs[mask > 0] < 0).all())

@@ -140,6 +140,10 @@ def pack_bins(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     return bins
 
 
+LOGIT_CHUNK = 512
+"""Response positions whose float32 log-softmax and entropy are computed together (bounds peak memory)."""
+
+
 def forward_tokens(
     model: torch.nn.Module,
     sequences: Sequence[Sequence[int]],
@@ -207,8 +211,7 @@ def forward_tokens(
         value_hidden = None  # (rows, width, H): the hidden states the value head reads
         if value_head is not None:
             value_hidden = out.hidden_states[-1] if shared_trunk else value_head.last_hidden(ids, **kwargs)
-        logits = out.logits.float() / temperature  # (rows, K, V)
-        logp_all = torch.log_softmax(logits, dim=-1)  # (rows, K, V)
+        logits = out.logits  # (rows, K, V) in the model's dtype; made float one chunk at a time below
         slot = torch.full((int(keep.max()) + 1,), -1, dtype=torch.long, device=device)
         slot[keep] = torch.arange(keep.numel(), device=device)  # column -> index into K
         for row, cols, i, offset in where:
@@ -217,9 +220,14 @@ def forward_tokens(
             k = slot[cols - 1]  # (n,)
             tok = ids[row, cols]  # (n,)
             local = cols - offset  # positions within sequence i
-            logprobs[i, local] = logp_all[row, k].gather(-1, tok[:, None]).squeeze(-1)
-            if entropy is not None:
-                entropy[i, local] = entropy_from_logits(logits[row, k])
+            # Float logits, their log-softmax and the entropy exist for LOGIT_CHUNK positions at a time
+            # (a 152k vocabulary makes each position 0.6 MB in float32), never for the whole forward.
+            for c in range(0, k.numel(), LOGIT_CHUNK):
+                part = slice(c, c + LOGIT_CHUNK)
+                chunk = logits[row, k[part]].float() / temperature  # (n_c, V)
+                logprobs[i, local[part]] = torch.log_softmax(chunk, dim=-1).gather(-1, tok[part, None]).squeeze(-1)
+                if entropy is not None:
+                    entropy[i, local[part]] = entropy_from_logits(chunk)
             if values is not None:
                 hidden = value_hidden[row, cols - 1]  # (n, H): state before token t
                 values[i, local] = value_head(hidden)
