@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agentgym_core.rl.rewards import place_rewards
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = ["RLBatch", "allocate_tasks", "build_batch", "step_seed", "tasks_for_step", "trainable_trajectories"]
@@ -49,16 +50,17 @@ def build_batch(trajectories: Sequence[Trajectory]) -> RLBatch:
     T = max((len(t.token_ids) for t in trajs), default=1) or 1
     B = len(trajs)
     mask = torch.zeros(B, T)
-    rewards = torch.zeros(B, T)
     logprobs = torch.zeros(B, T)
     groups: dict[tuple[str, int], int] = {}
     group_ids = torch.zeros(B, dtype=torch.long)
     for i, t in enumerate(trajs):
         n = len(t.token_ids)
         mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
-        rewards[i, :n] = torch.tensor(t.token_rewards(), dtype=torch.float32)
         logprobs[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
         group_ids[i] = groups.setdefault((t.env, t.task_id), len(groups))
+    # Each turn's reward on the turn's last sampled token (its reward_index): the one placement function.
+    rewards = place_rewards(mask, [0.0] * B, [[turn.reward for turn in t.turns] for t in trajs],
+                            turn_ends=[[turn.reward_index for turn in t.turns] for t in trajs])  # (B, T)
     return RLBatch(trajs, [list(t.token_ids) for t in trajs], mask, rewards * mask, logprobs * mask, group_ids)
 
 

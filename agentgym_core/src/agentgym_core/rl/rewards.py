@@ -1,5 +1,9 @@
 """Where rewards go in a padded multi-turn row: always on tokens the policy sampled.
 
+:func:`place_rewards` is the one placement function: the trainer's batch
+(:func:`agentgym_core.rl.batch.build_batch`, each turn's reward at its ``reward_index``) and the
+estimator checker both use it.
+
 A row holds several policy turns separated by environment observations. A turn's own reward goes
 on the last token of that turn; the outcome reward goes on the last token the policy sampled.
 Putting a reward on an environment token (mask 0), as the anchor does, makes GAE and REINFORCE++

@@ -112,13 +112,6 @@ class Trajectory(BaseModel):
     def done(self) -> bool:
         return self.terminated or self.truncated or self.failed
 
-    def token_rewards(self) -> list[float]:
-        """Rewards laid on tokens: each turn's reward at its ``reward_index``, 0 elsewhere (T,)."""
-        rewards = [0.0] * len(self.token_ids)
-        for turn in self.turns:
-            rewards[turn.reward_index] += turn.reward
-        return rewards
-
     def mask_summary(self) -> dict[str, int]:
         """Token counts for logs: total, sampled (mask 1), context (mask 0)."""
         sampled = self.num_sampled_tokens
