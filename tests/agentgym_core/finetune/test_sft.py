@@ -25,7 +25,7 @@ def _config(tmp_path, data, **sections):
 def _nll(model, examples):
     from agentgym_core.finetune.common import padded_mask
 
-    mask = padded_mask(examples)
+    mask = padded_mask(examples).to(next(model.parameters()).device)
     with torch.no_grad():
         lp = forward_tokens(model, [e.token_ids for e in examples], mask).logprobs
     return float(sft_loss(lp, mask))
@@ -155,3 +155,18 @@ def test_warm_start_needs_data_or_expert():
 
     with pytest.raises(ValidationError, match="data.paths.*or expert"):
         WarmStartConfig.model_validate({"lr": 1e-5})
+
+
+@pytest.mark.gpu
+def test_sft_steps_on_cuda(tmp_path, guess_expert_log):
+    """SFT with the model, its masks and its batches on CUDA."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    model.cuda()
+    examples = load_examples(guess_expert_log)
+    before = _nll(model, examples)
+    result = run_sft(_config(tmp_path, guess_expert_log), model=model, tokenizer=tokenizer)
+    assert result.steps == 9 and _nll(model, examples) < before

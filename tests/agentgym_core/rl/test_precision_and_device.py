@@ -56,8 +56,8 @@ def test_adamw_on_bf16_weights_barely_moves_them():
 
 
 @pytest.mark.gpu
-def test_rl_and_sft_steps_on_cuda(tmp_path):
-    """One RL step and one SFT step with the model and every batch tensor on CUDA."""
+def test_rl_step_on_cuda(tmp_path):
+    """One RL step with the model and every batch tensor on CUDA (the SFT step: finetune/test_sft.py)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     import sys
