@@ -77,3 +77,34 @@ def test_checkpoint_of_two_ranks_resumes_on_one_and_the_reverse(tmp_path, one_pr
     _close(train_lines(one_to_n)[-1], reference[-1])
     for k, v in final_weights(one_to_n, 2).items():
         torch.testing.assert_close(v, final_weights(one_process, 2)[k], atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_agentgym_train_spawns_the_learner_ranks_itself(tmp_path):
+    """`agentgym train RECIPE trainer.learners=2`: the command spawns 2 gloo ranks that load the model
+    from model.path and discover installed plugins (the guess example env)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("agentgym_env_guess")
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    model.save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    env = {k: v for k, v in os.environ.items() if k != "AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"}
+    env["AGENTGYM_PLUGINS"] = "guess,estimators,transformers"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("\n".join([
+        f"model: {{path: '{tmp_path / 'tiny'}', threads: 1}}", "envs: [{name: guess, max_concurrency: 2}]",
+        f"trainer: {{learners: 2, run_dir: '{tmp_path / 'run'}', steps: 1, eval_tasks: 0, progress: false, "
+        "tensorboard: false}",
+        "rollout: {tasks_per_step: 2, group_size: 2, max_new_tokens: 6, max_total_tokens: 256}",
+        "algorithm: {rounds_ctrl: {rounds: 2}}", ""]))
+    run = subprocess.run([sys.executable, "-m", "agentgym_core", "train", str(recipe)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = train_lines(tmp_path / "run")
+    assert len(lines) == 1 and lines[0]["trajectories"] == 4
+    assert (tmp_path / "run" / "checkpoints" / "step_000001" / "DONE").exists()

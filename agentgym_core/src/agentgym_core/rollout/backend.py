@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["BackendCapabilities", "ContinuousBackend", "capabilities_of", "RolloutBackend", "RunningBatch", "Sample", "SamplingParams", "SessionBackend"]
+__all__ = ["BackendCapabilities", "ContinuousBackend", "capabilities_of", "generate_with_batch", "RolloutBackend", "RunningBatch", "Sample", "SamplingParams", "SessionBackend"]
 
 
 class BackendCapabilities(BaseModel):
@@ -192,3 +192,29 @@ class ContinuousBackend(SessionBackend, Protocol):
     def open_batch(self, params: SamplingParams) -> RunningBatch:
         """A new, empty running batch sampling with ``params``."""
         ...
+
+
+def generate_with_batch(
+    backend: ContinuousBackend,
+    prompts: Sequence[Sequence[int]],
+    params: SamplingParams,
+    *,
+    max_new_tokens: Sequence[int] | None = None,
+    sessions: Sequence[Hashable | None] | None = None,
+) -> list[Sample]:
+    """``generate`` for a backend whose native call is the running batch: every prompt joins one
+    batch, which steps until all replies are done (row i of the result is prompt i's reply)."""
+    caps = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
+    keys = list(sessions) if sessions is not None else [None] * len(prompts)
+    if not len(caps) == len(keys) == len(prompts):
+        raise ValueError(f"generate: {len(prompts)} prompts, {len(caps)} token caps, {len(keys)} sessions")
+    batch = backend.open_batch(params)
+    try:
+        for i, (prompt, cap, key) in enumerate(zip(prompts, caps, keys, strict=True)):
+            batch.add(i, prompt, max_new_tokens=int(cap), session=key)
+        out: dict[Hashable, Sample] = {}
+        while batch.active:
+            out.update(batch.step())
+    finally:
+        batch.close()
+    return [out[i] for i in range(len(prompts))]

@@ -33,7 +33,7 @@ from typing import Any
 from agentgym_backend_vllm.config import VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason
 from agentgym_backend_vllm.weights import LOAD_METHOD, weight_buckets
-from agentgym_core.rollout.backend import Sample, SamplingParams
+from agentgym_core.rollout.backend import Sample, SamplingParams, generate_with_batch
 
 __all__ = ["EngineBatch", "VllmEngineBackend", "import_vllm"]
 
@@ -159,19 +159,7 @@ class VllmEngineBackend:
         sessions: Sequence[Hashable | None] | None = None,
     ) -> list[Sample]:
         """Sample one reply per prompt (sessions are accepted; vLLM's prefix cache does the reuse)."""
-        caps = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
-        if len(caps) != len(prompts):
-            raise ValueError(f"generate: {len(caps)} token caps for {len(prompts)} prompts")
-        batch = self.open_batch(params)
-        try:
-            for i, (prompt, cap) in enumerate(zip(prompts, caps, strict=True)):
-                batch.add(i, prompt, max_new_tokens=int(cap))
-            out: dict[Any, Sample] = {}
-            while batch.active:
-                out.update(batch.step())
-        finally:
-            batch.close()
-        return [out[i] for i in range(len(prompts))]
+        return generate_with_batch(self, prompts, params, max_new_tokens=max_new_tokens)
 
     def release_session(self, session: Hashable) -> None:
         """Nothing is kept per session: vLLM's prefix cache holds earlier turns by content."""

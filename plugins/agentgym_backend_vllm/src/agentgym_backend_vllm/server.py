@@ -45,7 +45,7 @@ import requests
 from agentgym_backend_vllm.config import VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason
 from agentgym_backend_vllm.weights import LOAD_FILE_METHOD, weight_buckets
-from agentgym_core.rollout.backend import Sample, SamplingParams
+from agentgym_core.rollout.backend import Sample, SamplingParams, generate_with_batch
 
 __all__ = ["ReplicaError", "ServerBatch", "VllmServerBackend"]
 
@@ -218,20 +218,7 @@ class VllmServerBackend:
         sessions: Sequence[Hashable | None] | None = None,
     ) -> list[Sample]:
         """One request per prompt, all in flight at once; a session's turns stay on one replica."""
-        caps = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
-        keys = list(sessions) if sessions is not None else [None] * len(prompts)
-        if not len(caps) == len(keys) == len(prompts):
-            raise ValueError(f"generate: {len(prompts)} prompts, {len(caps)} caps, {len(keys)} sessions")
-        batch = self.open_batch(params)
-        try:
-            for i, (prompt, cap, key) in enumerate(zip(prompts, caps, keys, strict=True)):
-                batch.add(i, prompt, max_new_tokens=int(cap), session=key)
-            out: dict[Any, Sample] = {}
-            while batch.active:
-                out.update(batch.step())
-        finally:
-            batch.close()
-        return [out[i] for i in range(len(prompts))]
+        return generate_with_batch(self, prompts, params, max_new_tokens=max_new_tokens, sessions=sessions)
 
     def release_session(self, session: Hashable) -> None:
         """Forget which replica served ``session`` (its next turn may go anywhere)."""
