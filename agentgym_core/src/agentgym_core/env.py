@@ -146,10 +146,15 @@ class Env(ABC):
     Class attributes:
         name: the registry name (`agentgym envs` lists it).
         max_episode_steps: the environment's own step limit; reaching it sets ``truncated``.
+        inline_calls: True when reset/step take microseconds and never block (pure Python games):
+            the HTTP server then calls them on its event loop instead of handing each call to a
+            worker thread, which costs more than such a step. Leave False for anything that waits
+            (a JVM, a browser, a retriever).
     """
 
     name: ClassVar[str] = ""
     max_episode_steps: ClassVar[int | None] = None
+    inline_calls: ClassVar[bool] = False
 
     # -- what the agent is told -------------------------------------------------------------
     @property

@@ -173,7 +173,7 @@ def create_app(
     app.state.env_name = env_name
     app.state.env_cls = env_cls
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
-    inline = bool(getattr(env_cls, "inline_calls", False))
+    inline = env_cls.inline_calls
 
     def endpoint(handler: Callable[..., Any]) -> Callable[..., Any]:
         """The handler as FastAPI should call it: in a worker thread, or inline for cheap envs."""

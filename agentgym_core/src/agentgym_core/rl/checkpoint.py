@@ -24,7 +24,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["checkpoint_dir", "latest_checkpoint", "load_policy_weights", "load_trainer_state", "rng_state", "save_checkpoint", "set_rng_state"]
+__all__ = [
+    "check_weights_match", "checkpoint_dir", "latest_checkpoint", "load_policy_weights", "load_trainer_state",
+    "read_model_weights", "rng_state", "save_checkpoint", "set_rng_state",
+]
 
 
 def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
@@ -125,12 +128,25 @@ def load_policy_weights(model: Any, checkpoint: Path) -> None:
             state.update(load_file(str(f)))
         set_peft_model_state_dict(model, state)
         return
-    state = {}
+    state = read_model_weights(checkpoint, device=str(next(model.parameters()).device))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    check_weights_match(model, checkpoint, missing, unexpected)
+
+
+def read_model_weights(checkpoint: Path, device: str = "cpu") -> dict[str, Any]:
+    """The checkpoint's full Hugging Face weights (``model/*.safetensors``) as one state dict."""
+    from safetensors.torch import load_file
+
+    state: dict[str, Any] = {}
     for f in sorted((checkpoint / "model").glob("*.safetensors")):
-        state.update(load_file(str(f), device=str(next(model.parameters()).device)))
+        state.update(load_file(str(f), device=device))
     if not state:
         raise FileNotFoundError(f"no *.safetensors weights in {checkpoint / 'model'}")
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    return state
+
+
+def check_weights_match(model: Any, checkpoint: Path, missing: Any, unexpected: Any) -> None:
+    """Refuse weights written for another model (a tied LM head may be absent: it is the embedding)."""
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     if unexpected or set(missing) - tied:
         raise RuntimeError(f"checkpoint {checkpoint} does not match the model: missing {sorted(missing)[:5]}, "

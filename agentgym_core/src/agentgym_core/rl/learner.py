@@ -35,7 +35,14 @@ from typing import Any
 import torch
 
 from agentgym_core.rl.batch import RLBatch
-from agentgym_core.rl.checkpoint import load_policy_weights, load_trainer_state, rng_state, save_checkpoint
+from agentgym_core.rl.checkpoint import (
+    check_weights_match,
+    load_policy_weights,
+    load_trainer_state,
+    read_model_weights,
+    rng_state,
+    save_checkpoint,
+)
 from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.critic import build_critic
 from agentgym_core.rl.distributed import DistContext
@@ -76,8 +83,8 @@ def master_weights(model: torch.nn.Module, config: TrainConfig) -> None:
 class Learner:
     """Policy, reference, critic, optimizer: see the module docstring."""
 
-    def __init__(self, config: TrainConfig, model: torch.nn.Module, *, ctx: DistContext | None = None,
-                 vocab_size: int | None = None) -> None:
+    def __init__(self, config: TrainConfig, model: torch.nn.Module, *, tokenizer: Any = None,
+                 ctx: DistContext | None = None) -> None:
         self.config, self.ctx = config, ctx or DistContext(device=next(model.parameters()).device)
         alg = config.algorithm
         if self.ctx.distributed:
@@ -94,9 +101,10 @@ class Learner:
         master_weights(model, config)
         self.model = model
         self.device = next(model.parameters()).device
-        self.pad_token_id = 0
+        self.pad_token_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
         # The critic: its own model (separate, the default) or a head on the policy's trunk (rl/critic.py).
-        self.value_head = build_critic(alg.critic, model, model_config=config.model, vocab_size=vocab_size) \
+        self.value_head = build_critic(alg.critic, model, model_config=config.model,
+                                       vocab_size=len(tokenizer) if tokenizer is not None else None) \
             if alg.critic.enabled else None
         if self.ctx.distributed:
             self._shard()
@@ -223,12 +231,12 @@ class Learner:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         state = load_trainer_state(checkpoint)
-        if self.ctx.distributed:
+        if self.ctx.distributed:  # every rank reads the full weights and keeps its own shard of them
             from torch.distributed.checkpoint.state_dict import set_model_state_dict
-            from transformers import AutoModelForCausalLM
 
-            full = AutoModelForCausalLM.from_pretrained(checkpoint / "model", dtype=torch.float32).state_dict()
-            set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True))
+            result = set_model_state_dict(self.model, read_model_weights(checkpoint),
+                                          options=StateDictOptions(full_state_dict=True, strict=False))
+            check_weights_match(self.model, checkpoint, result.missing_keys, result.unexpected_keys)
         else:
             load_policy_weights(self.model, checkpoint)
         if self.value_head is not None and state.get("value_head") is not None:

@@ -108,8 +108,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
         # The rollout side samples from the learner's own module on one process; sharded learners
         # hand it a full copy of the initial weights, then new weights after every update.
         rollout_model = copy.deepcopy(model) if ctx.distributed and ctx.is_main else model
-        learner = Learner(cfg, model, ctx=ctx, vocab_size=len(tokenizer))  # the KL reference is taken from the initial weights here
-        learner.pad_token_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
+        learner = Learner(cfg, model, tokenizer=tokenizer, ctx=ctx)  # the KL reference: these initial weights
         start_step = 0
         if checkpoint is not None:
             state = learner.load(checkpoint)
@@ -171,14 +170,15 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
                         keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
                     inputs = _update_inputs(batch.sequences, scored, adv, keep) if keep else None
-                inputs = broadcast_object(_to_cpu(inputs), ctx)
+                if ctx.distributed:  # pickled through rank 0's CPU, then onto each rank's device
+                    inputs = _map_tensors(broadcast_object(_map_tensors(inputs, torch.Tensor.cpu), ctx),
+                                          lambda t: t.to(learner.device))
 
                 # ---- 5. policy (and critic) update --------------------------------------------------------
                 update_metrics: dict[str, float] = {}
                 if inputs is not None:
                     generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, "minibatch", step))
-                    update_metrics = learner.update(_to_device(inputs, learner.device),
-                                                    temperature=cfg.rollout.temperature, generator=generator)
+                    update_metrics = learner.update(inputs, temperature=cfg.rollout.temperature, generator=generator)
                 learner.step_schedule()
 
                 # ---- 6. weights to the rollout backend ---------------------------------------------------
@@ -188,7 +188,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                         worker.load_weights(weights)
                     del weights
                 if not ctx.is_main:
-                    _checkpoint_if_due(cfg, learner, None, tokenizer, scheduler, step + 1, run_dir)
+                    _checkpoint_if_due(cfg, learner, tokenizer, scheduler, step + 1, run_dir)
                     continue
                 pm.hook.agentgym_observe_update(step=step, metrics=update_metrics)
 
@@ -235,7 +235,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     pm.hook.agentgym_observe_evaluation(step=done, results=ev)
 
                 # ---- 9. checkpoint (atomic; "step" counts completed steps) ----------------------------------
-                _checkpoint_if_due(cfg, learner, worker, tokenizer, scheduler, done, run_dir)
+                _checkpoint_if_due(cfg, learner, tokenizer, scheduler, done, run_dir)
             bar.close()
 
             # ---- evaluation after training ------------------------------------------------------------------
@@ -286,31 +286,24 @@ def _map_tensors(inputs: UpdateInputs | None, move: Any) -> UpdateInputs | None:
     return UpdateInputs(**fields)
 
 
-def _to_cpu(inputs: UpdateInputs | None) -> UpdateInputs | None:
-    return _map_tensors(inputs, lambda t: t.cpu())
-
-
-def _to_device(inputs: UpdateInputs, device: torch.device) -> UpdateInputs:
-    return _map_tensors(inputs, lambda t: t.to(device))  # type: ignore[return-value]
-
-
 def _save_trajectories(run_dir: Path, step: int, trajectories: list[Any], trained: list[Any],
                        advantages: torch.Tensor) -> None:
     """Each line is the Trajectory plus the per-token advantages it was trained with (0 off the loss
     mask), so the viewer shows what was reinforced and with what sign."""
     traj_dir = run_dir / "trajectories"
     traj_dir.mkdir(exist_ok=True)
-    by_id = {id(t): advantages[i, : len(t.token_ids)] for i, t in enumerate(trained)}
+    rows = advantages.cpu().tolist()  # one device-to-host copy, not one per token
+    by_id = {id(t): rows[i][: len(t.token_ids)] for i, t in enumerate(trained)}
     with (traj_dir / f"step_{step + 1:06d}.jsonl").open("w") as f:
         for t in trajectories:
             record = t.model_dump(mode="json")
             if id(t) in by_id:
-                record["advantages"] = [round(float(a), 5) for a in by_id[id(t)]]
+                record["advantages"] = [round(a, 5) for a in by_id[id(t)]]
             f.write(json.dumps(record) + "\n")
 
 
-def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, worker: RolloutWorker | None, tokenizer: Any,
-                       scheduler: Any, done: int, run_dir: Path) -> None:
+def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, tokenizer: Any, scheduler: Any, done: int,
+                       run_dir: Path) -> None:
     """Every ``save_every`` steps and after the last (collective on several ranks; rank 0 writes)."""
     if done % cfg.trainer.save_every and done != cfg.trainer.steps:
         return

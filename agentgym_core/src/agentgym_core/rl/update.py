@@ -52,6 +52,18 @@ def _micro_batches(rows: list[int], lengths: list[int], budget: int) -> list[lis
     return out
 
 
+def _rank_micro_batches(rows: list[int], lengths: list[int], budget: int, ctx: DistContext) -> list[list[int]]:
+    """This rank's micro-batches of a mini-batch, padded with empty ones to the busiest rank's count."""
+    def count(rank: int) -> int:
+        mine = shard_rows(rows, DistContext(rank=rank, world_size=ctx.world_size))
+        return len(_micro_batches(mine, lengths, budget)) if mine else 0
+
+    mine = shard_rows(rows, ctx)
+    micros = _micro_batches(mine, lengths, budget) if mine else []
+    busiest = max(count(r) for r in range(ctx.world_size)) if ctx.distributed else len(micros)
+    return micros + [[]] * (busiest - len(micros))
+
+
 def ppo_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -89,12 +101,7 @@ def ppo_update(
             num_tokens = float(m_all.sum().clamp(min=1.0))
             agg_kw = {"num_tokens": num_tokens, "num_seqs": float(len(rows)), "norm_length": norm_length}
             stats: dict[str, float] = {}
-            micros = _micro_batches(shard_rows(rows, ctx), lengths, config.micro_batch_tokens)
-            if ctx.distributed:  # every rank runs as many passes as the busiest one
-                busiest = max(len(_micro_batches(shard_rows(rows, DistContext(rank=r, world_size=ctx.world_size)),
-                                                 lengths, config.micro_batch_tokens)) for r in range(ctx.world_size))
-                micros = [m for m in micros if m] + [[]] * (busiest - len([m for m in micros if m]))
-            for micro in micros:
+            for micro in _rank_micro_batches(rows, lengths, config.micro_batch_tokens, ctx):
                 if not micro:
                     _empty_pass(model, pad_token_id)
                     continue
@@ -132,13 +139,12 @@ def ppo_update(
                     stats[k] = stats.get(k, 0.0) + v * share
                 tokens += sum(len(s) for s in seqs)
             stats = all_reduce_stats(stats, ctx)
-            if ctx.distributed:
-                grad_norm = _clip_sharded(params, config.max_grad_norm)
-            elif config.max_grad_norm is not None:
+            if config.max_grad_norm is not None:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
             else:
-                grad_norm = torch.linalg.vector_norm(
-                    torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+                grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+            if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2: the norm over every rank's shard
+                grad_norm = grad_norm.full_tensor()
             stats["grad_norm"] = float(grad_norm)
             if critic_params and config.max_grad_norm is not None:
                 stats["critic_grad_norm"] = float(torch.nn.utils.clip_grad_norm_(critic_params, config.max_grad_norm))
@@ -162,23 +168,3 @@ def _empty_pass(model: torch.nn.Module, pad_token_id: int) -> None:
     out = model(input_ids=torch.full((1, 1), pad_token_id, device=device), use_cache=False)
     (out.logits.float().sum() * 0.0).backward()
 
-
-def _clip_sharded(params: list[torch.nn.Parameter], max_norm: float | None) -> torch.Tensor:
-    """The total gradient norm over every rank's shards, and clipping to ``max_norm`` (None: no clip).
-
-    Each rank sums the squares of its local shards; one all-reduce gives the norm of the whole
-    gradient, so every rank scales by the same factor as one process would.
-    """
-    import torch.distributed as dist
-
-    grads = [p.grad for p in params if p.grad is not None]
-    local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
-    squares = torch.stack([t.detach().double().pow(2).sum() for t in local]).sum() if local else torch.zeros((),
-                                                                                                     dtype=torch.float64)
-    dist.all_reduce(squares)
-    total = squares.sqrt().float()
-    if max_norm is not None:
-        coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-        for t in local:
-            t.mul_(coef.to(t.device, t.dtype))
-    return total

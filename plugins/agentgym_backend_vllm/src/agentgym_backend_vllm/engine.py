@@ -31,7 +31,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from agentgym_backend_vllm.config import VllmBackendConfig
-from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason
+from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason, request_cap
 from agentgym_backend_vllm.weights import LOAD_METHOD, weight_buckets
 from agentgym_core.rollout.backend import Sample, SamplingParams, generate_with_batch
 
@@ -97,11 +97,7 @@ class VllmEngineBackend:
     # -- requests -------------------------------------------------------------------------------
     def request_cap(self, prompt_length: int, cap: int, turn_cap: int) -> int:
         """min(turn cap, remaining trajectory budget, room left in the model's context)."""
-        room = self.max_model_len - prompt_length
-        if room < 1:
-            raise ValueError(f"a prompt of {prompt_length} tokens leaves no room in max_model_len="
-                             f"{self.max_model_len}; lower rollout.max_total_tokens to at most max_model_len")
-        return max(1, min(turn_cap, cap, room))
+        return request_cap(self.max_model_len, prompt_length, cap, turn_cap)
 
     def vllm_params(self, params: SamplingParams, cap: int, *, seed: int | None, prompt_logprobs: bool = False) -> Any:
         """vLLM SamplingParams for one request (stop ids = our EOS set, so 'stop' on them means eos)."""

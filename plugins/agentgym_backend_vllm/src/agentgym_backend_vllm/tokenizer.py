@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ModelTokenizer", "finish_reason"]
+__all__ = ["ModelTokenizer", "finish_reason", "request_cap"]
 
 
 class ModelTokenizer:
@@ -71,3 +71,12 @@ def finish_reason(token_ids: Sequence[int], vllm_reason: str | None, eos_token_i
         return "stop_string"
     raise RuntimeError(f"vLLM ended a request with finish_reason={vllm_reason!r} (aborted or failed); "
                        "see the engine's log")
+
+
+def request_cap(max_model_len: int, prompt_length: int, cap: int, turn_cap: int) -> int:
+    """A request's token cap: min(turn cap, remaining trajectory budget, room left in the model's context)."""
+    room = max_model_len - prompt_length
+    if room < 1:
+        raise ValueError(f"a prompt of {prompt_length} tokens leaves no room in max_model_len={max_model_len}; "
+                         "lower rollout.max_total_tokens to at most max_model_len")
+    return max(1, min(turn_cap, cap, room))
