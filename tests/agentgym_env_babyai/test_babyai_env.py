@@ -182,3 +182,17 @@ def test_every_level_builds():
         game = make_level(level)
         game.reset(seed=0)
         assert game.max_steps > 0 and game.mission
+
+
+def test_state_key_names_the_exact_world_state():
+    """Turning left then right comes back to the reset's state (same key); moving changes it."""
+    from agentgym_env_babyai.env import BabyAIEnv
+
+    env = BabyAIEnv()
+    start = env.reset(0).info["state_key"]
+    left = env.step("turn left").info["state_key"]
+    back = env.step("turn right").info["state_key"]
+    assert left != start and back == start
+    other = BabyAIEnv()
+    assert other.reset(0).info["state_key"] == start  # same task, same state, another instance
+    assert other.reset(1).info["state_key"] != start

@@ -177,3 +177,13 @@ def test_no_state_leaks_across_200_resets():
 def test_check_env_in_process():
     report = check_env(TextCraftEnv)
     assert len(report.episodes) == 2
+
+
+def test_state_key_is_the_inventory():
+    from agentgym_env_textcraft.env import TextCraftEnv
+
+    env = TextCraftEnv()
+    start = env.reset(0).info["state_key"]
+    assert env.step("inventory").info["state_key"] == start  # looking changes nothing
+    got = env.step("get 1 oak logs").info["state_key"]
+    assert got != start and "oak logs=1" in got

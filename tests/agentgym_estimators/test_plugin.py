@@ -5,7 +5,7 @@ from agentgym_core.plugins import PluginManager
 from agentgym_core.rl import AdvantageBatch, AdvantageOutput, EstimatorCheckError, check_estimator
 
 
-@pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce_pp"])
+@pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce_pp", "gigpo"])
 def test_registered_estimators_conform(name):
     pm = PluginManager(autoload=True, allow=["estimators"])
     check_estimator(pm.get("advantage_estimator", name))

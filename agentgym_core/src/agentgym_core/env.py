@@ -14,6 +14,11 @@ Conventions (checked by :func:`agentgym_core.testing.check_env`):
 * ``reward`` is the environment's raw score for the step; ``success`` is a separate boolean
   (``None`` while undecided) because many environments score partial progress.
 * ``close`` is idempotent.
+* An environment that can name its exact state puts a string under ``info["state_key"]``
+  (:data:`STATE_KEY`) of its reset and step results: equal keys within a task mean the same state
+  (everything the outcome of the next action depends on). Step-level advantage estimators (``gigpo``)
+  compare the turns of a task's samples that act in the same state. Optional: without it those
+  estimators fall back to episode-level credit.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "STATE_KEY",
     "Env",
     "EnvError",
     "EpisodeEndedError",
@@ -37,6 +43,10 @@ __all__ = [
     "check_env_options",
     "parse_react_action",
 ]
+
+
+STATE_KEY = "state_key"
+"""The ``info`` key under which an environment names the state it is in (see the module docstring)."""
 
 
 class ResetResult(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 from typing import Any, ClassVar
@@ -147,6 +148,7 @@ class BabyAIEnv(Env):
             "seed": seed,
             "mission": game.mission,
             "max_steps": game.max_steps,
+            "state_key": state_key(game),
         }
         if self.config.grid_in_info:
             info["grid"] = grid_map(game)
@@ -214,6 +216,7 @@ class BabyAIEnv(Env):
             "steps_used": game.step_count,
             "max_steps": game.max_steps,
             "turns": self._turns,
+            "state_key": state_key(game),
         }
         if self.config.grid_in_info:
             info["grid"] = grid_map(game)
@@ -276,3 +279,14 @@ def _build_config(options: dict[str, Any]) -> BabyAIConfig:
                 hints.append(f"unknown option {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         detail = "; ".join(hints) if hints else str(exc)
         raise ValueError(f"invalid BabyAI options: {detail}. Valid options: {', '.join(known)}") from exc
+
+
+def state_key(game: MiniGridEnv) -> str:
+    """A short name for the exact world state: the grid's encoding (objects, colours, door states),
+    the agent's cell and heading, and what it carries. Equal keys within a task are the same state,
+    which step-level estimators (GiGPO) compare across a task's samples."""
+    digest = hashlib.blake2b(game.grid.encode().tobytes(), digest_size=8)
+    carrying = game.carrying
+    held = f"{carrying.color}-{carrying.type}" if carrying is not None else "-"
+    x, y = (int(v) for v in game.agent_pos)
+    return f"{digest.hexdigest()}:{x},{y},{int(game.agent_dir)}:{held}"

@@ -117,7 +117,8 @@ class TextCraftEnv(Env):
         self._steps = 0
         self._done = False
         observation = "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(commands), goal.item)
-        info = {"task_id": task_id, "goal": goal.item, "depth": goal.depth, "category": goal.category}
+        info = {"task_id": task_id, "goal": goal.item, "depth": goal.depth, "category": goal.category,
+                "state_key": self._game.state_key()}
         return ResetResult(observation=observation, info=info)
 
     def step(self, action: str) -> StepResult:
@@ -144,7 +145,7 @@ class TextCraftEnv(Env):
             terminated=success,
             truncated=truncated,
             success=True if success else (False if truncated else None),
-            info={"steps": self._steps, "action": kind, "valid": valid},
+            info={"steps": self._steps, "action": kind, "valid": valid, "state_key": self._game.state_key()},
         )
 
     def close(self) -> None:

@@ -34,6 +34,10 @@ class CraftingGame:
         self._book = book
         self.inventory: Counter[str] = Counter()
 
+    def state_key(self) -> str:
+        """The whole game state within a task: what is in the inventory, in a canonical order."""
+        return ";".join(f"{item}={n}" for item, n in sorted(self.inventory.items()) if n) or "empty"
+
     def inventory_text(self) -> str:
         if not self.inventory:
             return "Inventory: You are not carrying anything."

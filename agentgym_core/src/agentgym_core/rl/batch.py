@@ -24,6 +24,8 @@ class RLBatch:
     token_rewards: torch.Tensor  # (B, T): each turn's reward on its last sampled token
     rollout_logprobs: torch.Tensor  # (B, T): log-probs recorded at sampling time
     group_ids: torch.Tensor  # (B,): rows of the same (env, task) share an id
+    turn_spans: list[list[tuple[int, int]]]  # per row: each policy turn's [start, end) token range
+    turn_states: list[list[str | None]]  # per row and turn: the env's name for the state the turn acted in
 
     @property
     def num_tokens(self) -> int:
@@ -61,7 +63,9 @@ def build_batch(trajectories: Sequence[Trajectory]) -> RLBatch:
     # Each turn's reward on the turn's last sampled token (its reward_index): the one placement function.
     rewards = place_rewards(mask, [0.0] * B, [[turn.reward for turn in t.turns] for t in trajs],
                             turn_ends=[[turn.reward_index for turn in t.turns] for t in trajs])  # (B, T)
-    return RLBatch(trajs, [list(t.token_ids) for t in trajs], mask, rewards * mask, logprobs * mask, group_ids)
+    spans = [[(turn.action_span.start, turn.action_span.end) for turn in t.turns] for t in trajs]
+    return RLBatch(trajs, [list(t.token_ids) for t in trajs], mask, rewards * mask, logprobs * mask, group_ids,
+                   turn_spans=spans, turn_states=[t.turn_states() for t in trajs])
 
 
 def step_seed(seed: int, *parts: object) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from agentgym_core.rl.estimator_api import (
@@ -43,8 +45,13 @@ def _example(with_env_tokens: bool) -> AdvantageBatch:
     flat = torch.rand(int(mask.sum().item()), generator=torch.Generator().manual_seed(1))
     values = torch.zeros_like(mask)
     values[mask > 0] = flat
+    # Turn spans and the states turns acted in: each task's samples start in the same state, and the
+    # two samples of task 1 meet again in state "b" (so step-level estimators have groups to compare).
+    spans = [[(end - n + 1, end + 1) for end, n in zip(ends, turns, strict=True)]
+             for ends, turns in zip(turn_ends, rows, strict=True)]
+    states: list[list[str | None]] = [["s0", "a"], ["s0", "c", None], ["s1", "b"], ["s1", "b", "d"]]
     return AdvantageBatch(token_rewards=rewards, response_mask=mask.bool(),
-                          group_ids=torch.tensor([0, 0, 1, 1]), values=values)
+                          group_ids=torch.tensor([0, 0, 1, 1]), values=values, turn_spans=spans, turn_states=states)
 
 
 def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) -> None:
@@ -72,7 +79,7 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) 
              "Declare the smallest group the estimator gives non-zero advantages for (2 for a leave-one-out baseline).")
 
     batch = _example(with_env_tokens=True)
-    before = {k: v.clone() for k, v in vars(batch).items() if isinstance(v, torch.Tensor)}
+    before = {k: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)) for k, v in vars(batch).items()}
     out = estimate(batch, config)
     if not isinstance(out, AdvantageOutput):
         fail(f"returned {type(out).__name__}, not AdvantageOutput", "Return AdvantageOutput(advantages, returns).")
@@ -87,7 +94,8 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) 
             fail(f"{field} is non-zero on prompt/environment/padding tokens",
                  "Multiply by batch.mask: only tokens the policy sampled carry advantages.")
     for k, v in before.items():
-        if not torch.equal(v, getattr(batch, k)):
+        now = getattr(batch, k)
+        if not (torch.equal(v, now) if isinstance(v, torch.Tensor) else v == now):
             fail(f"mutated its input batch.{k}", "Estimators are pure functions; clone before editing.")
     again = estimate(batch, config)
     if not torch.equal(again.advantages, out.advantages):
@@ -102,7 +110,8 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) 
              "Treat environment tokens as non-steps: carry values/returns across them to the next policy token.")
 
     changed = AdvantageBatch(token_rewards=batch.token_rewards.clone(), response_mask=batch.response_mask,
-                             group_ids=batch.group_ids, values=batch.values)
+                             group_ids=batch.group_ids, values=batch.values, turn_spans=batch.turn_spans,
+                             turn_states=batch.turn_states)
     last = int(torch.nonzero(batch.response_mask[0]).max())
     changed.token_rewards[0, last] -= 1.0  # row 0 loses its outcome reward
     out_changed = estimate(changed, config)

@@ -26,6 +26,7 @@ __all__ = [
     "AlgorithmConfig",
     "ConfigError",
     "CriticConfig",
+    "DynamicSamplingConfig",
     "EnvConfig",
     "KLConfig",
     "LoraConfig",
@@ -99,6 +100,22 @@ class EnvConfig(_Section):
     max_concurrency: int = Field(16, ge=1, description="Most live episodes against this server at once.")
 
 
+class DynamicSamplingConfig(_Section):
+    """``rollout.dynamic_sampling``: sample more tasks until the step has signal (DAPO's dynamic sampling).
+
+    A group whose samples all got the same reward has zero advantage under GRPO/RLOO/GiGPO: it costs
+    rollout time and teaches nothing. With ``min_mixed_groups > 0`` a step samples rounds of
+    ``rollout.tasks_per_step`` fresh tasks until that many groups have differing rewards (or
+    ``max_rounds`` is reached), and trains on the groups with differing rewards only. Yu et al. 2025
+    (DAPO, arXiv:2503.14476) keep sampling until the batch is full; ``max_rounds`` bounds the cost.
+    """
+
+    min_mixed_groups: int = Field(
+        0, ge=0, description="Groups with differing rewards a step needs before it stops sampling (0: off; "
+        "every sampled group is trained, tied ones included).")
+    max_rounds: int = Field(3, ge=1, description="Most sampling rounds of rollout.tasks_per_step tasks in one step.")
+
+
 class RolloutConfig(_Section):
     """``rollout``: how trajectories are sampled."""
 
@@ -113,6 +130,8 @@ class RolloutConfig(_Section):
         default_factory=dict, description="Extra options of the backend (e.g. max_batch_size)."
     )
     eval_temperature: float = Field(0.0, ge=0.0, description="Temperature at evaluation (0 = greedy).")
+    dynamic_sampling: DynamicSamplingConfig = Field(
+        default_factory=DynamicSamplingConfig, description="Sample more tasks until enough groups have signal.")
     env_timeout_s: float = Field(
         600.0, gt=0.0, description="Limit in seconds on one environment call (create/reset/step, HTTP read "
         "included). A call that takes longer fails its trajectory as an infrastructure failure, which is left "

@@ -47,6 +47,11 @@ class AdvantageBatch:
     """(B,) long: rows with the same id are samples of the same task (GRPO/RLOO groups)."""
     values: torch.Tensor | None = None
     """(B, T) float: critic values V(s_t) on policy tokens (GAE only); None without a critic."""
+    turn_spans: list[list[tuple[int, int]]] | None = None
+    """Per row, the ``[start, end)`` token range of each policy turn, in order (step-level estimators)."""
+    turn_states: list[list[str | None]] | None = None
+    """Per row and turn, the environment's name for the state the turn acted in (``info['state_key']``;
+    None where the environment names none). Turns of one group with equal names acted in the same state."""
 
     @property
     def mask(self) -> torch.Tensor:

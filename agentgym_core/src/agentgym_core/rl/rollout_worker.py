@@ -9,7 +9,7 @@ loop can place it apart from the learner ranks.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
@@ -30,6 +30,7 @@ class RolloutResult:
     seconds: float  # wall time of the whole rollout
     generation_seconds: float  # wall time inside generation calls
     generation_calls: int
+    metrics: dict[str, float] = field(default_factory=dict)  # e.g. dynamic sampling's rounds and groups
 
 
 class RolloutWorker:
@@ -50,21 +51,23 @@ class RolloutWorker:
         }
         self.task_counts = allocate_tasks(rollout.tasks_per_step, [e.config.weight for e in envs])
 
-    def collect(self, step: int) -> RolloutResult:
+    def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
         """``group_size`` samples of each of step ``step``'s tasks, per environment.
 
-        The tasks and the sampling seed are pure functions of (seed, step), so a resumed run
-        samples exactly what an uninterrupted one did.
+        The tasks and the sampling seed are pure functions of (seed, step, sampling_round), so a
+        resumed run samples exactly what an uninterrupted one did. Round 0 is the step's own
+        schedule of tasks; later rounds (dynamic sampling) draw from schedules of their own.
         """
         seed, group = self.config.trainer.seed, self.config.rollout.group_size
         trajectories: list[Trajectory] = []
         start = time.perf_counter()
         for env, n in zip(self.envs, self.task_counts, strict=True):
-            tasks = tasks_for_step(env.train_tasks, n, step, seed, env.name)
+            label = env.name if sampling_round == 0 else f"{env.name}:round{sampling_round}"
+            tasks = tasks_for_step(env.train_tasks, n, step, seed, label)
             episodes = [EpisodeSpec(task_id=t, seed=None, sample_index=k, category=env.categories.get(t))
                         for t in tasks for k in range(group)]
             engine = self.engines[env.name]
-            engine.config.sampling.seed = step_seed(seed, "sampling", env.name, step)
+            engine.config.sampling.seed = step_seed(seed, "sampling", label, step)
             # Per-step stats; the engine also offsets its seed by its call count, which must
             # restart each step for a resumed run to sample what an uninterrupted one did.
             engine.stats = RolloutStats()

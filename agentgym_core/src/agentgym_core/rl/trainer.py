@@ -36,6 +36,7 @@ from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectorie
 from agentgym_core.rl.checkpoint import latest_checkpoint, set_rng_state
 from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
 from agentgym_core.rl.distributed import broadcast_object, init_from_environment, spawn
+from agentgym_core.rl.dynamic_sampling import collect_with_signal, mixed_groups_only
 from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
@@ -148,12 +149,15 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             for step in bar:
                 t_step = time.perf_counter()
                 # ---- 1-2. rollouts: group_size samples per task, per env, horizon from the scheduler --
-                rollout = worker.collect(step) if ctx.is_main else None
+                sampling = cfg.rollout.dynamic_sampling  # more rounds of tasks until enough groups have signal
+                rollout = collect_with_signal(lambda r: worker.collect(step, r), sampling) if ctx.is_main else None
                 if ctx.is_main:
                     pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
                 # Trajectories an env error or timeout broke are the infrastructure's failure, not the
                 # policy's: left out of the loss and counted.
                 trainable, infra_failed = trainable_trajectories(rollout.trajectories) if ctx.is_main else ([], 0)
+                if sampling.min_mixed_groups:  # tied groups have no advantage: left out of the update
+                    trainable = mixed_groups_only(trainable)
                 trained = broadcast_object(trainable if ctx.is_main else None, ctx)
 
                 # ---- 3. rewards on policy tokens, old and reference log-probs (the learner) -----------
@@ -165,7 +169,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 if ctx.is_main:
                     adv = estimate(AdvantageBatch(token_rewards=scored.token_rewards, response_mask=scored.mask > 0,
                                                   group_ids=batch.group_ids.to(scored.mask.device),
-                                                  values=scored.old.values), alg.advantage)
+                                                  values=scored.old.values, turn_spans=batch.turn_spans,
+                                                  turn_states=batch.turn_states), alg.advantage)
                     keep = list(range(len(batch.sequences)))
                     if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
                         keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
@@ -198,6 +203,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 metrics = {
                     **summarize(trajectories),
                     **update_metrics,
+                    **rollout.metrics,
                     "horizon": float(horizon),
                     "lr": learner.lr,
                     "trajectories": float(len(trajectories)),

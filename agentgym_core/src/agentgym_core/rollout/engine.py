@@ -255,7 +255,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         if not traj.turns:  # reset answered
             instruction, reset, seconds = future.result()
             record_reset(traj, instruction, reset.observation, seconds=seconds, env_name=self.env_name,
-                         instruction_role=cfg.instruction_role)
+                         instruction_role=cfg.instruction_role, info=reset.info)
             live.with_system = cfg.instruction_role == "system"
             live.pending_ids = self.chat.prompt_ids(traj.messages)
             if len(live.pending_ids) >= cfg.max_total_tokens:

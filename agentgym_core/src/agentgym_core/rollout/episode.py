@@ -29,7 +29,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentgym_core.env import Env, ResetResult, StepResult
+from agentgym_core.env import STATE_KEY, Env, ResetResult, StepResult
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.trajectory import Trajectory
 from agentgym_core.schedulers import RoundScheduler
@@ -202,11 +202,14 @@ class EngineBase(Generic[BackendT]):
 
 def record_reset(
     traj: Trajectory, instruction: str, observation: str, *, seconds: float, env_name: str | None,
-    instruction_role: str,
+    instruction_role: str, info: dict | None = None,
 ) -> None:
     """Start the conversation from the reset's answer: the instruction as system message, or
-    prefixed to the first observation when ``instruction_role`` is 'user'."""
+    prefixed to the first observation when ``instruction_role`` is 'user'. ``info`` is the reset's
+    (its ``state_key``, when the environment names states, becomes ``traj.start_state``)."""
     traj.env = traj.env or env_name or ""
+    state = (info or {}).get(STATE_KEY)
+    traj.start_state = None if state is None else str(state)
     traj.env_seconds += seconds
     if instruction_role == "system":
         traj.messages = [{"role": "system", "content": instruction}, {"role": "user", "content": observation}]

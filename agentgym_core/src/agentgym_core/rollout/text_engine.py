@@ -236,7 +236,7 @@ class TextRolloutEngine(EngineBase[ChatBackend]):
         cfg = self.config
         (instruction, first), seconds = self._env_call(slot, lambda: self._reset_env(slot, spec), "reset", deadline)
         record_reset(traj, instruction, first.observation, seconds=seconds, env_name=self.env_name,
-                     instruction_role=cfg.instruction_role)
+                     instruction_role=cfg.instruction_role, info=first.info)
         used = 0  # tokens of the conversation so far, as the server counts them
         while True:
             if time.perf_counter() >= deadline:

@@ -81,6 +81,9 @@ class Trajectory(BaseModel):
     loss_mask: list[int] = Field(default_factory=list, description="1 on sampled tokens, else 0.")
     logprobs: list[float] = Field(default_factory=list, description="Sampling log-prob per token (0 where masked).")
     prompt_length: int = Field(default=0, description="Number of tokens before the first sampled token.")
+    start_state: str | None = Field(
+        default=None, description="The environment's name for the state reset put it in (info['state_key']), if any."
+    )
     turns: list[Turn] = Field(default_factory=list, description="Per-turn spans, actions, rewards, timings.")
     outcome_reward: float = Field(default=0.0, description="Sum of the environment's rewards (the 'score').")
     success: bool = Field(default=False, description="The environment's success flag at the end.")
@@ -111,6 +114,13 @@ class Trajectory(BaseModel):
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated or self.failed
+
+    def turn_states(self) -> list[str | None]:
+        """The environment's name (``info['state_key']``) for the state each turn acted in: the reset's
+        for turn 0, the previous step's for later turns; None where the environment named none."""
+        states = [self.start_state]
+        states += [turn.info.get("state_key") for turn in self.turns[:-1]]
+        return [None if s is None else str(s) for s in states[: len(self.turns)]]
 
     def mask_summary(self) -> dict[str, int]:
         """Token counts for logs: total, sampled (mask 1), context (mask 0)."""
