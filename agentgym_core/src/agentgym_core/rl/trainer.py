@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import os
 import pickle
@@ -150,7 +151,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 t_step = time.perf_counter()
                 # ---- 1-2. rollouts: group_size samples per task, per env, horizon from the scheduler --
                 sampling = cfg.rollout.dynamic_sampling  # more rounds of tasks until enough groups have signal
-                rollout = collect_with_signal(lambda r: worker.collect(step, r), sampling) if ctx.is_main else None
+                rollout = collect_with_signal(functools.partial(worker.collect, step), sampling) if ctx.is_main else None
                 if ctx.is_main:
                     pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
                 # Trajectories an env error or timeout broke are the infrastructure's failure, not the
