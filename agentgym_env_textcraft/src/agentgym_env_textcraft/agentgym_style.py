@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from agentgym_env_textcraft.recipes import _recipes_dir
 
-__all__ = ["AgentGymCraftingGame", "AgentGymRecipes", "agentgym_recipes"]
+__all__ = ["AgentGymCraftingGame", "AgentGymRecipes", "agentgym_recipes", "item_name"]
 
 _SHAPED, _SHAPELESS = "minecraft:crafting_shaped", "minecraft:crafting_shapeless"
 _MAX_DISTRACTORS = 10
@@ -194,6 +194,17 @@ class AgentGymRecipes:
                     for part in recipe.inputs:
                         uses.setdefault(part.name, []).append(recipe)
         return uses
+
+    def needed_commands(self, goal: str) -> frozenset[str]:
+        """The commands of `goal`'s recipe tree: every list for `goal` shows all of them."""
+        return frozenset(r.command for r in self._tree(goal, frozenset()))
+
+    def distractor_candidates(self, goal: str) -> frozenset[str]:
+        """Every command AgentGym could draw as a distractor for `goal`, whatever its hash seed."""
+        tree = self._tree(goal, frozenset())
+        uses = self._uses
+        return frozenset(r.command for recipe in tree for part in recipe.inputs
+                         for r in uses.get(part.name, ())) - self.needed_commands(goal)
 
     @functools.lru_cache(maxsize=1024)  # noqa: B019 - one table per process
     def commands(self, goal: str) -> tuple[str, ...]:
