@@ -36,8 +36,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT, STATE_TO_IDX
 from gymnasium.envs.registration import load_env_creator, spec
+from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT, STATE_TO_IDX
 from minigrid.envs.babyai.core.levelgen import LevelGen
 from minigrid.minigrid_env import MiniGridEnv
 

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core import Env, EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
 from agentgym_core.compat import AgentGymCompat
-from agentgym_env_textcraft.agentgym_style import AgentGymCraftingGame, agentgym_recipes, item_name
 from agentgym_env_textcraft.actions import Get, InvalidAction, Inventory, parse_action
+from agentgym_env_textcraft.agentgym_style import AgentGymCraftingGame, agentgym_recipes, item_name
 from agentgym_env_textcraft.game import CraftingGame
 from agentgym_env_textcraft.recipes import load_recipe_book
 from agentgym_env_textcraft.tasks import Goal, goal_of, task_catalog
