@@ -96,7 +96,8 @@ class TextCraftEnv(Env):
     def __init__(self, **options: Any) -> None:
         self.config = TextCraftConfig(**options)
         # The class attribute is the default; an instance reports the limit it was built with.
-        self.max_episode_steps = self.config.max_steps  # type: ignore[misc]
+        # (AgentGym's server has no step limit, so its style has none either.)
+        self.max_episode_steps = None if self.config.agentgym_style else self.config.max_steps  # type: ignore[misc]
         self._book = load_recipe_book()
         self._game: CraftingGame | None = None
         self._goal: Goal | None = None
