@@ -13,8 +13,9 @@ AgentGym routes expect AgentGym's answers for a ``data_idx``, so this module rep
   (``grey key``, ``blue closed door``) is numbered in that order.
 * **Barrier.** The nearest wall or box straight ahead is "facing a wall/box N steps away";
   ``move forward`` is offered unless it is 1 step ahead (a ball or key in front does not stop it).
-* **Planning.** Breadth-first over (cell, heading) inside the view's bounding box (which, facing
-  east or south, reaches one cell behind the agent); walls, boxes, balls, keys and lava block,
+* **Planning.** Breadth-first over (cell, heading) inside the view's bounding box as AgentGym
+  computes it (off by one on some headings: a row behind the agent facing east or south, a column
+  past the right edge facing south or west); walls, boxes, balls, keys and lava block,
   doors of any state do not; each state's parent is the last state that queued it. Pickups and
   go-tos are numbered among the reachable objects only. ``toggle`` is offered only facing a closed
   door (or a locked one while carrying a matching key), never for a box.
