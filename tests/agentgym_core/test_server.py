@@ -251,3 +251,30 @@ def test_agentgym_routes_with_bare_answers():
         assert isinstance(instance, int)
         assert post(url, "/reset", {"env_idx": instance, "id": 5}).json().startswith("Guess the secret")
         assert post(url, "/close", {"env_idx": instance}).json() is True
+
+
+class StatusObservationGuessEnv(GuessEnv):
+    """BabyAI-style /observation: a status object from an env method instead of the text."""
+
+    agentgym_compat = AgentGymCompat(observation_method="status")
+
+    def status(self):
+        return {"observation": "status of the game", "done": False}
+
+
+def test_agentgym_observation_route_can_answer_an_env_method():
+    with serve_env(StatusObservationGuessEnv) as url:
+        instance = post(url, "/create").json()["id"]
+        before = requests.get(f"{url}/observation", params={"id": instance}, timeout=5).json()
+        assert "no episode yet" in before["error"]
+        post(url, "/reset", {"id": instance, "data_idx": 1})
+        observed = requests.get(f"{url}/observation", params={"id": instance}, timeout=5).json()
+        assert observed == {"observation": "status of the game", "done": False}
+
+
+def test_agentgym_observation_method_must_exist():
+    class Misnamed(GuessEnv):
+        agentgym_compat = AgentGymCompat(observation_method="stauts")
+
+    with pytest.raises(TypeError, match="has no such method"), serve_env(Misnamed):
+        pass

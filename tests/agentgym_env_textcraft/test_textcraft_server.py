@@ -10,6 +10,7 @@ import requests
 from agentgym_core.client import HTTPEnv
 from agentgym_core.testing import check_env_http, serve_env
 from agentgym_env_textcraft import TextCraftEnv, plan_actions, solve
+from agentgym_env_textcraft.agentgym_style import agentgym_recipes
 from agentgym_env_textcraft.tasks import goals
 
 
@@ -50,8 +51,8 @@ def test_agentgym_legacy_routes(server_url):
     created = session.post(f"{server_url}/create", json={}).json()
     instance = created["id"]
     # As AgentGym's server: /create already reset the instance onto task index = its id.
-    assert set(created) == {"id", "observation", "reward", "done"} and created["observation"].startswith("Crafting")
-    task = next(g.task_id for g in goals() if g.item == "stick")
+    assert list(created) == ["id", "observation", "done", "reward"] and created["observation"].startswith("Crafting")
+    task = agentgym_recipes().goals.index("minecraft:stick")  # AgentGym's data_idx of the stick
     reset = session.post(f"{server_url}/reset", json={"id": instance, "data_idx": task}).json()
     assert reset["observation"].endswith("Goal: craft stick.") and reset["done"] is False
     assert session.get(f"{server_url}/observation", params={"id": instance}).json() == reset["observation"]
@@ -64,7 +65,7 @@ def test_agentgym_legacy_routes(server_url):
     assert wrapped["observation"] == reset["observation"]  # indices wrap modulo the 544 goals
     bad = session.post(f"{server_url}/reset", json={"id": instance, "data_idx": "stick"})
     assert bad.status_code == 200 and "must be an integer" in bad.json()["error"]
-    assert session.post(f"{server_url}/close", json={"id": instance}).json()["closed"] is True
+    assert session.post(f"{server_url}/close", json={"id": instance}).json() is True
 
 
 def test_memory_stays_flat_in_process():

@@ -6,7 +6,7 @@ routes, with field names that differ per environment::
     POST /create                      -> {"id": 0}
     POST /reset  {"id", "data_idx"}   -> {"observation", "reward", "score", "done", ...}
     POST /step   {"id", "action"}     -> {"observation", "reward", "score", "done"}
-    GET  /observation?id=0            -> "observation text"
+    GET  /observation?id=0            -> "observation text" (BabyAI: a status object)
     POST /close  {"id"}               -> {"id", "closed"}
 
 and answers errors with HTTP 200 and ``{"error": "message"}``. An Env class opts in by setting
@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from agentgym_core.env import Env
 from agentgym_core.http_errors import ServerError, error_status, parse_json_body
-from agentgym_core.instances import ID_LIMIT, InstanceTable
+from agentgym_core.instances import ID_LIMIT, InstanceTable, NoEpisodeError
 from agentgym_core.protocol import MAX_ACTION_CHARS, check_text
 
 __all__ = ["AgentGymCompat", "add_agentgym_routes"]
@@ -80,6 +80,12 @@ class AgentGymCompat(BaseModel):
         description="Constructor options for instances created through these routes (on top of the server's), "
                     "e.g. the option that makes observations read exactly like AgentGym's.",
     )
+    observation_method: str | None = Field(
+        default=None,
+        description="Name of an Env method whose return value GET /observation answers (AgentGym's BabyAI "
+                    "answers a status object with the goal, reward, score and done); None: the latest "
+                    "observation text.",
+    )
     step_after_done: bool = Field(
         default=False,
         description="/step keeps answering after the episode ended, as AgentGym's TextCraft does (its client "
@@ -99,6 +105,10 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     spec: AgentGymCompat | None = getattr(env_cls, "agentgym_compat", None)
     if spec is None:
         return
+    if spec.observation_method is not None and not callable(getattr(env_cls, spec.observation_method, None)):
+        raise TypeError(f"{env_cls.__name__}.agentgym_compat names observation_method="
+                        f"{spec.observation_method!r}, but {env_cls.__name__} has no such method; define it "
+                        "or leave observation_method unset to answer the observation text")
     compat_kwargs = {**(env_kwargs or {}), **spec.env_kwargs}
     make_env = (lambda: env_cls(**compat_kwargs)) if spec.env_kwargs else None
 
@@ -140,9 +150,10 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
         return all_tasks[index % len(all_tasks)] if spec.wrap_task_index else index
 
     def episode_payload(instance: Any, observation: str, reward: float, done: bool) -> dict[str, Any]:
-        payload = {"observation": observation, "reward": reward, spec.done_field: done}
+        payload: dict[str, Any] = {"observation": observation, "reward": reward}
         if spec.include_score:
             payload["score"] = instance.score
+        payload[spec.done_field] = done  # AgentGym's order: observation, reward, score, done
         return payload
 
     def reset_payload(instance: Any, result: Any) -> Any:
@@ -229,7 +240,15 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
                 raise ServerError(422, "malformed_request",
                                   f"the query needs ?{spec.id_field}=<integer instance id>; got {raw!r:.40}")
             instance_id = int(raw)
-            return table.run(instance_id, lambda i: i.observation)
+            if spec.observation_method is None:
+                return table.run(instance_id, lambda i: i.observation)
+
+            def status(instance: Any) -> Any:
+                if instance.task_id is None:
+                    raise NoEpisodeError(f"instance {instance_id} has no episode yet: reset it onto a task first")
+                return getattr(instance.env, spec.observation_method)()
+
+            return table.run(instance_id, status)
         except Exception as exc:
             return fail(exc)
 

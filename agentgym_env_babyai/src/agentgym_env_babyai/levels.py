@@ -2,7 +2,9 @@
 
 Task ids follow AgentGym's BabyAI server: task ``i`` is level ``LEVELS[i % 40]`` generated with
 minigrid seed ``i // 40``. The level order is AgentGym's (its ``all_levels`` table, 1-based there,
-0-based here), so task ``i`` here is the same layout as AgentGym's ``data_idx = i``.
+0-based here), so task ``i`` here is the same layout as AgentGym's ``data_idx = i``, except where
+AgentGym's minigrid 2 differed (a 4x4 ``GoToObjS6-v0``; a locked room leaking between draws of the
+generated levels): :mod:`agentgym_env_babyai.agentgym_style` reproduces those for the AgentGym routes.
 
 Splits. AgentGym trains on ids below 1804 and evaluates BabyAI on 90 held-out tasks; its exact list
 of test ids is not published with the environment, so ours is fixed by rule instead:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentgym_core import Env, EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
 from agentgym_core.compat import AgentGymCompat
 from agentgym_env_textcraft.actions import Get, InvalidAction, Inventory, parse_action
+from agentgym_env_textcraft.agentgym_style import AgentGymCraftingGame, agentgym_recipes, item_name
 from agentgym_env_textcraft.game import CraftingGame
 from agentgym_env_textcraft.recipes import load_recipe_book
 from agentgym_env_textcraft.tasks import Goal, goal_of, task_catalog
@@ -66,6 +67,12 @@ class TextCraftConfig(BaseModel):
         ge=0,
         description="Extra crafting commands, not needed for the goal, mixed into the list (AgentGym: 10).",
     )
+    agentgym_style: bool = Field(
+        default=False,
+        description="Play AgentGym's TextCraft server: its task order (task i is its data_idx i), its command "
+        "lists and wording, no step limit, and steps still answered after the goal is crafted (see "
+        "agentgym_env_textcraft.agentgym_style). The AgentGym compatibility routes turn it on.",
+    )
 
 
 class TextCraftEnv(Env):
@@ -79,19 +86,24 @@ class TextCraftEnv(Env):
     # the first observation; its indices wrap modulo the number of goals.
     # Steps take microseconds: the server calls them on its event loop, not in worker threads.
     inline_calls: ClassVar[bool] = True
+    # Its /reset (and /create) answer {"id", "observation", "done", "reward"}, /close a bare true.
     agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(
-        include_score=False, create_resets=True, wrap_task_index=True
+        include_score=False, create_resets=True, wrap_task_index=True, step_after_done=True,
+        reset_fields=("id", "observation", "done", "reward"), close_answer="bool",
+        env_kwargs={"agentgym_style": True},
     )
 
     def __init__(self, **options: Any) -> None:
         self.config = TextCraftConfig(**options)
         # The class attribute is the default; an instance reports the limit it was built with.
-        self.max_episode_steps = self.config.max_steps  # type: ignore[misc]
+        # (AgentGym's server has no step limit, so its style has none either.)
+        self.max_episode_steps = None if self.config.agentgym_style else self.config.max_steps  # type: ignore[misc]
         self._book = load_recipe_book()
         self._game: CraftingGame | None = None
         self._goal: Goal | None = None
         self._steps = 0
         self._done = False
+        self._agentgym: AgentGymCraftingGame | None = None
 
     # -- what the agent is told -------------------------------------------------------------
     @property
@@ -107,6 +119,8 @@ class TextCraftEnv(Env):
         """Start task `task_id`. The seed picks the distractors and the order of the commands
         (None means 0); the same (task_id, seed) always gives the same observation."""
         goal = goal_of(task_id)
+        if self.config.agentgym_style:
+            return self._reset_agentgym(task_id, goal)
         rng = random.Random(f"textcraft:{task_id}:{0 if seed is None else seed}")
         commands = list(dict.fromkeys(r.command for r in self._book.recipe_tree(goal.item)))
         pool = [r.command for r in self._book.distractor_pool(goal.item)]
@@ -127,6 +141,8 @@ class TextCraftEnv(Env):
         if self._done:
             raise EpisodeEndedError("the episode has ended; call reset(task_id) to start another")
         self._steps += 1
+        if self._agentgym is not None:
+            return self._step_agentgym(self._agentgym, action)
         parsed = parse_action(action)
         if isinstance(parsed, InvalidAction):
             observation, valid, obtained = parsed.message, False, None
@@ -148,6 +164,29 @@ class TextCraftEnv(Env):
             info={"steps": self._steps, "action": kind, "valid": valid, "state_key": self._game.state_key()},
         )
 
+    def _reset_agentgym(self, task_id: int, goal: Goal) -> ResetResult:
+        """Task `task_id` as AgentGym's server numbers and lists it (the seed changes nothing there)."""
+        table = agentgym_recipes()
+        item = table.goals[task_id]
+        self._agentgym = AgentGymCraftingGame(table, item)
+        self._game, self._goal, self._steps, self._done = CraftingGame(self._book), goal, 0, False
+        name = item_name(item)
+        depth = table.depth(item)
+        info = {"task_id": task_id, "goal": name, "depth": depth, "category": f"depth{depth}"}
+        return ResetResult(observation=table.first_observation(item), info=info)
+
+    def _step_agentgym(self, game: AgentGymCraftingGame, action: str) -> StepResult:
+        observation, reward, reached = game.step(action)
+        return StepResult(
+            observation=observation,
+            reward=float(reward),
+            terminated=reached,
+            truncated=False,
+            success=True if reached else None,
+            info={"steps": self._steps, "action": action.split(" ", 1)[0]},
+        )
+
     def close(self) -> None:
         self._game = None
         self._goal = None
+        self._agentgym = None
