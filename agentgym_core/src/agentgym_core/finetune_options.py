@@ -94,6 +94,10 @@ class WarmStartConfig(_Section):
     )
     sft: SFTOptions = Field(default_factory=SFTOptions, description="SFT settings.")
     lr: float = Field(1e-5, gt=0.0, description="SFT learning rate (the RL recipe's optim.lr is for RL).")
+    eval_base: bool = Field(
+        False, description="Also evaluate the model before SFT. Off by default: a base model that writes no "
+        "parseable action scores 0 (SmolLM2 on every env here) and its evaluation runs every turn to the cap, "
+        "the slowest evaluation of the run. trainer.eval_before: false skips it too.")
 
     @model_validator(mode="after")
     def _needs_data(self) -> WarmStartConfig:

@@ -118,7 +118,7 @@ def test_warm_start_inside_an_rl_recipe(tmp_path):
         "trainer.eval_tasks=2", "trainer.tensorboard=false", "rollout.tasks_per_step=1",
         "rollout.group_size=2", "rollout.max_new_tokens=8", "rollout.max_total_tokens=256",
         "algorithm.rounds_ctrl.rounds=[2]", "algorithm.kl.coef=0.01",
-        "warm_start={expert: {n: 5, max_turns: 8}, sft: {batch_size: 5, epochs: 1}, lr: 0.001}",
+        "warm_start={expert: {n: 5, max_turns: 8}, sft: {batch_size: 5, epochs: 1}, lr: 0.001, eval_base: true}",
     ]
     config = load_config(None, [*recipe, "trainer.steps=1"])
     model, tokenizer = tiny_chat_model(seed=0)
@@ -146,6 +146,27 @@ def test_warm_start_inside_an_rl_recipe(tmp_path):
     # On disk: the warm start's one checkpoint, and RL's newest keep_checkpoints (2) of its own.
     assert [p.name for p in (run / "warm_start" / "checkpoints").glob("step_*")] == ["step_000001"]
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000002"]
+
+
+def test_warm_start_skips_the_base_model_evaluation_by_default(tmp_path):
+    """The base model's evaluation (known to score 0 here, and the slowest) runs only with eval_base: true."""
+    from agentgym_core.pipeline import run_rl_recipe as train
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.config import load_config
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    pytest.importorskip("agentgym_estimators")
+    pm = PluginManager(autoload=True, allow=["transformers", "guess", "estimators"])
+    config = load_config(None, [
+        "envs=[{name: guess, max_concurrency: 2}]", f"trainer.run_dir={tmp_path / 'rl'}", "trainer.progress=false",
+        "trainer.eval_tasks=1", "trainer.tensorboard=false", "trainer.steps=1", "rollout.tasks_per_step=1",
+        "rollout.group_size=2", "rollout.max_new_tokens=4", "rollout.max_total_tokens=128",
+        "algorithm.rounds_ctrl.rounds=[1]", "warm_start={expert: {n: 2, max_turns: 8}, sft: {batch_size: 2}}",
+    ])
+    model, tokenizer = tiny_chat_model(seed=0)
+    results = train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
+    assert results["eval_base"] is None
+    assert results["eval_sft"]["tasks"] == results["eval_after"]["tasks"] == 1
 
 
 def test_warm_start_needs_data_or_expert():

@@ -72,7 +72,8 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
         "data": {**warm.data.model_dump(), "paths": paths}, "sft": warm.sft, "optim": {"lr": warm.lr},
         "trainer": {"run_dir": str(run_dir), "seed": train_config.trainer.seed,
                     "eval_tasks": train_config.trainer.eval_tasks, "eval_max_turns": horizon,
-                    "eval_before": train_config.trainer.eval_before, "progress": train_config.trainer.progress,
+                    "eval_before": train_config.trainer.eval_before and warm.eval_base,
+                    "progress": train_config.trainer.progress,
                     "save_every": 10**9}})
     result = run_sft(config, plugin_manager=plugin_manager, model=model, tokenizer=tokenizer,
                      resume=done is not None, label="warm start sft")  # a warm start cut short continues
