@@ -36,6 +36,7 @@ def test_three_step_grpo_run_through_http(tmp_path, pm, tiny_config):
         assert x["rollout_logprob_gap"] < 1e-3
     assert "eval_before" in result and "eval_after" in result
     assert result["eval_after"]["tasks"] == 2
+    assert len(result["eval_after"]["per_task"]) == 2  # per task, for paired comparisons
     # Something trained: with random rewards some group has a non-zero advantage in 3 steps.
     assert any(x["trained_trajectories"] > 0 for x in lines)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -179,4 +179,6 @@ def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: 
                                 on_done=done)
         bar.close()
     metrics = summarize(trajs)
-    return {"step": step, "horizon": horizon, "tasks": len(trajs), **metrics}
+    # Per task, so two evaluations of the same tasks compare pairwise (agentgym_core.paired).
+    per_task = {f"{t.env}:{t.task_id}": int(t.success) for t in trajs}
+    return {"step": step, "horizon": horizon, "tasks": len(trajs), **metrics, "per_task": per_task}

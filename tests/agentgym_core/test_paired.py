@@ -1,0 +1,30 @@
+import math
+
+import pytest
+
+from agentgym_core.paired import paired_difference, t_quantile_975
+
+
+def test_paired_interval_hand_computed():
+    before = {f"t{i}": 0 for i in range(10)}
+    after = {**before, "t0": 1, "t1": 1, "t2": 1}  # 3 of 10 tasks gained, none lost
+    out = paired_difference(before, after)
+    # d = [1, 1, 1, 0 x 7]: mean .3, sample sd sqrt(.7 * .3 * 10 / 9); t_{.975, 9} = 2.262.
+    half = 2.262 * math.sqrt(0.3 * 0.7 * 10 / 9) / math.sqrt(10)
+    assert out["diff"] == pytest.approx(0.3)
+    assert out["ci95"] == pytest.approx([0.3 - half, 0.3 + half])
+    assert (out["n_tasks"], out["before"], out["after"], out["gained"], out["lost"]) == (10, 0.0, 0.3, 3, 0)
+
+
+def test_pairing_only_uses_tasks_both_evaluated_and_a_tie_is_a_point():
+    out = paired_difference({"a": 1, "b": 0, "c": 1}, {"a": 1, "b": 0, "z": 0})
+    assert out["n_tasks"] == 2 and out["ci95"] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="at least 2 tasks"):
+        paired_difference({"a": 1}, {"a": 0})
+
+
+def test_t_quantiles_are_conservative_between_table_rows():
+    assert t_quantile_975(99) == 1.990  # df 99 -> the df 80 row (a little above the exact 1.984)
+    assert t_quantile_975(1000) == 1.96
+    with pytest.raises(ValueError):
+        t_quantile_975(0)
