@@ -52,7 +52,8 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
     if warm.exists():
         sft_steps = [json.loads(x) for x in warm.read_text().splitlines() if '"train"' in x]
         sft_minutes = sum(x["time_step"] for x in sft_steps) / 60
-    pick = lambda e: None if not e else {k: e[k] for k in ("success", "reward", "turns", "tasks", "horizon")}  # noqa: E731
+    pick = lambda e: None if not e else {k: e[k] for k in ("success", "reward", "turns", "tasks", "horizon",  # noqa: E731
+                                                            "per_task") if k in e}
     return {
         "arm": name, "minutes": minutes, "sft_update_minutes": sft_minutes,
         "eval_base": pick(results.get("eval_base")), "eval_sft": pick(results.get("eval_sft")),
@@ -60,6 +61,7 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
         "train": [{k: x.get(k) for k in ("step", "success", "reward", "turns", "horizon", "kl", "time_step",
                                          "time_rollout", "update_seconds", "update_tokens_per_s")} for x in curve],
         "config": str(run_dir / "config.yaml"),
+        "rl_checkpoint": str(max((run_dir / "checkpoints").glob("step_*"), default=run_dir)),
     }
 
 
@@ -149,11 +151,30 @@ def main() -> None:
             row["eval_before"] = report[0]["eval_before"]
         report.append(row)
         Path(args.out).write_text(json.dumps(
-            {"command": "python bench/learn_babyai.py " + " ".join(sys.argv[1:]), "load_avg_1m_start": load,
-             "total_minutes": (time.perf_counter() - started) / 60, "arms": report}, indent=2))
+            {**headline(report), "command": "python bench/learn_babyai.py " + " ".join(sys.argv[1:]),
+             "load_avg_1m_start": load, "total_minutes": (time.perf_counter() - started) / 60, "arms": report},
+            indent=2))
 
     print(f"total {(time.perf_counter() - started) / 60:.1f} min")
     summarize(report, args.eval_tasks, Path(args.out))
+
+
+def headline(report: list[dict]) -> dict:
+    """The top-level figures: the first arm's held-out success after SFT and after RL, paired over tasks."""
+    from agentgym_core.paired import paired_difference
+
+    first = report[0]
+    sft = first.get("eval_sft") or first.get("eval_before")
+    after = first.get("eval_after")
+    if not (sft and after and sft.get("per_task") and after.get("per_task")):
+        return {"n_tasks": None, "sft_success": None, "rl_success": None, "diff_ci95": None}
+    paired = paired_difference(sft["per_task"], after["per_task"])
+    for row in report:  # every arm against the same SFT evaluation
+        if row.get("eval_after") and row["eval_after"].get("per_task"):
+            row["paired_vs_sft"] = paired_difference(sft["per_task"], row["eval_after"]["per_task"])
+    return {"n_tasks": paired["n_tasks"], "sft_success": paired["before"], "rl_success": paired["after"],
+            "diff": paired["diff"], "diff_ci95": paired["ci95"], "rl_checkpoint": first["rl_checkpoint"],
+            "arm": first["arm"]}
 
 
 def summarize(report: list[dict], eval_tasks: int, out: Path) -> None:
@@ -163,7 +184,11 @@ def summarize(report: list[dict], eval_tasks: int, out: Path) -> None:
     print(f"  base model            {fmt(first.get('eval_base'))}")
     print(f"  after SFT             {fmt(first.get('eval_sft') or first.get('eval_before'))}")
     for row in report:
-        print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({row['minutes']:.1f} min)")
+        paired = row.get("paired_vs_sft")
+        change = "" if not paired else (f"   change {100 * paired['diff']:+.1f} points, 95% CI "
+                                        f"[{100 * paired['ci95'][0]:+.1f}, {100 * paired['ci95'][1]:+.1f}] "
+                                        f"(+{paired['gained']} / -{paired['lost']} tasks)")
+        print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({row['minutes']:.1f} min){change}")
     print(f"results in {out}")
     if plot(report, out.with_suffix(".png")):
         print(f"curves: {out.with_suffix('.png')}")
