@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from agentgym_core.client import EnvClient, HTTPEnv
+from agentgym_core.env_pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
@@ -73,11 +73,10 @@ def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: 
 
 @dataclass
 class EnvHandle:
-    """One training environment: its config, server URL, client and task catalog."""
+    """One training environment: its config, its servers (a pool of one or more) and task catalog."""
 
     config: EnvConfig
-    url: str
-    client: EnvClient
+    pool: EnvPool
     train_tasks: list[int]
     test_tasks: list[int]
     categories: dict[int, str]
@@ -86,33 +85,36 @@ class EnvHandle:
     def name(self) -> str:
         return self.config.name
 
-    def make_env(self) -> HTTPEnv:
-        return HTTPEnv(client=self.client, env=self.config.name)
+    def make_env(self) -> PooledEnv:
+        """A new instance handle; the pool places it on the least-loaded healthy server."""
+        return self.pool.make_env()
 
 
 @contextlib.contextmanager
 def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float = 60.0) -> Iterator[list[EnvHandle]]:
-    """Connect to each env's server; start one on loopback (in this process) when no URL is given.
+    """Connect to each env's servers (``url`` or ``urls``); start one on loopback (in this process) when none is given.
 
-    ``timeout_s`` limits one HTTP request (``rollout.env_timeout_s`` in the trainer).
+    ``timeout_s`` limits one HTTP request (``rollout.env_timeout_s`` in the trainer). Every server
+    must answer with the env's name and the same catalog; one that does not answer starts marked down.
     """
     from agentgym_core.serving import serve_env
 
     with contextlib.ExitStack() as stack:
         handles = []
         for cfg in configs:
-            url = cfg.url
-            if url is None:
+            urls = cfg.server_urls
+            if not urls:
                 env_cls = pm.env_class(cfg.name)
-                url = stack.enter_context(serve_env(env_cls, cfg.env_kwargs, max_instances=max(64, cfg.max_concurrency)))
-            client = EnvClient(url, timeout=timeout_s)
-            stack.callback(client.close)
-            catalog = client.tasks()
+                urls = [stack.enter_context(serve_env(env_cls, cfg.env_kwargs,
+                                                      max_instances=max(64, cfg.max_concurrency)))]
+            pool = EnvPool(urls, env=cfg.name, timeout=timeout_s, probe_interval_s=cfg.probe_interval_s)
+            stack.callback(pool.close)
+            catalog = pool.check()
             train = cfg.train_tasks if cfg.train_tasks is not None else catalog.split(cfg.train_split)
             # Round-robin over categories, so the first eval_tasks are the tasks `agentgym eval --limit N` runs.
             test = cfg.test_tasks if cfg.test_tasks is not None else catalog.spread(
                 cfg.test_split, len(catalog.split(cfg.test_split)))
-            handles.append(EnvHandle(cfg, url, client, list(train), list(test), catalog.category_index()))
+            handles.append(EnvHandle(cfg, pool, list(train), list(test), catalog.category_index()))
         yield handles
 
 
@@ -146,7 +148,7 @@ def summarize(trajectories: list[Trajectory], prefix: str = "") -> dict[str, flo
         out[f"{prefix}{name}success"] = sum(t.success for t in group) / n
         out[f"{prefix}{name}reward"] = sum(t.outcome_reward for t in group) / n
         out[f"{prefix}{name}turns"] = sum(t.num_turns for t in group) / n
-    out[f"{prefix}failed"] = float(sum(t.failed for t in trajectories))
+        out[f"{prefix}{name}failed"] = float(sum(t.failed for t in group))
     return out
 
 

@@ -217,6 +217,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     "time_env": sum(t.env_seconds for t in trajectories),
                     "generation_calls": float(rollout.generation_calls),
                     "time_step": time.perf_counter() - t_step,
+                    **rollout.metrics,  # re-runs of failed episodes, per-server env throughput and errors
                 }
                 scheduler.update(step, metrics)
                 writer.write(step + 1, metrics)
