@@ -217,7 +217,7 @@ def test_two_envs_sample_concurrently_one_of_them_over_a_pool(tmp_path, pool_pm)
     with serve_env(TimedWordEnv) as a, serve_env(TimedWordEnv) as b:
         config = _run_config(tmp_path / "run", [{"name": "timed_word", "urls": [a, b], "max_concurrency": 4},
                                                 {"name": "timed_colour", "max_concurrency": 4}],
-                             **{"rollout.tasks_per_step": 4})
+                             **{"rollout.tasks_per_step": 4, "trainer.eval_tasks": 2})
         result = train(config, plugin_manager=pool_pm, model=model, tokenizer=tokenizer)
         assert live_instances(a) == 0 and live_instances(b) == 0  # the run closed its instances
     metrics = result["final"]
@@ -231,6 +231,9 @@ def test_two_envs_sample_concurrently_one_of_them_over_a_pool(tmp_path, pool_pm)
     assert metrics["pool/timed_word/s0/steps_per_s"] > 0 and metrics["pool/timed_word/s1/steps_per_s"] > 0
     assert metrics["pool/timed_word/s0/errors"] == 0 and metrics["pool/timed_word/s0/down"] == 0
     assert metrics["trajectories"] == 8 and metrics["infra_failed"] == 0 and metrics["reruns"] == 0
+    # The held-out evaluation plays both envs too (in one engine), each with its own figures.
+    evaluation = result["eval_after"]
+    assert evaluation["tasks"] == 4 and {"timed_word/success", "timed_colour/success"} <= set(evaluation)
 
 
 @pytest.mark.parametrize("reruns", [1, 0])
