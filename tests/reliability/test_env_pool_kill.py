@@ -1,4 +1,4 @@
-"""A training run over three `agentgym serve babyai` processes, one of them killed mid-run.
+"""A training run over three BabyAI servers, one of them (an `agentgym serve` process) killed mid-run.
 
 The run must finish; the trajectories the dead server broke are counted (``infra_failed``) and
 re-run on the others; every episode of every step is accounted for in the saved trajectories;
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 import time
 
@@ -21,15 +22,62 @@ torch = pytest.importorskip("torch")
 STEPS, TASKS, GROUP = 3, 3, 2
 
 
-def _kill_during_second_rollout(process, run_dir, done: threading.Event) -> None:
-    """Kill ``process`` shortly after step 1 is logged, i.e. while step 2's episodes are mid-flight."""
+class StepCountingRelay:
+    """A loopback TCP relay in front of a server that counts the step requests passing through it.
+
+    The test kills the server process once a step of the second training step has gone through, so
+    the kill lands mid-episode however slow the machine is (a fixed delay could land between episodes).
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port, self.steps = upstream_port, 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30)
+            except OSError:
+                client.close()  # the server is gone: the client sees its connection dropped
+                continue
+            for source, sink, count in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(source, sink, count), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if count:
+                    self.steps += data.count(b"/step HTTP/1.1")
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def _kill_during_second_rollout(process, relay: StepCountingRelay, run_dir, done: threading.Event) -> None:
+    """Kill ``process`` once step 1 is logged and a step of step 2 has reached it (episodes mid-flight)."""
     metrics = run_dir / "metrics.jsonl"
+    while not done.is_set() and not (metrics.exists() and '"kind": "train"' in metrics.read_text()):
+        time.sleep(0.01)
+    seen = relay.steps
     while not done.is_set():
-        if metrics.exists() and '"kind": "train"' in metrics.read_text():
-            time.sleep(0.3)  # step 2's resets are in; its episodes are waiting on the model or their env
+        if relay.steps > seen:
             process.kill()
             return
-        time.sleep(0.02)
+        time.sleep(0.005)
 
 
 def test_run_finishes_when_one_of_three_babyai_servers_dies(tmp_path, server_process):
@@ -40,13 +88,14 @@ def test_run_finishes_when_one_of_three_babyai_servers_dies(tmp_path, server_pro
     # The one to kill is its own `agentgym serve` process; the two that live on serve in this process
     # (real HTTP servers on loopback, without two more interpreter start-ups).
     victim, port = server_process("babyai")
-    victim_url = f"http://127.0.0.1:{port}"
+    relay = StepCountingRelay(port)
     with contextlib.ExitStack() as stack:
-        urls = [stack.enter_context(serve_env(BabyAIEnv)), victim_url, stack.enter_context(serve_env(BabyAIEnv))]
-        _train_and_check(tmp_path / "run", urls, victim, victim_url)
+        stack.callback(relay.close)
+        urls = [stack.enter_context(serve_env(BabyAIEnv)), relay.url, stack.enter_context(serve_env(BabyAIEnv))]
+        _train_and_check(tmp_path / "run", urls, victim, relay)
 
 
-def _train_and_check(run_dir, urls, victim, victim_url):
+def _train_and_check(run_dir, urls, victim, relay):
     from agentgym_core.plugins import PluginManager
     from agentgym_core.rl.config import load_config
     from agentgym_core.rl.trainer import train
@@ -64,7 +113,7 @@ def _train_and_check(run_dir, urls, victim, victim_url):
     model, tokenizer = tiny_chat_model(seed=0)
 
     done = threading.Event()
-    killer = threading.Thread(target=_kill_during_second_rollout, args=(victim, run_dir, done), daemon=True)
+    killer = threading.Thread(target=_kill_during_second_rollout, args=(victim, relay, run_dir, done), daemon=True)
     killer.start()
     try:
         train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
@@ -89,7 +138,7 @@ def _train_and_check(run_dir, urls, victim, victim_url):
         assert len(failed) == line["infra_failed"]
         assert line["trained_trajectories"] <= len(saved) - len(failed)
         assert all(t["failure_reason"] for t in failed)
-        broken_by_victim += sum(victim_url in t["failure_reason"] for t in failed)
+        broken_by_victim += sum(relay.url in t["failure_reason"] for t in failed)
         # An episode whose attempts all failed is counted as such, not lost.
         good = {(t["task_id"], t["sample_index"]) for t in saved if not t["failed"]}
         assert len(episodes - good) == line["failed_after_reruns"]

@@ -44,7 +44,7 @@ class ServerCounts:
 
     url: str
     live: int = 0  # this pool's instances on it now
-    created: int = 0  # instances created on it
+    created: int = 0  # instances placed on it (a create it then failed included)
     steps: int = 0  # steps it answered
     errors: int = 0  # calls it failed to answer (each marks it down)
     down: bool = False

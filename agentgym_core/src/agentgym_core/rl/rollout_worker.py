@@ -113,7 +113,7 @@ def server_metrics(env: str, before: list[ServerCounts], after: list[ServerCount
     """One step's per-server figures of ``env``'s pool: ``pool/{env}/s{i}/...`` with i the position in its urls.
 
     ``steps_per_s`` (env steps it answered over the rollout's wall time), ``errors`` (calls it failed
-    to answer this step), ``instances`` (created this step), ``down`` (1 if marked down at the end).
+    to answer this step), ``instances`` (placed on it this step), ``down`` (1 if marked down at the end).
     """
     out: dict[str, float] = {}
     for i, (old, new) in enumerate(zip(before, after, strict=True)):
