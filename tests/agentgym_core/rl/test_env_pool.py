@@ -257,3 +257,25 @@ def test_broken_trajectories_are_counted_and_rerun_never_dropped(tmp_path, pool_
         assert metrics["reruns"] == 0 and metrics["failed_after_reruns"] == 2
         assert metrics["trajectories"] == 2 and metrics["trained_trajectories"] == 0
 
+
+
+# ---- the engine's multi-environment form ---------------------------------------------------------------
+def test_one_engine_plays_named_envs_and_refuses_unknown_names():
+    from agentgym_backend_transformers import TransformersBackend
+    from agentgym_core.rollout import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine
+    from agentgym_core.rollout.text_engine import TextRolloutEngine
+
+    backend = TransformersBackend(*_tiny())
+    sources = {"word": EnvSource(WordEnv, 2), "other": EnvSource(OtherWordEnv, 1)}
+    episodes = [EpisodeSpec(task_id=t, env=e) for e in ("word", "other") for t in (0, 1, 2)]
+    with RolloutEngine(backend, sources, config=EngineConfig(max_turns=2, sampling={"max_new_tokens": 4})) as engine:
+        trajectories = engine.run(episodes)
+        assert [(t.env, t.task_id) for t in trajectories] == [(s.env, s.task_id) for s in episodes]
+        assert not any(t.failed for t in trajectories) and all(t.num_turns >= 1 for t in trajectories)
+        with pytest.raises(ValueError, match=r"EpisodeSpec.env='wrod' is not one of this engine's environments "
+                                             r"\(word, other\)"):
+            engine.run([EpisodeSpec(task_id=0, env="wrod")])
+    with pytest.raises(ValueError, match="no env_name"):
+        RolloutEngine(backend, sources, env_name="word")
+    with pytest.raises(ValueError, match="the text engine plays one environment"):
+        TextRolloutEngine(backend, sources)
