@@ -54,6 +54,7 @@ class ServerCounts:
 @dataclass
 class _Server:
     client: EnvClient
+    prober: EnvClient  # health checks only: a short timeout and no retries, so a probe never blocks long
     counts: ServerCounts
     retry_at: float = 0.0  # when a down server may be probed again
     probing: bool = False
@@ -68,9 +69,11 @@ class EnvPool:
         env: the environment's name (each server's ``/info`` must say the same).
         timeout: seconds for one request (a server silent for longer is marked down).
         probe_interval_s: seconds a down server is left alone before its health is asked again.
+        probe_timeout_s: seconds a health probe waits for its answer.
     """
 
-    def __init__(self, urls: list[str], *, env: str, timeout: float = 60.0, probe_interval_s: float = 5.0) -> None:
+    def __init__(self, urls: list[str], *, env: str, timeout: float = 60.0, probe_interval_s: float = 5.0,
+                 probe_timeout_s: float = 5.0) -> None:
         if not urls:
             raise ValueError(f"an environment pool needs at least one server URL for {env!r}")
         stripped = [u.rstrip("/") for u in urls]
@@ -79,8 +82,12 @@ class EnvPool:
             raise ValueError(f"{env!r} lists the server {duplicate} twice; each URL once (a server is one entry)")
         self.env = env
         self.probe_interval_s = probe_interval_s
-        self._servers = [_Server(EnvClient(u, timeout=timeout), ServerCounts(u), order=i)
-                         for i, u in enumerate(stripped)]
+        probe_timeout = min(timeout, probe_timeout_s)
+        self._servers = [
+            _Server(EnvClient(u, timeout=timeout), EnvClient(u, timeout=probe_timeout, retries=0, pool_size=1),
+                    ServerCounts(u), order=i)
+            for i, u in enumerate(stripped)
+        ]
         self._lock = threading.Lock()
         self._turn = 0
         self._info: EnvInfo | None = None
@@ -165,7 +172,7 @@ class EnvPool:
                 server.probing = True
         for server in due:
             try:
-                health = server.client.health()
+                health = server.prober.health()
             except EnvError:
                 back = False
             else:
@@ -239,6 +246,7 @@ class EnvPool:
     def close(self) -> None:
         for server in self._servers:
             server.client.close()
+            server.prober.close()
 
 
 class PooledEnv(HTTPEnv):

@@ -138,7 +138,8 @@ class RolloutEngine(EngineBase[RolloutBackend]):
             if on_done is not None:
                 on_done(live.traj)
 
-        waiting: dict[str | None, list[_Live]] = {}  # per source, episodes without an environment yet (pop from the end)
+        # Per source, the episodes without an environment yet (popped from the end).
+        waiting: dict[str | None, list[_Live]] = {}
         for key, live in reversed(list(zip(keys, lives, strict=True))):
             waiting.setdefault(key, []).append(live)
         in_env: dict[Future, _Live] = {}
