@@ -80,6 +80,7 @@ def _kill_during_second_rollout(process, relay: StepCountingRelay, run_dir, done
         time.sleep(0.005)
 
 
+@pytest.mark.slow  # ~40 s: an `agentgym serve` start-up and three training steps
 def test_run_finishes_when_one_of_three_babyai_servers_dies(tmp_path, server_process):
     from agentgym_core.testing import serve_env
     from agentgym_env_babyai import BabyAIEnv
