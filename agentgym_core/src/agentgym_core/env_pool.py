@@ -66,7 +66,7 @@ class EnvPool:
 
     Args:
         urls: the servers' base URLs (at least one, no duplicates).
-        env: the environment's name (each server's ``/info`` must say the same).
+        env: the environment's name (each server's ``/health`` must say the same).
         timeout: seconds for one request (a server silent for longer is marked down).
         probe_interval_s: seconds a down server is left alone before its health is asked again.
         probe_timeout_s: seconds a health probe waits for its answer.
@@ -105,7 +105,7 @@ class EnvPool:
         unreachable: list[str] = []
         for server in self._servers:
             try:
-                health = server.client.health()
+                health = server.prober.health()  # a silent server costs probe_timeout_s here, not timeout
                 theirs = server.client.tasks()
             except ServerUnreachableError as exc:
                 self._mark_down(server)
