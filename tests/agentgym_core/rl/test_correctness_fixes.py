@@ -92,12 +92,14 @@ def test_trainer_leaves_env_errors_and_timeouts_out_of_the_loss(tmp_path, tiny_c
     })
     train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
     line = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-1]
-    assert line["trajectories"] == 8
-    assert line["infra_failed"] == 4  # 2 crashes + 2 timeouts (the 3 s step outlives env_timeout_s=0.5)
+    # 2 crashes + 2 timeouts (the 3 s step outlives env_timeout_s=0.5), each re-run once
+    # (rollout.rerun_failed=1) and failing again: all 8 failed attempts kept and counted.
+    assert line["trajectories"] == 12 and line["reruns"] == 4 and line["failed_after_reruns"] == 4
+    assert line["infra_failed"] == 8
     assert line["trained_trajectories"] == 4
     trajs = [json.loads(x) for x in (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
     failed = [t for t in trajs if t["failed"]]
-    assert sorted(t["task_id"] for t in failed) == [1, 1, 3, 3]
+    assert sorted(t["task_id"] for t in failed) == [1, 1, 1, 1, 3, 3, 3, 3]
     assert {t["failure_reason"].split(":")[0] for t in failed} == {"env_error", "timeout"}
     assert all("advantages" not in t for t in failed)  # never trained
     assert all("advantages" in t for t in trajs if not t["failed"])

@@ -89,7 +89,18 @@ class EnvConfig(_Section):
 
     name: str = Field(description="Registered environment name (`agentgym envs` lists them).")
     url: str | None = Field(
-        None, description="Base URL of a running `agentgym serve` for it; None starts one on loopback for the run."
+        None, description="Base URL of a running `agentgym serve` for it; None (and no urls) starts one on loopback "
+        "for the run.",
+    )
+    urls: list[str] | None = Field(
+        None, description="Several servers of this environment (an env pool), instead of url: each new instance goes "
+        "to the healthy server with the fewest of the run's live instances; a server that stops answering is marked "
+        "down and probed again later; episodes it broke are counted as failed (infra_failed) and re-run "
+        "(rollout.rerun_failed). Every server must serve the same env and task catalog.",
+    )
+    probe_interval_s: float = Field(
+        5.0, gt=0, description="Seconds a server of urls that stopped answering is left alone before its /health is "
+        "asked again (an answer brings it back).",
     )
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Constructor arguments of the env class.")
     weight: float = Field(1.0, gt=0, description="Share of each step's tasks drawn from this environment.")
@@ -97,7 +108,28 @@ class EnvConfig(_Section):
     test_split: str = Field("test", description="Catalog split used for evaluation.")
     train_tasks: list[int] | None = Field(None, description="Restrict training to these task ids.")
     test_tasks: list[int] | None = Field(None, description="Restrict evaluation to these task ids.")
-    max_concurrency: int = Field(16, ge=1, description="Most live episodes against this server at once.")
+    max_concurrency: int = Field(16, ge=1, description="Most live episodes of this environment at once (over all "
+                                 "its servers).")
+
+    @model_validator(mode="after")
+    def _one_way_to_name_servers(self) -> EnvConfig:
+        if self.url is not None and self.urls is not None:
+            raise ValueError(f"envs entry {self.name!r} sets both url and urls; keep one (urls: [a, b] for several "
+                             "servers, url: a for one)")
+        if self.urls is not None:
+            if not self.urls:
+                raise ValueError(f"envs entry {self.name!r}: urls is empty; list at least one server, or drop the key "
+                                 "to start one on loopback")
+            stripped = [u.rstrip("/") for u in self.urls]
+            repeated = sorted({u for u in stripped if stripped.count(u) > 1})
+            if repeated:
+                raise ValueError(f"envs entry {self.name!r}: urls lists {repeated[0]} more than once; each server once")
+        return self
+
+    @property
+    def server_urls(self) -> list[str]:
+        """The servers to use: ``urls``, or ``[url]``; empty when the run starts its own."""
+        return list(self.urls) if self.urls is not None else [self.url] if self.url is not None else []
 
 
 class DynamicSamplingConfig(_Section):
@@ -137,6 +169,12 @@ class RolloutConfig(_Section):
         "included). A call that takes longer fails its trajectory as an infrastructure failure, which is left "
         "out of the loss and counted in the 'infra_failed' metric. 600 as in the anchor's scripts; WebArena and "
         "SciWorld steps can take tens of seconds under load.",
+    )
+    rerun_failed: int = Field(
+        1, ge=0, description="Times an episode whose trajectory the environment broke (failed: a dead server, an env "
+        "error, a timeout) is sampled again within the same step. The failed attempt stays in the step's "
+        "trajectories, counted in 'infra_failed' and left out of the loss; the re-run takes its place in the group. "
+        "0: never re-run.",
     )
 
 

@@ -49,7 +49,8 @@ def collect_with_signal(collect: Callable[[int], RolloutResult], config: Dynamic
     """Call ``collect(round)`` for rounds 0, 1, ... until ``config.min_mixed_groups`` groups are mixed.
 
     Returns every trajectory sampled (logs and success rates see them all) with the rounds' times
-    summed, and in ``metrics``: ``sampling_rounds``, ``mixed_groups`` and ``sampled_groups``. A task
+    summed, and in ``metrics``: the rounds' own metrics (re-runs summed), ``sampling_rounds``,
+    ``mixed_groups`` and ``sampled_groups``. A task
     drawn again in a later round joins its earlier samples' group (the same task id), which only
     makes the group larger. Off (``min_mixed_groups == 0``): one round, as without this module.
     """
@@ -65,5 +66,18 @@ def collect_with_signal(collect: Callable[[int], RolloutResult], config: Dynamic
         seconds=sum(r.seconds for r in results),
         generation_seconds=sum(r.generation_seconds for r in results),
         generation_calls=sum(r.generation_calls for r in results),
-        metrics={"sampling_rounds": float(len(results)), "mixed_groups": float(mixed), "sampled_groups": float(total)},
+        metrics={**_merge_metrics([r.metrics for r in results]), "sampling_rounds": float(len(results)),
+                 "mixed_groups": float(mixed), "sampled_groups": float(total)},
     )
+
+
+_SUMMED = ("reruns", "failed_after_reruns")
+
+
+def _merge_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """The rounds' own metrics as one step's: counts of re-runs summed, the rest as the last round left them."""
+    merged: dict[str, float] = {}
+    for metrics in rounds:
+        for key, value in metrics.items():
+            merged[key] = merged.get(key, 0.0) + value if key in _SUMMED else value
+    return merged

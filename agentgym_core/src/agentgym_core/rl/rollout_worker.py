@@ -1,9 +1,15 @@
-"""The rollout role: a backend, one rollout engine per environment, and the environments' clients.
+"""The rollout role: a backend, one rollout engine over every environment, and the environments' pools.
 
 A :class:`RolloutWorker` turns a training step into trajectories (``group_size`` samples of each of
 the step's tasks, the horizon from the round scheduler), evaluates the current policy on held-out
 tasks, and takes new weights after each update. It owns no optimizer and no learner state, so the
 loop can place it apart from the learner ranks.
+
+The environments of a run sample concurrently: one engine plays every environment's episodes of
+the step (each environment with its own ``max_concurrency`` instances), so they share the model's
+batch. An episode whose trajectory the environment broke (``failed``) is played again, up to
+``rollout.rerun_failed`` times; the failed attempt is kept (the trainer counts it as
+``infra_failed`` and leaves it out of the loss), so nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -12,25 +18,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym_core.env_pool import ServerCounts
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
 from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.setup import EnvHandle, evaluate
 from agentgym_core.rollout.backend import SamplingParams
-from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine, RolloutStats
+from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
 from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["RolloutResult", "RolloutWorker"]
+__all__ = ["RolloutResult", "RolloutWorker", "server_metrics"]
 
 
 @dataclass
 class RolloutResult:
     """One step's trajectories and where the time went."""
 
-    trajectories: list[Trajectory]
+    trajectories: list[Trajectory]  # every attempt, failed ones and their re-runs included
     seconds: float  # wall time of the whole rollout
     generation_seconds: float  # wall time inside generation calls
     generation_calls: int
-    metrics: dict[str, float] = field(default_factory=dict)  # e.g. dynamic sampling's rounds and groups
+    metrics: dict[str, float] = field(default_factory=dict)  # re-runs and per-server counts of this step
 
 
 class RolloutWorker:
@@ -41,40 +48,56 @@ class RolloutWorker:
         self.config, self.envs, self.backend = config, envs, backend
         self.receives_weights = receives_weights
         rollout = config.rollout
-        self.engines = {
-            env.name: RolloutEngine(
-                backend, env.make_env, num_envs=env.config.max_concurrency, scheduler=scheduler, env_name=env.name,
-                config=EngineConfig(max_total_tokens=rollout.max_total_tokens, step_timeout_s=rollout.env_timeout_s,
-                                    sampling=SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
-                                                            max_new_tokens=rollout.max_new_tokens)))
-            for env in envs
-        }
+        sources = {env.name: EnvSource(env.make_env, env.config.max_concurrency) for env in envs}
+        self.engine = RolloutEngine(
+            backend, sources, scheduler=scheduler,
+            config=EngineConfig(max_total_tokens=rollout.max_total_tokens, step_timeout_s=rollout.env_timeout_s,
+                                env_workers=sum(env.config.max_concurrency for env in envs),
+                                sampling=SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
+                                                        max_new_tokens=rollout.max_new_tokens)))
         self.task_counts = allocate_tasks(rollout.tasks_per_step, [e.config.weight for e in envs])
 
     def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
-        """``group_size`` samples of each of step ``step``'s tasks, per environment.
+        """``group_size`` samples of each of step ``step``'s tasks, every environment at once.
 
         The tasks and the sampling seed are pure functions of (seed, step, sampling_round), so a
         resumed run samples exactly what an uninterrupted one did. Round 0 is the step's own
         schedule of tasks; later rounds (dynamic sampling) draw from schedules of their own.
         """
         seed, group = self.config.trainer.seed, self.config.rollout.group_size
-        trajectories: list[Trajectory] = []
-        start = time.perf_counter()
+        episodes: list[EpisodeSpec] = []
         for env, n in zip(self.envs, self.task_counts, strict=True):
             label = env.name if sampling_round == 0 else f"{env.name}:round{sampling_round}"
             tasks = tasks_for_step(env.train_tasks, n, step, seed, label)
-            episodes = [EpisodeSpec(task_id=t, seed=None, sample_index=k, category=env.categories.get(t))
-                        for t in tasks for k in range(group)]
-            engine = self.engines[env.name]
-            engine.config.sampling.seed = step_seed(seed, "sampling", label, step)
-            # Per-step stats; the engine also offsets its seed by its call count, which must
-            # restart each step for a resumed run to sample what an uninterrupted one did.
-            engine.stats = RolloutStats()
-            trajectories += engine.run(episodes, step=step)
-        stats = [e.stats for e in self.engines.values()]
-        return RolloutResult(trajectories, time.perf_counter() - start, sum(s.gen_seconds for s in stats),
-                             sum(s.generation_calls for s in stats))
+            episodes += [EpisodeSpec(task_id=t, seed=None, sample_index=k, category=env.categories.get(t),
+                                     env=env.name) for t in tasks for k in range(group)]
+        engine = self.engine
+        rounds = () if sampling_round == 0 else (f"round{sampling_round}",)
+        engine.config.sampling.seed = step_seed(seed, "sampling", *(env.name for env in self.envs), *rounds, step)
+        # Per-step stats; the engine also offsets its seed by its call count, which must
+        # restart each step for a resumed run to sample what an uninterrupted one did.
+        engine.stats = RolloutStats()
+        before = {env.name: env.pool.snapshot() for env in self.envs}
+        start = time.perf_counter()
+        trajectories, reruns, lost = self._run_with_reruns(episodes, step)
+        seconds = time.perf_counter() - start
+        metrics = {"reruns": float(reruns), "failed_after_reruns": float(lost)}
+        for env in self.envs:
+            metrics.update(server_metrics(env.name, before[env.name], env.pool.snapshot(), seconds))
+        return RolloutResult(trajectories, seconds, engine.stats.gen_seconds, engine.stats.generation_calls, metrics)
+
+    def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int) -> tuple[list[Trajectory], int, int]:
+        """Every attempt (failed ones kept), how many episodes were re-run, and how many failed every attempt."""
+        attempts = self.engine.run(episodes, step=step)
+        trajectories, reruns = list(attempts), 0
+        for _ in range(self.config.rollout.rerun_failed):
+            episodes = [spec for spec, traj in zip(episodes, attempts, strict=True) if traj.failed]
+            if not episodes:
+                break
+            reruns += len(episodes)
+            attempts = self.engine.run(episodes, step=step)
+            trajectories += attempts
+        return trajectories, reruns, sum(traj.failed for traj in attempts)
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         """Held-out evaluation of the current policy (see :func:`agentgym_core.rl.setup.evaluate`)."""
@@ -86,5 +109,20 @@ class RolloutWorker:
             self.backend.load_weights(state_dict)
 
     def close(self) -> None:
-        for engine in self.engines.values():
-            engine.close()
+        self.engine.close()
+
+
+def server_metrics(env: str, before: list[ServerCounts], after: list[ServerCounts], seconds: float) -> dict[str, float]:
+    """One step's per-server figures of ``env``'s pool: ``pool/{env}/s{i}/...`` with i the position in its urls.
+
+    ``steps_per_s`` (env steps it answered over the rollout's wall time), ``errors`` (calls it failed
+    to answer this step), ``instances`` (placed on it this step), ``down`` (1 if marked down at the end).
+    """
+    out: dict[str, float] = {}
+    for i, (old, new) in enumerate(zip(before, after, strict=True)):
+        key = f"pool/{env}/s{i}"
+        out[f"{key}/steps_per_s"] = (new.steps - old.steps) / seconds if seconds > 0 else 0.0
+        out[f"{key}/errors"] = float(new.errors - old.errors)
+        out[f"{key}/instances"] = float(new.created - old.created)
+        out[f"{key}/down"] = float(new.down)
+    return out

@@ -10,11 +10,11 @@ from typing import Any
 
 import torch
 
-from agentgym_core.client import EnvClient, HTTPEnv
+from agentgym_core.env_pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
-from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = [
@@ -73,11 +73,10 @@ def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: 
 
 @dataclass
 class EnvHandle:
-    """One training environment: its config, server URL, client and task catalog."""
+    """One training environment: its config, its servers (a pool of one or more) and task catalog."""
 
     config: EnvConfig
-    url: str
-    client: EnvClient
+    pool: EnvPool
     train_tasks: list[int]
     test_tasks: list[int]
     categories: dict[int, str]
@@ -86,33 +85,36 @@ class EnvHandle:
     def name(self) -> str:
         return self.config.name
 
-    def make_env(self) -> HTTPEnv:
-        return HTTPEnv(client=self.client, env=self.config.name)
+    def make_env(self) -> PooledEnv:
+        """A new instance handle; the pool places it on the least-loaded healthy server."""
+        return self.pool.make_env()
 
 
 @contextlib.contextmanager
 def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float = 60.0) -> Iterator[list[EnvHandle]]:
-    """Connect to each env's server; start one on loopback (in this process) when no URL is given.
+    """Connect to each env's servers (``url`` or ``urls``); start one on loopback (in this process) when none is given.
 
-    ``timeout_s`` limits one HTTP request (``rollout.env_timeout_s`` in the trainer).
+    ``timeout_s`` limits one HTTP request (``rollout.env_timeout_s`` in the trainer). Every server
+    must answer with the env's name and the same catalog; one that does not answer starts marked down.
     """
     from agentgym_core.serving import serve_env
 
     with contextlib.ExitStack() as stack:
         handles = []
         for cfg in configs:
-            url = cfg.url
-            if url is None:
+            urls = cfg.server_urls
+            if not urls:
                 env_cls = pm.env_class(cfg.name)
-                url = stack.enter_context(serve_env(env_cls, cfg.env_kwargs, max_instances=max(64, cfg.max_concurrency)))
-            client = EnvClient(url, timeout=timeout_s)
-            stack.callback(client.close)
-            catalog = client.tasks()
+                urls = [stack.enter_context(serve_env(env_cls, cfg.env_kwargs,
+                                                      max_instances=max(64, cfg.max_concurrency)))]
+            pool = EnvPool(urls, env=cfg.name, timeout=timeout_s, probe_interval_s=cfg.probe_interval_s)
+            stack.callback(pool.close)
+            catalog = pool.check()
             train = cfg.train_tasks if cfg.train_tasks is not None else catalog.split(cfg.train_split)
             # Round-robin over categories, so the first eval_tasks are the tasks `agentgym eval --limit N` runs.
             test = cfg.test_tasks if cfg.test_tasks is not None else catalog.spread(
                 cfg.test_split, len(catalog.split(cfg.test_split)))
-            handles.append(EnvHandle(cfg, url, client, list(train), list(test), catalog.category_index()))
+            handles.append(EnvHandle(cfg, pool, list(train), list(test), catalog.category_index()))
         yield handles
 
 
@@ -146,37 +148,46 @@ def summarize(trajectories: list[Trajectory], prefix: str = "") -> dict[str, flo
         out[f"{prefix}{name}success"] = sum(t.success for t in group) / n
         out[f"{prefix}{name}reward"] = sum(t.outcome_reward for t in group) / n
         out[f"{prefix}{name}turns"] = sum(t.num_turns for t in group) / n
-    out[f"{prefix}failed"] = float(sum(t.failed for t in trajectories))
+        out[f"{prefix}{name}failed"] = float(sum(t.failed for t in group))
     return out
 
 
 def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
     """Greedy (or ``eval_temperature``) episodes on the first ``eval_tasks`` held-out tasks of each env
-    (taken round-robin across categories, as ``agentgym eval --limit`` takes them)."""
+    (taken round-robin across categories, as ``agentgym eval --limit`` takes them); every env at once."""
     from tqdm import tqdm
 
     progress = config.trainer.progress
-    trajs: list[Trajectory] = []
     sampling = SamplingParams(temperature=config.rollout.eval_temperature, top_p=1.0,
                               max_new_tokens=config.rollout.max_new_tokens, seed=config.trainer.seed)
+    episodes: list[EpisodeSpec] = []
+    sources: dict[str, EnvSource] = {}
+    bars: dict[str, Any] = {}
+    successes: dict[str, int] = {}
     for env in envs:
         tasks = env.test_tasks[: config.trainer.eval_tasks]
         if not tasks:
             continue
-        engine_cfg = EngineConfig(sampling=sampling, max_turns=horizon,
-                                  max_total_tokens=config.rollout.max_total_tokens,
-                                  step_timeout_s=config.rollout.env_timeout_s)
-        bar = tqdm(total=len(tasks), desc=f"eval {env.name} (step {step})", unit="traj", leave=False,
-                   disable=not progress, dynamic_ncols=True)
-        def done(traj: Trajectory, bar: Any = bar, counts: list[int] = [0]) -> None:  # noqa: B006 - per env
-            counts[0] += int(traj.success)
-            bar.update(1)
-            bar.set_postfix(success=f"{counts[0]}/{bar.n}")
+        sources[env.name] = EnvSource(env.make_env, min(env.config.max_concurrency, len(tasks)))
+        episodes += [EpisodeSpec(task_id=t, seed=None, category=env.categories.get(t), env=env.name) for t in tasks]
+        bars[env.name] = tqdm(total=len(tasks), desc=f"eval {env.name} (step {step})", unit="traj", leave=False,
+                              disable=not progress, dynamic_ncols=True)
+        successes[env.name] = 0
+    if not episodes:
+        return {"step": step, "horizon": horizon, "tasks": 0, **summarize([])}
 
-        with RolloutEngine(backend, env.make_env, num_envs=min(env.config.max_concurrency, len(tasks)),
-                           config=engine_cfg, env_name=env.name) as engine:
-            trajs += engine.run([EpisodeSpec(task_id=t, seed=None, category=env.categories.get(t)) for t in tasks],
-                                on_done=done)
+    def done(traj: Trajectory) -> None:
+        bar = bars[traj.env]
+        successes[traj.env] += int(traj.success)
+        bar.update(1)
+        bar.set_postfix(success=f"{successes[traj.env]}/{bar.n}")
+
+    engine_cfg = EngineConfig(sampling=sampling, max_turns=horizon, max_total_tokens=config.rollout.max_total_tokens,
+                              step_timeout_s=config.rollout.env_timeout_s,
+                              env_workers=sum(source.num_envs for source in sources.values()))
+    with RolloutEngine(backend, sources, config=engine_cfg) as engine:
+        trajs = engine.run(episodes, on_done=done)
+    for bar in bars.values():
         bar.close()
     metrics = summarize(trajs)
     # Per task, so two evaluations of the same tasks compare pairwise (agentgym_core.paired).

@@ -204,7 +204,6 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 metrics = {
                     **summarize(trajectories),
                     **update_metrics,
-                    **rollout.metrics,
                     "horizon": float(horizon),
                     "lr": learner.lr,
                     "trajectories": float(len(trajectories)),
@@ -224,6 +223,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     "time_env": sum(t.env_seconds for t in trajectories),
                     "generation_calls": float(rollout.generation_calls),
                     "time_step": time.perf_counter() - t_step,
+                    **rollout.metrics,  # sampling rounds; re-runs of failed episodes; per-server throughput, errors
                 }
                 scheduler.update(step, metrics)
                 writer.write(step + 1, metrics)

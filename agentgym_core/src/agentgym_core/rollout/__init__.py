@@ -9,7 +9,7 @@ from agentgym_core.rollout.backend import (
     SessionBackend,
 )
 from agentgym_core.rollout.chat import ChatFormat, ChatTemplateError
-from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine, RolloutStats
+from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
 from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter, read_rollout_log, trajectory_log_record
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 
@@ -21,6 +21,7 @@ __all__ = [
     "ChatFormat",
     "ContinuousBackend",
     "ChatTemplateError",
+    "EnvSource",
     "EpisodeSpec",
     "RolloutBackend",
     "EngineConfig",

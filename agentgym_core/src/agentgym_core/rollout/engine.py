@@ -47,6 +47,7 @@ from agentgym_core.rollout.episode import (
     EngineBase,
     EngineConfig,
     EnvSlot,
+    EnvSource,
     EpisodeSpec,
     RolloutStats,
     env_error_reason,
@@ -57,7 +58,7 @@ from agentgym_core.rollout.episode import (
 )
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 
-__all__ = ["EpisodeSpec", "EngineConfig", "RolloutEngine", "RolloutStats"]
+__all__ = ["EnvSource", "EpisodeSpec", "EngineConfig", "RolloutEngine", "RolloutStats"]
 
 
 @dataclass
@@ -84,8 +85,10 @@ class RolloutEngine(EngineBase[RolloutBackend]):
 
     Args:
         backend: the rollout backend (owns the model and its chat template).
-        make_env: creates one environment instance (an in-process ``Env`` or an ``HTTPEnv``).
-        num_envs: M, the most environment instances alive at once.
+        make_env: creates one environment instance (an in-process ``Env`` or an ``HTTPEnv``); or a
+            mapping env name -> :class:`~agentgym_core.rollout.episode.EnvSource` to play several
+            environments in one run (each ``EpisodeSpec.env`` names its own; all share the model's batch).
+        num_envs: M, the most environment instances alive at once (per source in the mapping form).
         config: rollout settings.
         scheduler: round scheduler; when given, ``horizon(step)`` is the turn budget.
         env_name: recorded in trajectories (default: the env class's ``name``).
@@ -93,7 +96,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
 
     def _setup(self) -> None:
         self.chat = ChatFormat(self.backend)
-        self._alive = 0  # instances in use or idle; broken ones leave the count
+        self._alive = dict.fromkeys(self.sources, 0)  # instances in use or idle, per source; broken ones leave
         self._runs = 0
         self._pool = ThreadPoolExecutor(max_workers=self.config.env_workers, thread_name_prefix="agentgym-env")
 
@@ -111,6 +114,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         t0 = time.perf_counter()
         self._runs += 1
         sessions = self.config.reuse_kv_cache and isinstance(self.backend, SessionBackend)
+        keys = [self._source_key(spec) for spec in episodes]  # fails early on an unknown env name
         lives = [_Live(spec, self._new_trajectory(spec, max_turns, Trajectory)) for spec in episodes]
         for index, live in enumerate(lives):
             live.index = index
@@ -134,17 +138,22 @@ class RolloutEngine(EngineBase[RolloutBackend]):
             if on_done is not None:
                 on_done(live.traj)
 
-        waiting = list(reversed(lives))  # episodes without an environment yet (pop from the end)
+        # Per source, the episodes without an environment yet (popped from the end).
+        waiting: dict[str | None, list[_Live]] = {}
+        for key, live in reversed(list(zip(keys, lives, strict=True))):
+            waiting.setdefault(key, []).append(live)
         in_env: dict[Future, _Live] = {}
         ready: list[_Live] = []  # trajectories waiting for the model
         try:
             while finished < len(lives):
                 # 1. Free environment instances go to waiting episodes; create + reset run in the pool.
-                while waiting and (self._idle or self._alive < self.num_envs):
-                    live = waiting.pop()
-                    live.slot = self._idle.pop() if self._idle else self._new_slot()
-                    live.start = time.perf_counter()
-                    self._submit(live, self._reset_call(live), in_env)
+                for key, queue in waiting.items():
+                    idle = self._idle[key]
+                    while queue and (idle or self._alive[key] < self.sources[key].num_envs):
+                        live = queue.pop()
+                        live.slot = idle.pop() if idle else self._new_slot(key)
+                        live.start = time.perf_counter()
+                        self._submit(live, self._reset_call(live), in_env)
 
                 # 2. The model. With a running batch: ready trajectories join it (round-synchronous: only
                 #    once no env call is out and the batch is empty), then ONE decode step runs and the
@@ -204,9 +213,9 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         wait(list(in_env), timeout=timeout, return_when=FIRST_COMPLETED)
 
     # -- environment side (runs in the pool) ------------------------------------------------------
-    def _new_slot(self) -> EnvSlot:
-        self._alive += 1
-        return EnvSlot()
+    def _new_slot(self, key: str | None) -> EnvSlot:
+        self._alive[key] += 1
+        return EnvSlot(source=key)
 
     def _reset_call(self, live: _Live) -> Callable[[], tuple[str, ResetResult, float]]:
         slot, spec = live.slot, live.spec
@@ -345,8 +354,8 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         if slot is None:
             return
         if slot.broken:
-            self._alive -= 1
+            self._alive[slot.source] -= 1
             if live.future is None or live.future.done():
                 slot.close()
         else:
-            self._idle.append(slot)
+            self._idle[slot.source].append(slot)

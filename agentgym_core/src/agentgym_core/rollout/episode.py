@@ -7,6 +7,8 @@ environment the same way. That part lives here, once:
 
 - :class:`EpisodeSpec`, :class:`EngineConfig`, :class:`RolloutStats`: what to roll out, how, and
   what a run did (both engines take and report the same);
+- :class:`EnvSource`: one of several environments a single engine plays (a step's episodes of every
+  environment then share the model's batch instead of running one environment after another);
 - :class:`EnvSlot`: one environment instance, created lazily, discarded once broken;
 - :class:`EngineBase`: the constructor both engines take, the turn budget, a fresh trajectory per
   episode, the reset call, the run statistics, and closing;
@@ -22,7 +24,7 @@ tokens the server reports.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -37,6 +39,7 @@ from agentgym_core.schedulers import RoundScheduler
 __all__ = [
     "EngineBase",
     "EnvSlot",
+    "EnvSource",
     "EpisodeSpec",
     "EngineConfig",
     "RolloutStats",
@@ -94,6 +97,15 @@ class EpisodeSpec:
     seed: int | None = None
     sample_index: int = 0
     category: str | None = None
+    env: str | None = None  # which of a multi-environment engine's sources plays it (None: the only one)
+
+
+@dataclass(frozen=True)
+class EnvSource:
+    """One environment of a multi-environment engine: how to make an instance, and how many may live at once."""
+
+    make_env: Callable[[], Env]
+    num_envs: int = 8
 
 
 @dataclass
@@ -115,6 +127,7 @@ class EnvSlot:
 
     env: Env | None = None
     broken: bool = False
+    source: str | None = None  # the EnvSource it came from (None: a single-environment engine's)
 
     def close(self) -> None:
         """Close the instance, if one was created; errors are swallowed."""
@@ -129,6 +142,10 @@ class EngineBase(Generic[BackendT]):
 
     A subclass implements ``run``, and ``_setup`` (called last by ``__init__``) creates ``self._pool``,
     the threads that run environment calls (how many depends on how it uses them), and its own state.
+
+    ``make_env`` is one environment's factory (with ``num_envs`` and ``env_name``), or a mapping from
+    environment name to :class:`EnvSource` for an engine that plays several environments in one
+    run; each episode then names its environment in ``EpisodeSpec.env``.
     """
 
     _pool: ThreadPoolExecutor
@@ -136,23 +153,30 @@ class EngineBase(Generic[BackendT]):
     def __init__(
         self,
         backend: BackendT,
-        make_env: Callable[[], Env],
+        make_env: Callable[[], Env] | Mapping[str, EnvSource],
         *,
         num_envs: int = 8,
         config: EngineConfig | None = None,
         scheduler: RoundScheduler | None = None,
         env_name: str | None = None,
     ) -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if isinstance(make_env, Mapping):
+            if not make_env or env_name is not None:
+                raise ValueError("a multi-environment engine takes a non-empty mapping of env name -> EnvSource, "
+                                 "and no env_name (each episode names its env in EpisodeSpec.env)")
+            self.sources: dict[str | None, EnvSource] = dict(make_env)
+        else:
+            self.sources = {None: EnvSource(make_env, num_envs)}
+        for name, source in self.sources.items():
+            if source.num_envs < 1:
+                raise ValueError(f"num_envs must be >= 1, got {source.num_envs}" + (f" for {name!r}" if name else ""))
         self.backend = backend
-        self.make_env = make_env
-        self.num_envs = num_envs
+        self.num_envs = sum(source.num_envs for source in self.sources.values())
         self.config = config or EngineConfig()
         self.scheduler = scheduler
         self.env_name = env_name
         self.stats = RolloutStats()
-        self._idle: list[EnvSlot] = []  # healthy instances between episodes
+        self._idle: dict[str | None, list[EnvSlot]] = {key: [] for key in self.sources}  # healthy, between episodes
         self._setup()
 
     def _setup(self) -> None:
@@ -163,18 +187,32 @@ class EngineBase(Generic[BackendT]):
         """Turns per trajectory at training step ``step``: the scheduler's horizon, else ``max_turns``."""
         return self.scheduler.horizon(step) if self.scheduler is not None else self.config.max_turns
 
+    @property
+    def multi_env(self) -> bool:
+        """True when this engine plays several named environments (``EpisodeSpec.env`` picks one)."""
+        return None not in self.sources
+
+    def _source_key(self, spec: EpisodeSpec) -> str | None:
+        """The key of the source that plays ``spec``; a clear error when it names none of them."""
+        if not self.multi_env:
+            return None
+        if spec.env not in self.sources:
+            raise ValueError(f"EpisodeSpec.env={spec.env!r} is not one of this engine's environments "
+                             f"({', '.join(str(k) for k in self.sources)})")
+        return spec.env
+
     def _new_trajectory(self, spec: EpisodeSpec, max_turns: int, cls: type[TrajectoryT]) -> TrajectoryT:
         """An empty trajectory for ``spec``."""
         return cls(
-            env=self.env_name or "", task_id=spec.task_id, seed=spec.seed, sample_index=spec.sample_index,
+            env=(spec.env if self.multi_env else self.env_name) or "", task_id=spec.task_id, seed=spec.seed, sample_index=spec.sample_index,
             category=spec.category, max_turns=max_turns, temperature=self.config.sampling.logprob_temperature,
         )
 
     def _reset_env(self, slot: EnvSlot, spec: EpisodeSpec) -> tuple[str, ResetResult]:
         """Create the slot's instance if needed and reset it to the episode's task (runs in the pool)."""
         if slot.env is None:
-            slot.env = self.make_env()
-        if not self.env_name:
+            slot.env = self.sources[slot.source].make_env()
+        if not self.env_name and not self.multi_env:
             self.env_name = slot.env.name
         return slot.env.instruction, slot.env.reset(spec.task_id, seed=spec.seed)
 
@@ -188,9 +226,10 @@ class EngineBase(Generic[BackendT]):
 
     def close(self) -> None:
         """Close every idle environment instance and stop the env thread pool."""
-        for slot in self._idle:
-            slot.close()
-        self._idle.clear()
+        for slots in self._idle.values():
+            for slot in slots:
+                slot.close()
+            slots.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self: EngineT) -> EngineT:

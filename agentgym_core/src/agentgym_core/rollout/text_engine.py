@@ -165,6 +165,8 @@ class TextRolloutEngine(EngineBase[ChatBackend]):
     """
 
     def _setup(self) -> None:
+        if self.multi_env:
+            raise ValueError("the text engine plays one environment; give it one make_env (and num_envs)")
         if self.config.synchronous:
             raise ValueError("the text engine has no round-synchronous mode; set synchronous=False")
         self._lock = threading.Lock()  # guards stats, the idle slots and on_done across worker threads
@@ -193,7 +195,7 @@ class TextRolloutEngine(EngineBase[ChatBackend]):
 
         def worker() -> None:
             with self._lock:
-                slot = self._idle.pop() if self._idle else EnvSlot()
+                slot = self._idle[None].pop() if self._idle[None] else EnvSlot()
             while True:
                 try:
                     index = todo.get_nowait()
@@ -205,7 +207,7 @@ class TextRolloutEngine(EngineBase[ChatBackend]):
                     if on_done is not None:
                         on_done(trajs[index])
             with self._lock:
-                self._idle.append(slot)
+                self._idle[None].append(slot)
 
         threads = [threading.Thread(target=worker, name=f"agentgym-text-{i}", daemon=True)
                    for i in range(min(self.num_envs, len(episodes)))]
