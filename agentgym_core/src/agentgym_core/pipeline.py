@@ -11,7 +11,7 @@ from typing import Any
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.config import TrainConfig
 
-__all__ = ["run_rl_recipe"]
+__all__ = ["plan_text", "run_rl_recipe"]
 
 
 def run_rl_recipe(
@@ -32,6 +32,8 @@ def run_rl_recipe(
     from agentgym_core.rl.trainer import train
 
     pm = plugin_manager or get_plugin_manager()
+    if config.trainer.progress and not resume:
+        print(plan_text(config), flush=True)
     if config.warm_start is None:
         return train(config, resume=resume, plugin_manager=plugin_manager, model=model, tokenizer=tokenizer,
                      stop_after=stop_after)
@@ -52,3 +54,27 @@ def run_rl_recipe(
         results = train(config, resume=resume, plugin_manager=pm, model=model, tokenizer=tokenizer,
                         stop_after=stop_after, eval_before=warm.eval_after)
     return {"eval_base": warm.eval_before, "eval_sft": warm.eval_after, **results}
+
+
+def plan_text(config: TrainConfig) -> str:
+    """The phases the recipe will run, in order, with their sizes (each shows a progress bar with its time left)."""
+    cfg, phases = config, []
+    evals = cfg.trainer.eval_tasks * len(cfg.envs)
+    warm = cfg.warm_start
+    if warm is not None:
+        if warm.expert is not None:
+            phases.append(f"expert demonstrations: {warm.expert.n} episodes")
+        if warm.eval_base and cfg.trainer.eval_before and evals:
+            phases.append(f"held-out evaluation of the base model: {evals} tasks")
+        cap = f", at most {warm.data.max_examples} examples" if warm.data.max_examples else ""
+        phases.append(f"SFT warm start: {warm.sft.epochs} epoch(s) of batches of {warm.sft.batch_size}{cap}")
+        if evals:
+            phases.append(f"held-out evaluation after SFT: {evals} tasks")
+    elif cfg.trainer.eval_before and evals:
+        phases.append(f"held-out evaluation before RL: {evals} tasks")
+    per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
+    phases.append(f"RL: {cfg.trainer.steps} steps of {per_step} episodes ({cfg.algorithm.estimator})")
+    if evals:
+        phases.append(f"held-out evaluation after RL: {evals} tasks")
+    lines = [f"  {i}/{len(phases)} {p}" for i, p in enumerate(phases, start=1)]
+    return "plan (each phase shows a progress bar with its time left):\n" + "\n".join(lines)

@@ -191,3 +191,18 @@ def test_sft_steps_on_cuda(tmp_path, guess_expert_log):
     before = _nll(model, examples)
     result = run_sft(_config(tmp_path, guess_expert_log), model=model, tokenizer=tokenizer)
     assert result.steps == 9 and _nll(model, examples) < before
+
+
+def test_the_main_job_announces_its_phases():
+    from pathlib import Path
+
+    from agentgym_core.pipeline import plan_text
+    from agentgym_core.rl.config import load_config
+
+    recipe = Path(__file__).parents[3] / "examples" / "babyai_grpo_cpu.yaml"
+    text = plan_text(load_config(recipe))
+    assert "1/5 expert demonstrations: 600 episodes" in text
+    assert "base model" not in text  # warm_start.eval_base is off in the main recipe
+    assert text.strip().endswith("5/5 held-out evaluation after RL: 20 tasks")
+    with_base = plan_text(load_config(recipe, ["warm_start.eval_base=true"]))
+    assert "2/6 held-out evaluation of the base model: 20 tasks" in with_base
