@@ -11,7 +11,8 @@ first as the baseline, so the HTTP overhead is a ratio from the same run.
 ``--vs-anchor`` (TextCraft) also drives, in the same run and with the same AgentGym-style client
 (POST /create, /step {id, action}, /reset {id, data_idx}), a stand-in for AgentGym's TextCraft
 server (bench/anchor_standin.py) and ours through its compat routes, interleaved round by round so
-a busy machine slows both alike; the JSON gets the ratio per client count.
+a busy machine slows both alike; the JSON gets the ratio per client count and per `--workers` count
+of our server (default 1 and 2), with the machine's load average before and after.
 """
 
 from __future__ import annotations
@@ -141,30 +142,39 @@ def run_compat_clients(url: str, action: str, clients: int, seconds: float) -> f
     return asyncio.run(main())
 
 
-def versus_anchor(clients_list: list[int], seconds: float, rounds: int = 3) -> list[dict]:
-    """Our TextCraft server's compat routes vs the anchor-shaped stand-in, interleaved."""
-    ours_port, anchor_port = free_port(), free_port()
+def versus_anchor(clients_list: list[int], seconds: float, workers_list: list[int], rounds: int = 3) -> list[dict]:
+    """Our TextCraft server's compat routes (once per worker count) vs the anchor-shaped stand-in,
+    interleaved round by round."""
     agentgym = Path(sys.executable).with_name("agentgym")
-    ours = start_process([str(agentgym), "serve", "textcraft", "--port", str(ours_port), "--max-instances", "4096"],
-                         ours_port)
+    anchor_port = free_port()
     anchor = start_process([sys.executable, str(Path(__file__).with_name("anchor_standin.py")), "--port",
                             str(anchor_port)], anchor_port)
+    ours: dict[int, tuple[int, subprocess.Popen]] = {}
     rows = []
     try:
+        for workers in workers_list:
+            port = free_port()
+            ours[workers] = port, start_process(
+                [str(agentgym), "serve", "textcraft", "--port", str(port), "--max-instances", "4096",
+                 "--workers", str(workers)], port)
         for clients in clients_list:
-            ours_rates, anchor_rates = [], []
+            anchor_rates, our_rates = [], {w: [] for w in workers_list}
             for _ in range(rounds):
                 anchor_rates.append(run_compat_clients(f"http://127.0.0.1:{anchor_port}", "inventory", clients,
                                                        seconds))
-                ours_rates.append(run_compat_clients(f"http://127.0.0.1:{ours_port}", "inventory", clients, seconds))
-            row = {"clients": clients, "ours_steps_per_s": statistics.median(ours_rates),
-                   "anchor_standin_steps_per_s": statistics.median(anchor_rates)}
-            row["ratio"] = row["ours_steps_per_s"] / row["anchor_standin_steps_per_s"]
-            rows.append(row)
-            print(f"vs anchor stand-in, clients={clients:>3}: ours {row['ours_steps_per_s']:7.0f} steps/s, "
-                  f"stand-in {row['anchor_standin_steps_per_s']:7.0f} steps/s: x{row['ratio']:.2f}", flush=True)
+                for workers, (port, _) in ours.items():
+                    our_rates[workers].append(run_compat_clients(f"http://127.0.0.1:{port}", "inventory", clients,
+                                                                 seconds))
+            anchor_rate = statistics.median(anchor_rates)
+            for workers in workers_list:
+                row = {"clients": clients, "workers": workers, "ours_steps_per_s": statistics.median(our_rates[workers]),
+                       "anchor_standin_steps_per_s": anchor_rate}
+                row["ratio"] = row["ours_steps_per_s"] / anchor_rate
+                rows.append(row)
+                print(f"vs anchor stand-in, clients={clients:>3}, workers={workers}: ours {row['ours_steps_per_s']:7.0f} "
+                      f"steps/s, stand-in {anchor_rate:7.0f} steps/s: x{row['ratio']:.2f}", flush=True)
     finally:
-        for process in (ours, anchor):
+        for process in (anchor, *(p for _, p in ours.values())):
             process.terminate()
             process.wait(timeout=30)
     return rows
@@ -245,16 +255,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per configuration")
     parser.add_argument("--actions", nargs="+", default=None, help="actions to cycle (default per env)")
     parser.add_argument("--out", default="bench/results/env_server_{env}.json")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                        help="--vs-anchor: `agentgym serve --workers` counts to measure (each against the anchor)")
     parser.add_argument("--vs-anchor", action="store_true",
                         help="textcraft only: compare with the anchor-shaped stand-in and skip the /v1 runs")
     args = parser.parse_args()
     if args.vs_anchor:
         if args.env != "textcraft":
             parser.error("--vs-anchor compares TextCraft servers; use --env textcraft")
-        rows = versus_anchor(args.clients, args.seconds)
+        load_before = os.getloadavg()
+        rows = versus_anchor(args.clients, args.seconds, args.workers)
         out = Path(args.out.format(env="textcraft_vs_anchor"))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                                   "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()},
                                    "seconds": args.seconds, "rows": rows}, indent=2))
         print(f"wrote {out}")
         return

@@ -119,6 +119,8 @@ def create_app(
     max_instances: int = DEFAULT_MAX_INSTANCES,
     idle_ttl_s: float | None = DEFAULT_IDLE_TTL_S,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    shard: tuple[int, int] = (0, 1),
+    next_serial: Callable[[], int] | None = None,
 ) -> FastAPI:
     """Build the FastAPI app serving ``env_cls``.
 
@@ -128,12 +130,16 @@ def create_app(
         max_instances: live instances allowed at once; creating more answers 503.
         idle_ttl_s: close instances untouched for this long (None: never).
         max_body_bytes: larger request bodies answer 413.
+        shard: ``(k, n)`` for worker k of n processes (``agentgym serve --workers``): instance ids
+            are k modulo n, so a request can be sent to the worker that holds its instance.
+        next_serial: the creation count shared by the workers (default: this app's own).
     """
     validate_server_options(max_instances=max_instances, idle_ttl_s=idle_ttl_s, max_body_bytes=max_body_bytes)
     kwargs = dict(env_kwargs or {})
     env_cls = env_cls.configured(**kwargs)
     env_name = name or env_cls.name or env_cls.__name__.lower()
-    table = InstanceTable(lambda: env_cls(**kwargs), max_instances=max_instances, idle_ttl_s=idle_ttl_s)
+    table = InstanceTable(lambda: env_cls(**kwargs), max_instances=max_instances, idle_ttl_s=idle_ttl_s,
+                          shard=shard, next_serial=next_serial)
     catalog = env_cls.tasks()
     stop = threading.Event()
     probe_lock = threading.Lock()
