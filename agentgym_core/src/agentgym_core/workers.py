@@ -30,12 +30,15 @@ import socket
 import time
 from typing import Any
 
+from agentgym_core.direct_routes import body_too_large
+
 __all__ = ["WorkerFront", "owner_of", "serve_workers"]
 
 log = logging.getLogger(__name__)
 
 _COMPAT_BODY_ROUTES = ("/reset", "/step", "/close")
 _V1_INSTANCES = "/v1/instances/"
+_TOO_LARGE = object()
 
 
 def owner_of(instance_id: int, workers: int) -> int:
@@ -106,7 +109,7 @@ class WorkerFront:
         index, workers: this worker's number and how many there are.
         ports: each worker's private loopback port, by worker number.
         compat_id_field: the id field of AgentGym's routes (None if the env has none).
-        max_body_bytes: bodies read here to find the id; larger ones are left to the app (413).
+        max_body_bytes: bodies are read here to find the id; larger ones answer 413 here.
     """
 
     def __init__(self, app: Any, *, index: int, workers: int, ports: list[int], compat_id_field: str | None,
@@ -129,9 +132,8 @@ class WorkerFront:
             raw = _query_value(scope, self.compat_id_field)
             owner = owner_of(int(raw), self.workers) if raw and raw.isdigit() and len(raw) < 20 else None
         elif method == "POST" and (path == "/v1/step_batch" or (self.compat_id_field and path in _COMPAT_BODY_ROUTES)):
-            body = await _read_body(receive, self.max_body_bytes)
-            if body is None:  # too large or unfinished: the app answers (413) from what is left
-                await self.app(scope, receive, send)
+            body = await self._body_or_answer(receive, send)
+            if body is None:
                 return
             receive = _replay(body, receive)
             if path == "/v1/step_batch":
@@ -143,9 +145,19 @@ class WorkerFront:
                 await self._pass_on(owner, scope, body, send)
                 return
         if owner is not None and owner != self.index:
-            await self._pass_on(owner, scope, b"", send)
+            body = await self._body_or_answer(receive, send)
+            if body is not None:
+                await self._pass_on(owner, scope, body, send)
             return
         await self.app(scope, receive, send)
+
+    async def _body_or_answer(self, receive: Any, send: Any) -> bytes | None:
+        """The request's body; None once a too-large body is answered (413) or the client left."""
+        body = await _read_body(receive, self.max_body_bytes)
+        if body is _TOO_LARGE:
+            await body_too_large(self.max_body_bytes)({"type": "http"}, receive, send)
+            return None
+        return body  # type: ignore[return-value]
 
     def _compat_owner(self, body: bytes) -> int | None:
         try:
@@ -222,7 +234,8 @@ def _query_value(scope: Any, name: str) -> str | None:
     return values[0] if values else None
 
 
-async def _read_body(receive: Any, limit: int) -> bytes | None:
+async def _read_body(receive: Any, limit: int) -> bytes | object | None:
+    """The whole body; ``_TOO_LARGE`` past ``limit``; None when the client left."""
     chunks, size, more = [], 0, True
     while more:
         message = await receive()
@@ -231,7 +244,7 @@ async def _read_body(receive: Any, limit: int) -> bytes | None:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            return None
+            return _TOO_LARGE
         chunks.append(chunk)
         more = message.get("more_body", False)
     return b"".join(chunks)
