@@ -12,12 +12,14 @@ first as the baseline, so the HTTP overhead is a ratio from the same run.
 (POST /create, /step {id, action}, /reset {id, data_idx}), a stand-in for AgentGym's TextCraft
 server (bench/anchor_standin.py) and ours through its compat routes, interleaved round by round so
 a busy machine slows both alike; the JSON gets the ratio per client count and per `--workers` count
-of our server (default 1 and 2), with the machine's load average before and after.
+of our server (default 1 and 2), the servers' CPU time per step (load-independent: what a step
+costs, not how much CPU the server was given), and the machine's load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -142,6 +144,34 @@ def run_compat_clients(url: str, action: str, clients: int, seconds: float) -> f
     return asyncio.run(main())
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process ``pid`` and its children so far (Linux /proc), or NaN."""
+
+    def own(stat: str) -> tuple[int, float]:
+        fields = stat.rsplit(")", 1)[1].split()
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    total = float("nan")
+    try:
+        total = own(Path(f"/proc/{pid}/stat").read_text())[1]
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    parent, seconds = own((entry / "stat").read_text())
+                    if parent == pid:
+                        total += seconds
+    except OSError:
+        pass
+    return total
+
+
+def measured(url: str, pid: int, clients: int, seconds: float) -> tuple[float, float]:
+    """(steps/s, server CPU microseconds per step) of one run of AgentGym-style clients."""
+    before = cpu_seconds(pid)
+    rate = run_compat_clients(url, "inventory", clients, seconds)
+    return rate, 1e6 * (cpu_seconds(pid) - before) / max(1.0, rate * seconds)
+
+
 def versus_anchor(clients_list: list[int], seconds: float, workers_list: list[int], rounds: int = 3) -> list[dict]:
     """Our TextCraft server's compat routes (once per worker count) vs the anchor-shaped stand-in,
     interleaved round by round."""
@@ -158,21 +188,24 @@ def versus_anchor(clients_list: list[int], seconds: float, workers_list: list[in
                 [str(agentgym), "serve", "textcraft", "--port", str(port), "--max-instances", "4096",
                  "--workers", str(workers)], port)
         for clients in clients_list:
-            anchor_rates, our_rates = [], {w: [] for w in workers_list}
+            anchor_runs, our_runs = [], {w: [] for w in workers_list}
             for _ in range(rounds):
-                anchor_rates.append(run_compat_clients(f"http://127.0.0.1:{anchor_port}", "inventory", clients,
-                                                       seconds))
-                for workers, (port, _) in ours.items():
-                    our_rates[workers].append(run_compat_clients(f"http://127.0.0.1:{port}", "inventory", clients,
-                                                                 seconds))
-            anchor_rate = statistics.median(anchor_rates)
+                anchor_runs.append(measured(f"http://127.0.0.1:{anchor_port}", anchor.pid, clients, seconds))
+                for workers, (port, process) in ours.items():
+                    our_runs[workers].append(measured(f"http://127.0.0.1:{port}", process.pid, clients, seconds))
+            anchor_rate = statistics.median(r for r, _ in anchor_runs)
+            anchor_cpu = statistics.median(c for _, c in anchor_runs)
             for workers in workers_list:
-                row = {"clients": clients, "workers": workers, "ours_steps_per_s": statistics.median(our_rates[workers]),
-                       "anchor_standin_steps_per_s": anchor_rate}
+                row = {"clients": clients, "workers": workers,
+                       "ours_steps_per_s": statistics.median(r for r, _ in our_runs[workers]),
+                       "anchor_standin_steps_per_s": anchor_rate,
+                       "ours_server_cpu_us_per_step": statistics.median(c for _, c in our_runs[workers]),
+                       "anchor_standin_server_cpu_us_per_step": anchor_cpu}
                 row["ratio"] = row["ours_steps_per_s"] / anchor_rate
                 rows.append(row)
                 print(f"vs anchor stand-in, clients={clients:>3}, workers={workers}: ours {row['ours_steps_per_s']:7.0f} "
-                      f"steps/s, stand-in {anchor_rate:7.0f} steps/s: x{row['ratio']:.2f}", flush=True)
+                      f"steps/s, stand-in {anchor_rate:7.0f} steps/s: x{row['ratio']:.2f}  (server CPU per step: "
+                      f"ours {row['ours_server_cpu_us_per_step']:.0f} us, stand-in {anchor_cpu:.0f} us)", flush=True)
     finally:
         for process in (anchor, *(p for _, p in ours.values())):
             process.terminate()
