@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from agentgym_core.client import EnvClient, HTTPEnv
 from agentgym_core.plugins import PluginManager
 
@@ -88,10 +90,10 @@ def start_process(command: list[str], port: int) -> subprocess.Popen:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited: {process.stderr.read()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return process
-        except OSError:
+        try:  # an HTTP answer, not just a connection: `--workers` listens before its workers serve
+            requests.get(f"http://127.0.0.1:{port}/", timeout=2)
+            return process
+        except requests.RequestException:
             time.sleep(0.2)
     process.kill()
     raise TimeoutError("server did not come up in 120 s")
@@ -172,7 +174,7 @@ def measured(url: str, pid: int, clients: int, seconds: float) -> tuple[float, f
     return rate, 1e6 * (cpu_seconds(pid) - before) / max(1.0, rate * seconds)
 
 
-def versus_anchor(clients_list: list[int], seconds: float, workers_list: list[int], rounds: int = 3) -> list[dict]:
+def versus_anchor(clients_list: list[int], seconds: float, workers_list: list[int], rounds: int) -> list[dict]:
     """Our TextCraft server's compat routes (once per worker count) vs the anchor-shaped stand-in,
     interleaved round by round."""
     agentgym = Path(sys.executable).with_name("agentgym")
@@ -187,6 +189,8 @@ def versus_anchor(clients_list: list[int], seconds: float, workers_list: list[in
             ours[workers] = port, start_process(
                 [str(agentgym), "serve", "textcraft", "--port", str(port), "--max-instances", "4096",
                  "--workers", str(workers)], port)
+        for port in (anchor_port, *(port for port, _ in ours.values())):  # warm up: imports, caches, pools
+            run_compat_clients(f"http://127.0.0.1:{port}", "inventory", max(clients_list), 0.5)
         for clients in clients_list:
             anchor_runs, our_runs = [], {w: [] for w in workers_list}
             for _ in range(rounds):
@@ -200,7 +204,9 @@ def versus_anchor(clients_list: list[int], seconds: float, workers_list: list[in
                        "ours_steps_per_s": statistics.median(r for r, _ in our_runs[workers]),
                        "anchor_standin_steps_per_s": anchor_rate,
                        "ours_server_cpu_us_per_step": statistics.median(c for _, c in our_runs[workers]),
-                       "anchor_standin_server_cpu_us_per_step": anchor_cpu}
+                       "anchor_standin_server_cpu_us_per_step": anchor_cpu,
+                       "rounds": {"ours_steps_per_s": [r for r, _ in our_runs[workers]],
+                                  "anchor_standin_steps_per_s": [r for r, _ in anchor_runs]}}
                 row["ratio"] = row["ours_steps_per_s"] / anchor_rate
                 rows.append(row)
                 print(f"vs anchor stand-in, clients={clients:>3}, workers={workers}: ours {row['ours_steps_per_s']:7.0f} "
@@ -290,6 +296,8 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/env_server_{env}.json")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                         help="--vs-anchor: `agentgym serve --workers` counts to measure (each against the anchor)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="--vs-anchor: interleaved rounds per configuration; the median is reported")
     parser.add_argument("--vs-anchor", action="store_true",
                         help="textcraft only: compare with the anchor-shaped stand-in and skip the /v1 runs")
     args = parser.parse_args()
@@ -297,12 +305,12 @@ def main() -> None:
         if args.env != "textcraft":
             parser.error("--vs-anchor compares TextCraft servers; use --env textcraft")
         load_before = os.getloadavg()
-        rows = versus_anchor(args.clients, args.seconds, args.workers)
+        rows = versus_anchor(args.clients, args.seconds, args.workers, args.rounds)
         out = Path(args.out.format(env="textcraft_vs_anchor"))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
                                    "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()},
-                                   "seconds": args.seconds, "rows": rows}, indent=2))
+                                   "seconds": args.seconds, "rounds": args.rounds, "rows": rows}, indent=2))
         print(f"wrote {out}")
         return
 
