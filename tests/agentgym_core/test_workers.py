@@ -109,3 +109,33 @@ def test_agentgym_routes_reach_their_own_instance(url):
     assert "error" in requests.post(f"{url}/step", data=b"{nope", timeout=10).json()
     too_large = requests.post(f"{url}/step", data=b" " * ((1 << 20) + 1), timeout=10)
     assert too_large.status_code == 413 and too_large.json()["error"]["code"] == "body_too_large"
+
+
+def test_a_dead_worker_stops_the_whole_server():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=SERVER_ENV)
+    try:
+        assert f"with 2 workers on http://127.0.0.1:{port}" in server.stdout.readline()
+        workers = []
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline:
+            workers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _worker_of(p, server.pid)]
+            time.sleep(0.2)
+        assert len(workers) == 2, "the two worker processes did not appear"
+        os.kill(workers[0], 9)
+        assert server.wait(timeout=60) == 1  # not a half-server whose other half's instances are gone
+        assert not Path(f"/proc/{workers[1]}").exists()  # the other worker was stopped and reaped
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def _worker_of(proc: Path, parent: int) -> bool:
+    try:
+        fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[1]) == parent and b"spawn_main" in (proc / "cmdline").read_bytes()
+    except (OSError, IndexError, ValueError):
+        return False

@@ -320,6 +320,9 @@ def serve_workers(*, workers: int, host: str, port: int, app_options: dict[str, 
                  for k in range(workers)]
     for process in processes:
         process.start()
+    bound = first.getsockname()[1]
+    print(f"serving {app_options.get('env')!r} with {workers} workers on http://{host}:{bound} "
+          f"(docs: http://{host}:{bound}/docs)", flush=True)
     stopping = False
 
     def stop(signum: int, frame: Any) -> None:

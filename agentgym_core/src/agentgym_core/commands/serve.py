@@ -76,8 +76,6 @@ def run(args: argparse.Namespace) -> int:
         # Built once here too, so that bad options fail now, in one line, not in every worker.
         create_app(env_cls, env_kwargs=args.env_kwargs, name=args.env, max_instances=args.max_instances,
                    idle_ttl_s=args.idle_ttl or None, max_body_bytes=args.max_body_bytes)
-        print(f"serving {args.env!r} with {args.workers} workers on http://{args.host}:{args.port} "
-              f"(docs: http://{args.host}:{args.port}/docs)", flush=True)
         return serve_workers(
             workers=args.workers, host=args.host, port=args.port,
             app_options={"env": args.env, "env_kwargs": args.env_kwargs, "name": args.env,
