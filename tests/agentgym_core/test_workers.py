@@ -107,6 +107,7 @@ def test_agentgym_routes_reach_their_own_instance(url):
     # Bad bodies are still answered by a worker, in AgentGym's error shape.
     assert "error" in requests.post(f"{url}/step", json={"id": True, "action": "x"}, timeout=10).json()
     assert "error" in requests.post(f"{url}/step", data=b"{nope", timeout=10).json()
+    assert requests.get(f"{url}/v1/instances/%C2%B2/observation", timeout=10).status_code == 422  # "²"
     too_large = requests.post(f"{url}/step", data=b" " * ((1 << 20) + 1), timeout=10)
     assert too_large.status_code == 413 and too_large.json()["error"]["code"] == "body_too_large"
 

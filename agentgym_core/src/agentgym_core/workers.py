@@ -46,6 +46,11 @@ def owner_of(instance_id: int, workers: int) -> int:
     return instance_id % workers
 
 
+def _is_id(text: str) -> bool:
+    """ASCII digits only (``"²".isdigit()`` is true too), short enough to be an instance id."""
+    return text.isascii() and text.isdigit() and len(text) < 20
+
+
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -127,10 +132,10 @@ class WorkerFront:
         owner: int | None = None
         if path.startswith(_V1_INSTANCES):
             head = path[len(_V1_INSTANCES):].split("/", 1)[0]
-            owner = owner_of(int(head), self.workers) if head.isdigit() and len(head) < 20 else None
+            owner = owner_of(int(head), self.workers) if _is_id(head) else None
         elif path == "/observation" and method == "GET" and self.compat_id_field:
             raw = _query_value(scope, self.compat_id_field)
-            owner = owner_of(int(raw), self.workers) if raw and raw.isdigit() and len(raw) < 20 else None
+            owner = owner_of(int(raw), self.workers) if raw is not None and _is_id(raw) else None
         elif method == "POST" and (path == "/v1/step_batch" or (self.compat_id_field and path in _COMPAT_BODY_ROUTES)):
             body = await self._body_or_answer(receive, send)
             if body is None:
