@@ -47,23 +47,31 @@ def url():
     server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=SERVER_ENV)
     base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_serving(server, base)
+    except BaseException:
+        server.terminate()  # its workers go with it
+        server.wait(timeout=30)
+        raise
+    yield base
+    server.terminate()
+    assert server.wait(timeout=30) == 0
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass  # every worker is gone with the parent
+
+
+def _wait_until_serving(server: subprocess.Popen, base: str) -> None:
     deadline = time.monotonic() + 120
     while True:
         if server.poll() is not None:
             pytest.fail(f"server exited: {server.stderr.read()}")
         try:
             requests.get(f"{base}/v1/health", timeout=5)
-            break
+            return
         except (requests.ConnectionError, requests.Timeout):  # bound before the workers serve
             if time.monotonic() > deadline:
-                server.kill()
                 pytest.fail("server did not start in 120 s")
             time.sleep(0.3)
-    yield base
-    server.terminate()
-    assert server.wait(timeout=30) == 0
-    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
-        pass  # every worker is gone with the parent
 
 
 def test_v1_requests_on_fresh_connections_reach_their_own_instance(url):
