@@ -10,6 +10,8 @@ itself; everything else (``/v1``, ``/docs``, unknown paths) goes through FastAPI
 
 What a direct call keeps: the body limit (413 in the protocol's error shape), the app's exception
 handlers for anything an endpoint raises, JSON answers encoded as FastAPI encodes them, and the routes' place in the OpenAPI description.
+What it skips: the app's middleware (the environment server has only its body limit, kept above)
+and routes registered earlier that would also match (the server adds AgentGym's routes first).
 """
 
 from __future__ import annotations
