@@ -2,15 +2,15 @@
 
 A route whose endpoint takes only the :class:`~starlette.requests.Request` (AgentGym's legacy
 routes, :mod:`agentgym_core.compat`) gets nothing from FastAPI at request time: no parameters to
-validate, no response model. Yet every such request still walks the middleware stack, the router's
+validate, no response model beyond ``Any``. Yet every such request still walks the middleware stack, the router's
 linear match, dependency solving and ``jsonable_encoder``, and for environments whose step takes
 microseconds (TextCraft, BabyAI) that walk is most of the server's time (``bench/env_server.py``).
 :class:`DirectRouteApp` looks those routes up by exact method and path and calls the endpoint
 itself; everything else (``/v1``, ``/docs``, unknown paths) goes through FastAPI as before.
 
 What a direct call keeps: the body limit (413 in the protocol's error shape), the app's exception
-handlers for anything an endpoint raises, JSON answers encoded as FastAPI encodes them, and the routes' place in the OpenAPI description.
-What it skips: the app's middleware (the environment server has only its body limit, kept above)
+handlers for anything an endpoint raises, JSON answers encoded as FastAPI encodes them, and the
+routes' place in the OpenAPI description. What it skips: the app's middleware (the environment server has only its body limit, kept above)
 and routes registered earlier that would also match (the server adds AgentGym's routes first).
 """
 
