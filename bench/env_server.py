@@ -11,12 +11,15 @@ first as the baseline, so the HTTP overhead is a ratio from the same run.
 ``--vs-anchor`` (TextCraft) also drives, in the same run and with the same AgentGym-style client
 (POST /create, /step {id, action}, /reset {id, data_idx}), a stand-in for AgentGym's TextCraft
 server (bench/anchor_standin.py) and ours through its compat routes, interleaved round by round so
-a busy machine slows both alike; the JSON gets the ratio per client count.
+a busy machine slows both alike; the JSON gets the ratio per client count and per `--workers` count
+of our server (default 1 and 2), the servers' CPU time per step (load-independent: what a step
+costs, not how much CPU the server was given), and the machine's load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -28,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from agentgym_core.client import EnvClient, HTTPEnv
 from agentgym_core.plugins import PluginManager
@@ -85,10 +90,10 @@ def start_process(command: list[str], port: int) -> subprocess.Popen:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited: {process.stderr.read()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return process
-        except OSError:
+        try:  # an HTTP answer, not just a connection: `--workers` listens before its workers serve
+            requests.get(f"http://127.0.0.1:{port}/", timeout=2)
+            return process
+        except requests.RequestException:
             time.sleep(0.2)
     process.kill()
     raise TimeoutError("server did not come up in 120 s")
@@ -141,30 +146,74 @@ def run_compat_clients(url: str, action: str, clients: int, seconds: float) -> f
     return asyncio.run(main())
 
 
-def versus_anchor(clients_list: list[int], seconds: float, rounds: int = 3) -> list[dict]:
-    """Our TextCraft server's compat routes vs the anchor-shaped stand-in, interleaved."""
-    ours_port, anchor_port = free_port(), free_port()
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process ``pid`` and its children so far (Linux /proc), or NaN."""
+
+    def own(stat: str) -> tuple[int, float]:
+        fields = stat.rsplit(")", 1)[1].split()
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    total = float("nan")
+    try:
+        total = own(Path(f"/proc/{pid}/stat").read_text())[1]
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    parent, seconds = own((entry / "stat").read_text())
+                    if parent == pid:
+                        total += seconds
+    except OSError:
+        pass
+    return total
+
+
+def measured(url: str, pid: int, clients: int, seconds: float) -> tuple[float, float]:
+    """(steps/s, server CPU microseconds per step) of one run of AgentGym-style clients."""
+    before = cpu_seconds(pid)
+    rate = run_compat_clients(url, "inventory", clients, seconds)
+    return rate, 1e6 * (cpu_seconds(pid) - before) / max(1.0, rate * seconds)
+
+
+def versus_anchor(clients_list: list[int], seconds: float, workers_list: list[int], rounds: int) -> list[dict]:
+    """Our TextCraft server's compat routes (once per worker count) vs the anchor-shaped stand-in,
+    interleaved round by round."""
     agentgym = Path(sys.executable).with_name("agentgym")
-    ours = start_process([str(agentgym), "serve", "textcraft", "--port", str(ours_port), "--max-instances", "4096"],
-                         ours_port)
+    anchor_port = free_port()
     anchor = start_process([sys.executable, str(Path(__file__).with_name("anchor_standin.py")), "--port",
                             str(anchor_port)], anchor_port)
+    ours: dict[int, tuple[int, subprocess.Popen]] = {}
     rows = []
     try:
+        for workers in workers_list:
+            port = free_port()
+            ours[workers] = port, start_process(
+                [str(agentgym), "serve", "textcraft", "--port", str(port), "--max-instances", "4096",
+                 "--workers", str(workers)], port)
+        for port in (anchor_port, *(port for port, _ in ours.values())):  # warm up: imports, caches, pools
+            run_compat_clients(f"http://127.0.0.1:{port}", "inventory", max(clients_list), 0.5)
         for clients in clients_list:
-            ours_rates, anchor_rates = [], []
+            anchor_runs, our_runs = [], {w: [] for w in workers_list}
             for _ in range(rounds):
-                anchor_rates.append(run_compat_clients(f"http://127.0.0.1:{anchor_port}", "inventory", clients,
-                                                       seconds))
-                ours_rates.append(run_compat_clients(f"http://127.0.0.1:{ours_port}", "inventory", clients, seconds))
-            row = {"clients": clients, "ours_steps_per_s": statistics.median(ours_rates),
-                   "anchor_standin_steps_per_s": statistics.median(anchor_rates)}
-            row["ratio"] = row["ours_steps_per_s"] / row["anchor_standin_steps_per_s"]
-            rows.append(row)
-            print(f"vs anchor stand-in, clients={clients:>3}: ours {row['ours_steps_per_s']:7.0f} steps/s, "
-                  f"stand-in {row['anchor_standin_steps_per_s']:7.0f} steps/s: x{row['ratio']:.2f}", flush=True)
+                anchor_runs.append(measured(f"http://127.0.0.1:{anchor_port}", anchor.pid, clients, seconds))
+                for workers, (port, process) in ours.items():
+                    our_runs[workers].append(measured(f"http://127.0.0.1:{port}", process.pid, clients, seconds))
+            anchor_rate = statistics.median(r for r, _ in anchor_runs)
+            anchor_cpu = statistics.median(c for _, c in anchor_runs)
+            for workers in workers_list:
+                row = {"clients": clients, "workers": workers,
+                       "ours_steps_per_s": statistics.median(r for r, _ in our_runs[workers]),
+                       "anchor_standin_steps_per_s": anchor_rate,
+                       "ours_server_cpu_us_per_step": statistics.median(c for _, c in our_runs[workers]),
+                       "anchor_standin_server_cpu_us_per_step": anchor_cpu,
+                       "rounds": {"ours_steps_per_s": [r for r, _ in our_runs[workers]],
+                                  "anchor_standin_steps_per_s": [r for r, _ in anchor_runs]}}
+                row["ratio"] = row["ours_steps_per_s"] / anchor_rate
+                rows.append(row)
+                print(f"vs anchor stand-in, clients={clients:>3}, workers={workers}: ours {row['ours_steps_per_s']:7.0f} "
+                      f"steps/s, stand-in {anchor_rate:7.0f} steps/s: x{row['ratio']:.2f}  (server CPU per step: "
+                      f"ours {row['ours_server_cpu_us_per_step']:.0f} us, stand-in {anchor_cpu:.0f} us)", flush=True)
     finally:
-        for process in (ours, anchor):
+        for process in (anchor, *(p for _, p in ours.values())):
             process.terminate()
             process.wait(timeout=30)
     return rows
@@ -245,17 +294,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per configuration")
     parser.add_argument("--actions", nargs="+", default=None, help="actions to cycle (default per env)")
     parser.add_argument("--out", default="bench/results/env_server_{env}.json")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                        help="--vs-anchor: `agentgym serve --workers` counts to measure (each against the anchor)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="--vs-anchor: interleaved rounds per configuration; the median is reported")
     parser.add_argument("--vs-anchor", action="store_true",
                         help="textcraft only: compare with the anchor-shaped stand-in and skip the /v1 runs")
     args = parser.parse_args()
     if args.vs_anchor:
         if args.env != "textcraft":
             parser.error("--vs-anchor compares TextCraft servers; use --env textcraft")
-        rows = versus_anchor(args.clients, args.seconds)
+        load_before = os.getloadavg()
+        rows = versus_anchor(args.clients, args.seconds, args.workers, args.rounds)
         out = Path(args.out.format(env="textcraft_vs_anchor"))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                                   "seconds": args.seconds, "rows": rows}, indent=2))
+                                   "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()},
+                                   "seconds": args.seconds, "rounds": args.rounds, "rows": rows}, indent=2))
         print(f"wrote {out}")
         return
 

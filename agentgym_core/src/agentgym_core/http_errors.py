@@ -86,6 +86,7 @@ def parse_json_body(raw: bytes) -> Any:
         raise malformed(f"the body nests deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:  # JSONDecodeError, and integers longer than Python's digit limit
         raise malformed(f"the body is not valid JSON: {exc}") from None
-    if _depth(value) > MAX_JSON_DEPTH:
+    # Nesting past the limit takes an opening and a closing bracket per level: short bodies cannot.
+    if len(raw) > 2 * MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
         raise malformed(f"the body nests deeper than {MAX_JSON_DEPTH} levels")
     return value

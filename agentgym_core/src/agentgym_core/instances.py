@@ -91,7 +91,14 @@ class Instance:
 class InstanceTable:
     """Creates, finds, expires and closes instances of one environment class."""
 
-    def __init__(self, make_env: Callable[[], Env], *, max_instances: int, idle_ttl_s: float | None) -> None:
+    def __init__(self, make_env: Callable[[], Env], *, max_instances: int, idle_ttl_s: float | None,
+                 shard: tuple[int, int] = (0, 1), next_serial: Callable[[], int] | None = None) -> None:
+        """``shard=(k, n)``: this table is worker k of n, and every id it hands out is ``k`` modulo
+        ``n`` (so a front can tell the owner from the id). ``next_serial`` numbers creations when
+        several tables share one count (workers of one server); default: this table's own count."""
+        index, count = shard
+        if not (isinstance(count, int) and count >= 1 and isinstance(index, int) and 0 <= index < count):
+            raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
         if max_instances < 1:
             raise ValueError(f"max_instances must be at least 1, got {max_instances}")
         if idle_ttl_s is not None and not idle_ttl_s > 0:
@@ -102,6 +109,8 @@ class InstanceTable:
         self._instances: dict[int, Instance] = {}
         self._reserved = 0  # slots taken by creations in progress
         self._serial = 0
+        self._next_serial = next_serial
+        self.shard = shard
         self._by_request: dict[str, _Creation] = {}  # client request id -> its creation
         self._lock = threading.Lock()
 
@@ -155,6 +164,8 @@ class InstanceTable:
                 )
             self._reserved += 1
             serial, self._serial = self._serial, self._serial + 1
+        if self._next_serial is not None:
+            serial = self._next_serial()
         try:
             env = (make_env or self._make_env)()
             instance = Instance(self._new_id(), env, serial)
@@ -171,8 +182,11 @@ class InstanceTable:
         return instance, result
 
     def _new_id(self) -> int:
+        index, count = self.shard
         while True:
-            candidate = secrets.randbelow(ID_LIMIT - 1) + 1
+            candidate = secrets.randbelow((ID_LIMIT - 1) // count) * count + index
+            if candidate == 0:
+                continue
             with self._lock:
                 if candidate not in self._instances:
                     return candidate

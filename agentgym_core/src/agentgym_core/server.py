@@ -8,7 +8,8 @@ Handlers are plain functions, so FastAPI runs them in its worker threads; the in
 serialises calls on one instance and lets different instances run in parallel. An environment whose
 calls take microseconds (``Env.inline_calls = True``: BabyAI, TextCraft) is called on the event
 loop instead: the hop to a worker thread and back costs more than such a step, and it is what
-bounded TextCraft's throughput (bench/env_server.py).
+bounded TextCraft's throughput (bench/env_server.py). AgentGym's legacy routes, which read the raw
+request, are also called without FastAPI's per-request stack (:mod:`agentgym_core.direct_routes`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentgym_core import protocol as p
 from agentgym_core.compat import add_agentgym_routes
+from agentgym_core.direct_routes import DirectRouteApp, body_too_large
 from agentgym_core.env import Env
 from agentgym_core.http_errors import ServerError, error_status
 from agentgym_core.instances import Instance, InstanceTable
@@ -96,9 +98,7 @@ class _BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Any) -> None:
-        error = ServerError(413, "body_too_large", f"request body exceeds the server's limit of {self.limit} bytes")
-        response = JSONResponse(error.body(), status_code=413)
-        await response({"type": "http"}, None, send)
+        await body_too_large(self.limit)({"type": "http"}, None, send)
 
 
 async def _return(message: Any) -> Any:
@@ -119,6 +119,8 @@ def create_app(
     max_instances: int = DEFAULT_MAX_INSTANCES,
     idle_ttl_s: float | None = DEFAULT_IDLE_TTL_S,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    shard: tuple[int, int] = (0, 1),
+    next_serial: Callable[[], int] | None = None,
 ) -> FastAPI:
     """Build the FastAPI app serving ``env_cls``.
 
@@ -128,12 +130,16 @@ def create_app(
         max_instances: live instances allowed at once; creating more answers 503.
         idle_ttl_s: close instances untouched for this long (None: never).
         max_body_bytes: larger request bodies answer 413.
+        shard: ``(k, n)`` for worker k of n processes (``agentgym serve --workers``): instance ids
+            are k modulo n, so a request can be sent to the worker that holds its instance.
+        next_serial: the creation count shared by the workers (default: this app's own).
     """
     validate_server_options(max_instances=max_instances, idle_ttl_s=idle_ttl_s, max_body_bytes=max_body_bytes)
     kwargs = dict(env_kwargs or {})
     env_cls = env_cls.configured(**kwargs)
     env_name = name or env_cls.name or env_cls.__name__.lower()
-    table = InstanceTable(lambda: env_cls(**kwargs), max_instances=max_instances, idle_ttl_s=idle_ttl_s)
+    table = InstanceTable(lambda: env_cls(**kwargs), max_instances=max_instances, idle_ttl_s=idle_ttl_s,
+                          shard=shard, next_serial=next_serial)
     catalog = env_cls.tasks()
     stop = threading.Event()
     probe_lock = threading.Lock()
@@ -163,7 +169,7 @@ def create_app(
             for env in probe:
                 env.close()
 
-    app = FastAPI(
+    app = DirectRouteApp(
         title=f"agentgym environment server: {env_name}",
         version=_server_version(),
         description=f"agentgym protocol v{p.PROTOCOL_VERSION} for the `{env_name}` environment.",
@@ -317,4 +323,7 @@ def create_app(
                     error=p.ErrorBody(code=error.code, message=error.message)))
         return p.BatchStepOutcome(results=outcomes)
 
+    # AgentGym's routes take the raw request: called directly, they skip FastAPI's per-request
+    # stack, which costs more than a TextCraft or BabyAI step (bench/env_server.py --vs-anchor).
+    app.enable_direct_routes(max_body_bytes=max_body_bytes)
     return app

@@ -102,6 +102,11 @@ def uvicorn_config(app: Any, *, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT
     if not header_timeout_s > 0 or not body_timeout_s > 0:
         raise ValueError(f"header and body timeouts must be positive; got {header_timeout_s}, {body_timeout_s}")
     options.setdefault("log_level", "warning")
+    # Per-request costs that buy nothing here: uvicorn formats every access-log line before the
+    # logger drops it below info level, and parses X-Forwarded-* headers for client addresses that
+    # an environment server never reads.
+    options.setdefault("access_log", options["log_level"] in ("trace", "debug", "info"))
+    options.setdefault("proxy_headers", False)
     options.setdefault("timeout_keep_alive", 5)
     return uvicorn.Config(app, http=deadline_protocol(header_timeout_s, body_timeout_s), **options)
 

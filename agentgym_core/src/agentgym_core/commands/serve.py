@@ -52,6 +52,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--body-timeout", type=_bounded(float, 0.1, what="--body-timeout"),
                         default=DEFAULT_BODY_TIMEOUT_S,
                         help="seconds a client may take to send a request's body after its headers")
+    parser.add_argument("--workers", type=_bounded(int, 1, what="--workers"), default=1,
+                        help="server processes sharing the port, for more steps/s on several cores. Each "
+                             "instance lives in the worker that created it, and its id says which: a request "
+                             "that reaches another worker is passed on to it over loopback, so no request "
+                             "steps another worker's instances. --max-instances is per worker")
     parser.add_argument("--env-kwargs", type=json.loads, default={},
                         help='JSON object of constructor arguments, e.g. \'{"max_steps": 64}\'')
     parser.set_defaults(func=run)
@@ -65,6 +70,18 @@ def run(args: argparse.Namespace) -> int:
     env_cls = get_plugin_manager().env_class(args.env)
     if not isinstance(args.env_kwargs, dict):
         raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    if args.workers > 1:
+        from agentgym_core.workers import serve_workers
+
+        # Built once here too, so that bad options fail now, in one line, not in every worker.
+        create_app(env_cls, env_kwargs=args.env_kwargs, name=args.env, max_instances=args.max_instances,
+                   idle_ttl_s=args.idle_ttl or None, max_body_bytes=args.max_body_bytes)
+        return serve_workers(
+            workers=args.workers, host=args.host, port=args.port,
+            app_options={"env": args.env, "env_kwargs": args.env_kwargs, "name": args.env,
+                         "max_instances": args.max_instances, "idle_ttl_s": args.idle_ttl or None,
+                         "max_body_bytes": args.max_body_bytes},
+            serve_options={"header_timeout_s": args.header_timeout, "body_timeout_s": args.body_timeout})
     app = create_app(env_cls, env_kwargs=args.env_kwargs, name=args.env, max_instances=args.max_instances,
                      idle_ttl_s=args.idle_ttl or None, max_body_bytes=args.max_body_bytes)
     print(f"serving {args.env!r} on http://{args.host}:{args.port} (docs: http://{args.host}:{args.port}/docs)",
