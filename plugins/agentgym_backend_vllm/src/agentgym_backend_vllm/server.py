@@ -20,7 +20,8 @@ README's "Pinned versions" names the source file of each per release; the contro
 ==================================  ==================================================================
 
 A replica must be started with ``--worker-extension-cls
-agentgym_backend_vllm.weights.AgentgymWorkerExtension`` for the weight route to exist.
+agentgym_backend_vllm.weights.AgentgymWorkerExtension`` for the weight methods to exist, and from
+vLLM 0.30 on with ``--enable-scale-out`` for the generate route to answer (403 otherwise).
 ``agentgym serve-model`` answers the same routes (backed by the transformers backend), so it is
 the CPU stand-in for a replica.
 
@@ -53,6 +54,7 @@ __all__ = ["ReplicaError", "ServerBatch", "VllmServerBackend"]
 
 log = logging.getLogger(__name__)
 
+GENERATE_ROUTE = "/inference/v1/generate"
 _DEV_ROUTES = {"/sleep", "/wake_up", "/reset_prefix_cache", "/pause", "/resume", "/collective_rpc"}
 
 
@@ -118,8 +120,9 @@ class VllmServerBackend:
             hint = ""
             if response.status_code == 404 and route in _DEV_ROUTES:
                 hint = " (start `vllm serve` with VLLM_SERVER_DEV_MODE=1 for the control routes)"
-            elif response.status_code == 404:
-                hint = " (this vLLM has no token-in/token-out route; use a version in the pinned range)"
+            elif response.status_code in (403, 404) and route == GENERATE_ROUTE:
+                hint = (" (vLLM 0.30 and later serve the token-in/token-out route only when started with "
+                        "--enable-scale-out; older ones outside the pinned range lack it)")
             raise ReplicaError(f"{method} {url} answered {response.status_code}: {response.text[:300]}{hint}")
         if not response.content:
             return None
@@ -150,7 +153,7 @@ class VllmServerBackend:
 
     def _generate_one(self, replica: _Replica, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            return self._call(replica, "POST", "/inference/v1/generate", body=body)
+            return self._call(replica, "POST", GENERATE_ROUTE, body=body)
         finally:
             with self._lock:
                 replica.in_flight -= 1
