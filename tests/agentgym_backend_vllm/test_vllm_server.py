@@ -97,7 +97,9 @@ def test_load_weights_pauses_loads_buckets_resets_then_resumes(replica, tiny_mod
     backend.load_weights(new.state_dict())
     calls = app.state.control_calls
     assert calls[0] == ("pause", "wait") and calls[-2:] == [("reset_prefix_cache",), ("resume",)]
-    assert len(calls) > 4 and set(calls[1:-2]) == {("collective_rpc", "agentgym_load_weights_file")}
+    begin, finish = ("collective_rpc", "agentgym_begin_weight_update"), ("collective_rpc", "agentgym_finish_weight_update")
+    assert calls[1] == begin and calls[-3] == finish  # one update brackets every bucket
+    assert len(calls) > 6 and set(calls[2:-3]) == {("collective_rpc", "agentgym_load_weights_file")}
     served = local.model.state_dict()
     assert all(torch.equal(served[k], v) for k, v in new.state_dict().items())
 
@@ -114,7 +116,9 @@ def test_colocated_replicas_sleep_after_a_rollout_and_wake_weights_then_kv_cache
     calls = app.state.control_calls[1:]
     assert calls[:2] == [("pause", "wait"), ("wake_up", ("weights",))]
     assert calls[-3:] == [("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("resume",)]
-    assert set(calls[2:-3]) == {("collective_rpc", "agentgym_load_weights_file")}
+    assert calls[2] == ("collective_rpc", "agentgym_begin_weight_update")
+    assert calls[-4] == ("collective_rpc", "agentgym_finish_weight_update")
+    assert set(calls[3:-4]) == {("collective_rpc", "agentgym_load_weights_file")}
     assert backend.generate([ids], SamplingParams(temperature=0.0, max_new_tokens=2))[0].token_ids
 
 

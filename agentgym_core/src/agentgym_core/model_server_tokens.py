@@ -15,7 +15,9 @@ replica, so it stands in for one on a machine without a GPU (and in tests):
 ``POST /resume``, ``GET /is_paused``
 ``POST /reset_prefix_cache``       drop cached prefixes (this server batches without keeping any)
 ``POST /collective_rpc``           ``{"method": "agentgym_load_weights_file", "args": [path]}``: load a
-                                   safetensors file of (some of) the model's weights in place
+                                   safetensors file of (some of) the model's weights in place;
+                                   ``agentgym_begin_weight_update`` / ``agentgym_finish_weight_update``
+                                   (no args) bracket one update's files, as on the vLLM worker
 =================================  ===================================================================
 
 vLLM serves the control routes only with ``VLLM_SERVER_DEV_MODE=1``; this server serves them
@@ -34,10 +36,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
 
-__all__ = ["CONTROL_ROUTES", "LOAD_WEIGHTS_FILE_METHOD", "GenerateTokensRequest", "add_token_routes"]
+__all__ = ["CONTROL_ROUTES", "LOAD_WEIGHTS_FILE_METHOD", "WEIGHT_UPDATE_BRACKETS", "GenerateTokensRequest",
+           "add_token_routes"]
 
 LOAD_WEIGHTS_FILE_METHOD = "agentgym_load_weights_file"
-"""The one ``collective_rpc`` method this server runs (the vLLM backend's worker extension has it too)."""
+"""The ``collective_rpc`` method that loads weights (the vLLM backend's worker extension has it too)."""
+
+WEIGHT_UPDATE_BRACKETS = frozenset({"agentgym_begin_weight_update", "agentgym_finish_weight_update"})
+"""``collective_rpc`` methods (no arguments) around one update's files. vLLM's worker needs them to re-run
+its layerwise weight processing; this server loads each file completely, so it only records them."""
 
 CONTROL_ROUTES = frozenset({"/sleep", "/wake_up", "/is_sleeping", "/pause", "/resume", "/is_paused",
                             "/reset_prefix_cache", "/collective_rpc"})
@@ -222,9 +229,13 @@ def add_token_routes(app: FastAPI, backend: RolloutBackend, *, submit: Any, mode
         except ValueError:
             raise OpenAIError(400, "the request body is not valid JSON", code="invalid_json") from None
         method = body.get("method") if isinstance(body, dict) else None
+        if method in WEIGHT_UPDATE_BRACKETS:
+            state.calls.append(("collective_rpc", method))
+            return {"results": [None]}
         if method != LOAD_WEIGHTS_FILE_METHOD:
-            raise OpenAIError(400, f"this server runs only the collective_rpc method {LOAD_WEIGHTS_FILE_METHOD!r}, "
-                              f"got {method!r}", param="method")
+            known = sorted({LOAD_WEIGHTS_FILE_METHOD, *WEIGHT_UPDATE_BRACKETS})
+            raise OpenAIError(400, f"this server runs only the collective_rpc methods {known}, got {method!r}",
+                              param="method")
         args = body.get("args") or []
         if len(args) != 1 or not isinstance(args[0], str):
             raise OpenAIError(400, f"{LOAD_WEIGHTS_FILE_METHOD} takes one argument: the path of a safetensors file",

@@ -73,8 +73,8 @@ class VllmBackendConfig(BaseModel):
     urls: list[str] = Field(
         default_factory=list,
         description="Server mode: base URLs of the replicas (http://host:port), each a `vllm serve` started with "
-        "VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls agentgym_backend_vllm.AgentgymWorkerExtension, or an "
-        "`agentgym serve-model` (the CPU stand-in).",
+        "VLLM_SERVER_DEV_MODE=1, --worker-extension-cls agentgym_backend_vllm.weights.AgentgymWorkerExtension and "
+        "(vLLM 0.30+) --enable-scale-out, or an `agentgym serve-model` (the CPU stand-in).",
     )
     served_model_name: str | None = Field(
         default=None, description="Server mode: the `model` field sent; None sends none (the server's only model)."

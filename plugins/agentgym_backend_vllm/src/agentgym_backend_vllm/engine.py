@@ -21,6 +21,7 @@ updates: ``wake_up(tags=["weights"])``, the transfer, ``wake_up(tags=["kv_cache"
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -32,7 +33,7 @@ from typing import Any
 
 from agentgym_backend_vllm.config import VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason, request_cap
-from agentgym_backend_vllm.weights import LOAD_METHOD, weight_buckets
+from agentgym_backend_vllm.weights import BEGIN_METHOD, FINISH_METHOD, LOAD_METHOD, weight_buckets
 from agentgym_core.rollout.backend import Sample, SamplingParams, generate_with_batch
 
 __all__ = ["EngineBatch", "VllmEngineBackend", "import_vllm"]
@@ -194,18 +195,32 @@ class VllmEngineBackend:
         bucket_bytes = int(self.config.weight_bucket_mb * 2**20)
         start, buckets, total = time.perf_counter(), 0, 0
         with self._lock:
+            if self._owners:  # their cached keys would mix old and new weights, and reset_prefix_cache refuses
+                raise RuntimeError(f"load_weights with {len(self._owners)} request(s) still running: load weights "
+                                   "only between rollouts (close every running batch first)")
             if self.asleep:
                 self.engine.wake_up(tags=["weights"])  # weights first: the KV cache is not needed yet
-            for bucket in weight_buckets(state_dict, bucket_bytes):
-                if not self.config.engine_in_this_process:  # serialized to the engine process
-                    bucket = [(name, tensor.cpu()) for name, tensor in bucket]
-                self.engine.collective_rpc(LOAD_METHOD, args=(bucket,))
-                buckets += 1
-                total += sum(t.numel() * t.element_size() for _, t in bucket)
+            self.engine.collective_rpc(BEGIN_METHOD)
+            try:
+                for bucket in weight_buckets(state_dict, bucket_bytes):
+                    if not self.config.engine_in_this_process:  # serialized to the engine process
+                        bucket = [(name, tensor.cpu()) for name, tensor in bucket]
+                    self.engine.collective_rpc(LOAD_METHOD, args=(bucket,))
+                    buckets += 1
+                    total += sum(t.numel() * t.element_size() for _, t in bucket)
+            except BaseException:
+                # close the update anyway: vLLM puts the old kernel tensors back into layers that got nothing
+                with contextlib.suppress(Exception):
+                    self.engine.collective_rpc(FINISH_METHOD)
+                raise
+            self.engine.collective_rpc(FINISH_METHOD)
             if self.asleep:
                 self.engine.wake_up(tags=["kv_cache"])
                 self.asleep = False
-            self.engine.reset_prefix_cache()  # cached blocks hold keys and values of the old weights
+            # cached blocks hold keys and values of the old weights; vLLM refuses while requests hold blocks
+            if not self.engine.reset_prefix_cache():
+                raise RuntimeError("vLLM did not reset its prefix cache: requests are still running. Load weights "
+                                   "only between rollouts (close every running batch first)")
         seconds = time.perf_counter() - start
         self.weight_syncs.append({"seconds": seconds, "buckets": float(buckets), "bytes": float(total)})
         log.info("vllm: loaded %.1f MB of weights in %d bucket(s) in %.3fs", total / 2**20, buckets, seconds)

@@ -1,24 +1,27 @@
 """Server mode: ``vllm serve`` replicas over HTTP, token in and token out; this process never imports vllm.
 
-Routes used (vLLM's own; the dev routes need ``VLLM_SERVER_DEV_MODE=1`` on the server):
+Routes used (vLLM's own, the same in every release of the pinned range ``vllm>=0.16,<0.34``; the
+README's "Pinned versions" names the source file of each per release; the control routes need
+``VLLM_SERVER_DEV_MODE=1`` on the server):
 
 ==================================  ==================================================================
 ``POST /inference/v1/generate``     ``{"token_ids", "sampling_params", "model"?}`` -> ``choices[0]``
                                     with ``token_ids``, ``logprobs.content[].logprob``, ``finish_reason``
-                                    (``vllm/entrypoints/serve/disagg/api_router.py``)
 ``GET  /v1/models``                 ``data[0].max_model_len`` caps each request
-``POST /sleep?level=N``             free GPU memory (``.../serve/sleep/api_router.py``)
+``POST /sleep?level=N``             free GPU memory
 ``POST /wake_up?tags=weights``      then ``tags=kv_cache``
-``POST /reset_prefix_cache``        after every weight update (``.../serve/cache/api_router.py``)
-``POST /pause?mode=wait``,          hold generation around a weight update
-``POST /resume``                    (``.../serve/dev/rlhf/api_router.py``)
-``POST /collective_rpc``            ``{"method": "agentgym_load_weights_file", "args": [path]}``
-                                    (``.../serve/rpc/api_router.py``; string arguments only, so weights
-                                    travel as safetensors files on a disk every replica reads)
+``POST /reset_prefix_cache``        after every weight update
+``POST /pause?mode=wait``,          hold generation around a weight update (``mode`` exists from 0.16)
+``POST /resume``
+``POST /collective_rpc``            ``{"method": "agentgym_begin_weight_update"}``, then per bucket
+                                    ``{"method": "agentgym_load_weights_file", "args": [path]}``, then
+                                    ``{"method": "agentgym_finish_weight_update"}`` (string arguments
+                                    only, so weights travel as safetensors files every replica reads)
 ==================================  ==================================================================
 
 A replica must be started with ``--worker-extension-cls
-agentgym_backend_vllm.weights.AgentgymWorkerExtension`` for the weight route to exist.
+agentgym_backend_vllm.weights.AgentgymWorkerExtension`` for the weight methods to exist, and from
+vLLM 0.30 on with ``--enable-scale-out`` for the generate route to answer (403 otherwise).
 ``agentgym serve-model`` answers the same routes (backed by the transformers backend), so it is
 the CPU stand-in for a replica.
 
@@ -44,13 +47,14 @@ import requests
 
 from agentgym_backend_vllm.config import VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason, request_cap
-from agentgym_backend_vllm.weights import LOAD_FILE_METHOD, weight_buckets
+from agentgym_backend_vllm.weights import BEGIN_METHOD, FINISH_METHOD, LOAD_FILE_METHOD, weight_buckets
 from agentgym_core.rollout.backend import Sample, SamplingParams, generate_with_batch
 
 __all__ = ["ReplicaError", "ServerBatch", "VllmServerBackend"]
 
 log = logging.getLogger(__name__)
 
+GENERATE_ROUTE = "/inference/v1/generate"
 _DEV_ROUTES = {"/sleep", "/wake_up", "/reset_prefix_cache", "/pause", "/resume", "/collective_rpc"}
 
 
@@ -116,8 +120,9 @@ class VllmServerBackend:
             hint = ""
             if response.status_code == 404 and route in _DEV_ROUTES:
                 hint = " (start `vllm serve` with VLLM_SERVER_DEV_MODE=1 for the control routes)"
-            elif response.status_code == 404:
-                hint = " (this vLLM has no token-in/token-out route; use a version in the pinned range)"
+            elif response.status_code in (403, 404) and route == GENERATE_ROUTE:
+                hint = (" (vLLM 0.30 and later serve the token-in/token-out route only when started with "
+                        "--enable-scale-out; older ones outside the pinned range lack it)")
             raise ReplicaError(f"{method} {url} answered {response.status_code}: {response.text[:300]}{hint}")
         if not response.content:
             return None
@@ -148,7 +153,7 @@ class VllmServerBackend:
 
     def _generate_one(self, replica: _Replica, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            return self._call(replica, "POST", "/inference/v1/generate", body=body)
+            return self._call(replica, "POST", GENERATE_ROUTE, body=body)
         finally:
             with self._lock:
                 replica.in_flight -= 1
@@ -267,14 +272,22 @@ class VllmServerBackend:
         try:
             if self.asleep:
                 self._all("POST", "/wake_up", params={"tags": "weights"})
-            for bucket in weight_buckets(state_dict, int(self.config.weight_bucket_mb * 2**20)):
-                path = folder / f"bucket_{buckets:05d}.safetensors"
-                # clone: tied weights share storage, which safetensors refuses to write twice
-                save_file({name: t.detach().to("cpu").contiguous().clone() for name, t in bucket}, str(path))
-                self._all("POST", "/collective_rpc", body={"method": LOAD_FILE_METHOD, "args": [str(path)]})
-                path.unlink()
-                buckets += 1
-                total += sum(t.numel() * t.element_size() for _, t in bucket)
+            self._all("POST", "/collective_rpc", body={"method": BEGIN_METHOD})
+            try:
+                for bucket in weight_buckets(state_dict, int(self.config.weight_bucket_mb * 2**20)):
+                    path = folder / f"bucket_{buckets:05d}.safetensors"
+                    # clone: tied weights share storage, which safetensors refuses to write twice
+                    save_file({name: t.detach().to("cpu").contiguous().clone() for name, t in bucket}, str(path))
+                    self._all("POST", "/collective_rpc", body={"method": LOAD_FILE_METHOD, "args": [str(path)]})
+                    path.unlink()
+                    buckets += 1
+                    total += sum(t.numel() * t.element_size() for _, t in bucket)
+            except BaseException:
+                # close the update anyway: vLLM puts the old kernel tensors back into layers that got nothing
+                with contextlib.suppress(ReplicaError):
+                    self._all("POST", "/collective_rpc", body={"method": FINISH_METHOD})
+                raise
+            self._all("POST", "/collective_rpc", body={"method": FINISH_METHOD})
             if self.asleep:
                 self._all("POST", "/wake_up", params={"tags": "kv_cache"})
                 self.asleep = False
