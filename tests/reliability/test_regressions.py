@@ -224,3 +224,13 @@ def test_a_client_stalling_its_body_is_cut_off():
             answer = sock.recv(4096)
             assert time.monotonic() - start < 3 and answer.startswith(b"HTTP/1.1 408")
             assert b"request_timeout" in answer
+
+
+def test_observation_id_of_non_ascii_digits_is_refused_like_any_malformed_id():
+    """``"²".isdigit()`` is true in Python and ``int("²")`` raises: the id check takes ASCII digits only,
+    so the client hears the same "needs an integer id" answer as for ``abc`` (BabyAI's compat answers
+    errors as AgentGym does, in a 200 body), not an environment error with a traceback in the log."""
+    with serve_env(BabyAIEnv) as url:
+        for bad in ("²", "abc"):
+            answer = requests.get(f"{url}/observation", params={"id": bad}, timeout=10)
+            assert "needs ?id=<integer instance id>" in answer.json()["error"]

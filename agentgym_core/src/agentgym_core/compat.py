@@ -236,7 +236,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
         # The query parameter is named like the id field (`?id=` or `?env_idx=`).
         try:
             raw = request.query_params.get(spec.id_field)
-            if raw is None or not raw.lstrip("-").isdigit() or len(raw) > 20:
+            if raw is None or not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 20:  # "²".isdigit()
                 raise ServerError(422, "malformed_request",
                                   f"the query needs ?{spec.id_field}=<integer instance id>; got {raw!r:.40}")
             instance_id = int(raw)
