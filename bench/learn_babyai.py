@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
-RECIPE = Path(__file__).parents[1] / "examples" / "babyai_grpo_cpu.yaml"
+EXAMPLES = Path(__file__).parents[1] / "examples"
+TITLES = {"babyai": "BabyAI", "textcraft": "TextCraft"}
 
 
 def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
@@ -36,7 +37,7 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
     from agentgym_core.plugins import get_plugin_manager
     from agentgym_core.rl.config import load_config
 
-    run_dir = RESULTS / "learn_babyai" / name
+    run_dir = RESULTS / f"learn_{args.env}" / name
     config = load_config(args.recipe, [
         f"trainer.run_dir={run_dir}", f"trainer.steps={args.steps}", f"trainer.eval_tasks={args.eval_tasks}",
         f"trainer.seed={args.seed}", f"trainer.save_every={args.steps}", "trainer.progress=true",
@@ -65,7 +66,7 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
     }
 
 
-def plot(report: list[dict], path: Path) -> bool:
+def plot(report: list[dict], path: Path, title: str) -> bool:
     try:
         import matplotlib
     except ImportError:
@@ -90,15 +91,16 @@ def plot(report: list[dict], path: Path) -> bool:
         ax.set_ylabel(key)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle("SmolLM2-135M on BabyAI, CPU: GRPO after SFT, ScalingInter vs fixed horizon")
+    fig.suptitle(f"SmolLM2-135M on {title}, CPU: RL after SFT (arms: {', '.join(r['arm'] for r in report)})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default=str(RECIPE))
+def main(env: str = "babyai", doc: str | None = None) -> None:
+    parser = argparse.ArgumentParser(description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(env=env)
+    parser.add_argument("--recipe", default=str(EXAMPLES / f"{env}_grpo_cpu.yaml"))
     parser.add_argument("--steps", type=int, default=None, help="RL steps per arm (default: the recipe's)")
     parser.add_argument("--eval-tasks", type=int, default=20, help="held-out test tasks per evaluation")
     parser.add_argument("--rounds", default=None, help="ScalingInter stages, e.g. 4,8 (default: the recipe's); "
@@ -107,7 +109,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", default="scaling_inter,fixed")
     parser.add_argument("--override", action="append", default=[], help="extra dotted recipe override")
-    parser.add_argument("--out", default=str(RESULTS / "learn_babyai.json"), help="results JSON (PNG next to it)")
+    parser.add_argument("--out", default=str(RESULTS / f"learn_{env}.json"), help="results JSON (PNG next to it)")
     parser.add_argument("--combine", nargs="+", default=None, metavar="JSON",
                         help="no training: merge the arms of earlier runs' JSON files (arms run as separate "
                         "processes, e.g. side by side) into --out, its PNG and the summary table")
@@ -116,7 +118,7 @@ def main() -> None:
         runs = [json.loads(Path(f).read_text()) for f in args.combine]
         report = [arm for run in runs for arm in run["arms"]]
         Path(args.out).write_text(json.dumps({"combined": args.combine, "runs": runs, "arms": report}, indent=2))
-        summarize(report, args.eval_tasks, Path(args.out))
+        summarize(report, args.eval_tasks, Path(args.out), TITLES[env])
         return
 
     from agentgym_core.rl.config import load_config
@@ -136,7 +138,7 @@ def main() -> None:
             if args.expert_tasks:
                 overrides.append(f"warm_start.expert.n={args.expert_tasks}")
         elif arm == "fixed":  # the same SFT weights (no second warm start), the longest horizon throughout
-            sft = sorted((RESULTS / "learn_babyai" / "scaling_inter" / "warm_start" / "checkpoints").glob("step_*"))
+            sft = sorted((RESULTS / f"learn_{env}" / "scaling_inter" / "warm_start" / "checkpoints").glob("step_*"))
             if not sft:
                 raise SystemExit("the fixed arm starts from the scaling_inter arm's warm start: run that arm first")
             overrides = ["algorithm.rounds_ctrl.type=fixed", f"algorithm.rounds_ctrl.rounds=[{rounds[-1]}]",
@@ -151,12 +153,12 @@ def main() -> None:
             row["eval_before"] = report[0]["eval_before"]
         report.append(row)
         Path(args.out).write_text(json.dumps(
-            {**headline(report), "command": "python bench/learn_babyai.py " + " ".join(sys.argv[1:]),
+            {**headline(report), "command": f"python bench/learn_{env}.py " + " ".join(sys.argv[1:]),
              "load_avg_1m_start": load, "total_minutes": (time.perf_counter() - started) / 60, "arms": report},
             indent=2))
 
     print(f"total {(time.perf_counter() - started) / 60:.1f} min")
-    summarize(report, args.eval_tasks, Path(args.out))
+    summarize(report, args.eval_tasks, Path(args.out), TITLES[env])
 
 
 def headline(report: list[dict]) -> dict:
@@ -177,10 +179,10 @@ def headline(report: list[dict]) -> dict:
             "arm": first["arm"]}
 
 
-def summarize(report: list[dict], eval_tasks: int, out: Path) -> None:
+def summarize(report: list[dict], eval_tasks: int, out: Path, title: str) -> None:
     fmt = lambda e: "   -  " if not e else f"{100 * e['success']:5.1f}%"  # noqa: E731
     first = report[0]
-    print(f"\nheld-out success ({eval_tasks} BabyAI test tasks, greedy):")
+    print(f"\nheld-out success ({eval_tasks} {title} test tasks, greedy):")
     print(f"  base model            {fmt(first.get('eval_base'))}")
     print(f"  after SFT             {fmt(first.get('eval_sft') or first.get('eval_before'))}")
     for row in report:
@@ -190,7 +192,7 @@ def summarize(report: list[dict], eval_tasks: int, out: Path) -> None:
                                         f"(+{paired['gained']} / -{paired['lost']} tasks)")
         print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({row['minutes']:.1f} min){change}")
     print(f"results in {out}")
-    if plot(report, out.with_suffix(".png")):
+    if plot(report, out.with_suffix(".png"), title):
         print(f"curves: {out.with_suffix('.png')}")
     else:
         print("matplotlib not installed (pip install -e .[bench]): no PNG; the curves are in the JSON")
