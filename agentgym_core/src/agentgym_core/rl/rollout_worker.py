@@ -19,7 +19,7 @@ from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine, RolloutStats
 from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["RolloutResult", "RolloutWorker"]
+__all__ = ["RolloutResult", "RolloutWorker", "shard_bounds"]
 
 
 @dataclass
@@ -36,9 +36,10 @@ class RolloutWorker:
     """Samples a step's trajectories, evaluates, and takes weights; see the module docstring."""
 
     def __init__(self, config: TrainConfig, envs: list[EnvHandle], backend: Any, *, scheduler: Any,
-                 receives_weights: bool) -> None:
+                 receives_weights: bool, shard: tuple[int, int] = (0, 1)) -> None:
         self.config, self.envs, self.backend = config, envs, backend
         self.receives_weights = receives_weights
+        self.shard = shard  # (i, M): this worker rolls out the i-th of M contiguous slices of each env's episodes
         rollout = config.rollout
         self.engines = {
             env.name: RolloutEngine(
@@ -68,7 +69,8 @@ class RolloutWorker:
             # Per-step stats; the engine also offsets its seed by its call count, which must
             # restart each step for a resumed run to sample what an uninterrupted one did.
             engine.stats = RolloutStats()
-            trajectories += engine.run(episodes, step=step)
+            lo, hi = shard_bounds(len(episodes), *self.shard)
+            trajectories += engine.run(episodes[lo:hi], step=step, first_index=lo)
         stats = [e.stats for e in self.engines.values()]
         return RolloutResult(trajectories, time.perf_counter() - start, sum(s.gen_seconds for s in stats),
                              sum(s.generation_calls for s in stats))
@@ -85,3 +87,8 @@ class RolloutWorker:
     def close(self) -> None:
         for engine in self.engines.values():
             engine.close()
+
+
+def shard_bounds(n: int, index: int, count: int) -> tuple[int, int]:
+    """``[lo, hi)`` of the ``index``-th of ``count`` contiguous slices of ``n`` items (sizes differ by <= 1)."""
+    return index * n // count, (index + 1) * n // count
