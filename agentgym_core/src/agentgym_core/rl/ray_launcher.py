@@ -307,16 +307,34 @@ class RayRolloutGroup:
                     answers.append(self.remote.get(refs[i], f"rollout worker {i}: {what}"))
                     break
                 except RemoteCallError as exc:
-                    if not isinstance(exc.__cause__, ray.exceptions.RayActorError) \
-                            or self.restarts_used[i] >= self.restarts:
+                    restarting = isinstance(exc.__cause__, ray.exceptions.ActorUnavailableError)
+                    if not restarting or self.restarts_used[i] >= self.restarts:
                         raise
                     self.restarts_used[i] += 1
-                    log.warning("%s; restarting it (%d of trainer.rollout_worker_restarts=%d) and asking again",
-                                exc, self.restarts_used[i], self.restarts)
-                    if self.weights is not None:  # the restarted actor starts from model.path's weights
-                        self.remote.get(worker.load_weights.remote(self.weights), f"rollout worker {i}: weights")
+                    log.warning("%s; Ray restarts it (%d of trainer.rollout_worker_restarts=%d), then it is asked "
+                                "again", exc, self.restarts_used[i], self.restarts)
+                    self._revive(i, worker)
                     refs[i] = call(worker)
         return answers
+
+    def _revive(self, i: int, worker: Any) -> None:
+        """Wait until the restarted actor answers (its backend and envs are new), then give it the newest weights."""
+        ray = self.remote.ray
+        deadline = time.monotonic() + self.remote.timeout_s
+        while True:
+            try:
+                ray.get(worker.pid.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise RemoteCallError(f"rollout worker {i} at step {self.remote.step}: not back within "
+                                          f"{self.remote.timeout_s:.0f} s of its restart") from None
+                time.sleep(0.2)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+                raise RemoteCallError(f"rollout worker {i} at step {self.remote.step}: its restart failed: "
+                                      f"{exc}") from exc
+        if self.weights is not None:  # the restarted actor holds model.path's weights
+            self.remote.get(worker.load_weights.remote(self.weights), f"rollout worker {i}: weights")
 
     def collect(self, step: int) -> RolloutResult:
         """Step ``step``'s trajectories: every worker's slices, in the order one worker returns them."""
