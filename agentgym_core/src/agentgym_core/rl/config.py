@@ -263,7 +263,8 @@ class TrainerConfig(_Section):
         "rollout workers as Ray actors (pip install './agentgym_core[ray]'); see the README's Ray section.")
     ray_address: str | None = Field(
         None, description="launcher=ray: the cluster to join ('auto': the one `ray start --head` started on this "
-        "machine; 'ray://host:10001' for a remote head). None starts a private Ray on this machine.")
+        "machine; 'ray://host:10001' for a remote head). None: $RAY_ADDRESS or a Ray started on this machine "
+        "if there is one, else a private Ray for this run, stopped at its end (ray.init()'s rule).")
     rollout_workers: int = Field(
         1, ge=1, description="launcher=ray: rollout worker actors (each a backend, engines and env clients); each "
         "step's episodes are split between them.")
