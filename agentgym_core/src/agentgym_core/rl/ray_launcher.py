@@ -112,11 +112,13 @@ class LearnerRank:
         self.learner.step_schedule()
         return self.learner.lr
 
-    def policy_state_dict(self) -> Any:
+    def policy_state_dict(self) -> tuple[Any, bool]:
+        """(rank 0's full weights or None, True); called with num_returns=2, so the driver can wait for
+        the flag without fetching the weights."""
         weights = self.learner.policy_state_dict()  # collective on several ranks
         if self.rank != 0:
-            return None
-        return {k: v.detach().cpu() for k, v in weights.items()}
+            return None, True
+        return {k: v.detach().cpu() for k, v in weights.items()}, True
 
     def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any]) -> None:
         self.learner.save(Path(run_dir), step, tokenizer=self.tokenizer, extra_state=extra_state, keep=keep)
@@ -263,13 +265,9 @@ class RayLearnerGroup:
 
     def policy_state_dict(self) -> Any:
         """A reference to rank 0's full weights in the object store (the weights stay out of the driver)."""
-        refs = [rank.policy_state_dict.remote() for rank in self.ranks]
-        ready, _ = self.remote.ray.wait(refs, num_returns=len(refs), timeout=self.remote.timeout_s)
-        if len(ready) < len(refs):
-            raise RemoteCallError(f"learner.policy_state_dict at step {self.remote.step}: no answer within "
-                                  f"{self.remote.timeout_s:.0f} s (trainer.remote_timeout_s)")
-        self.remote.get(refs[1:], "learner.policy_state_dict")  # raises a rank's error, if any
-        return refs[0]
+        calls = [rank.policy_state_dict.options(num_returns=2).remote() for rank in self.ranks]
+        self.remote.get([done for _, done in calls], "learner.policy_state_dict")  # a rank's error, or a timeout
+        return calls[0][0]
 
     def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
         self._all("save", str(run_dir), step, keep, extra_state)  # rank 0 writes, with its own tokenizer
