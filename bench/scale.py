@@ -161,7 +161,8 @@ def main() -> None:
         model, tokenizer = tiny_chat_model(seed=0)
         model.save_pretrained(args.model_dir)
         tokenizer.save_pretrained(args.model_dir)
-        ray.init(num_cpus=args.cpus, include_dashboard=False, _temp_dir=str(Path(tmp) / "ray"), log_to_driver=False)
+        ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, _temp_dir=str(Path(tmp) / "ray"),
+                 log_to_driver=False)
         results: dict[str, Any] = {}
         try:
             for name in args.only or COMPARISONS:

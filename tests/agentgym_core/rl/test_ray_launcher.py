@@ -38,7 +38,7 @@ def ray_cluster(tmp_path_factory):
         mp.setenv("AGENTGYM_PLUGINS", ",".join(PLUGINS))
         mp.setenv("RAY_memory_monitor_refresh_ms", "0")  # a busy shared machine's memory is not these tests'
         short = tmp_path_factory.getbasetemp() / "r"  # unix socket paths must stay under ~107 characters
-        ray.init(num_cpus=4, include_dashboard=False, _temp_dir=str(short), log_to_driver=False)
+        ray.init(address="local", num_cpus=4, include_dashboard=False, _temp_dir=str(short), log_to_driver=False)
         try:
             yield
         finally:
@@ -159,3 +159,37 @@ def test_an_unplaceable_run_fails_in_time_naming_the_missing_resources(ray_clust
         _train(_config(tiny_path, tmp_path / "run", "trainer.launcher=ray", "trainer.learners=2",
                        "trainer.learner_resources={num_cpus: 1, num_gpus: 1}", "trainer.placement_timeout_s=3"))
     assert time.time() - start < 20
+
+
+class Stuck:
+    """An actor whose calls hang or fail, for the driver's side of remote calls."""
+
+    def hang(self) -> None:
+        time.sleep(600)
+
+    def fail(self) -> None:
+        raise ValueError("the learner ran out of patience")
+
+
+def test_a_remote_call_that_hangs_or_raises_fails_with_the_call_the_step_and_the_remote_stack(ray_cluster):
+    from agentgym_core.rl.ray_launcher import _Remote
+
+    actor = ray.remote(Stuck).options(num_cpus=0).remote()
+    remote = _Remote(ray, timeout_s=2)
+    remote.step = 7
+    start = time.time()
+    with pytest.raises(RemoteCallError, match=r"learner.update at step 7: no answer within 2 s"):
+        remote.get(actor.hang.remote(), "learner.update")
+    assert time.time() - start < 10
+    with pytest.raises(RemoteCallError, match=r"(?s)learner.score at step 7 raised:.*in fail.*out of patience"):
+        remote.get(actor.fail.remote(), "learner.score")
+    ray.kill(actor)
+
+
+def test_missing_resources_names_what_the_whole_cluster_lacks():
+    from agentgym_core.rl.ray_launcher import missing_resources
+
+    bundles = [{"CPU": 1.0, "GPU": 1.0}] * 2 + [{"CPU": 2.0}]
+    assert missing_resources(bundles, {"CPU": 8.0, "GPU": 1.0}) == {"GPU": 1.0}
+    assert missing_resources(bundles, {"CPU": 2.0}) == {"CPU": 2.0, "GPU": 2.0}
+    assert missing_resources(bundles, {"CPU": 4.0, "GPU": 2.0}) == {}
