@@ -161,29 +161,29 @@ def test_an_unplaceable_run_fails_in_time_naming_the_missing_resources(ray_clust
     assert time.time() - start < 20
 
 
-class Stuck:
-    """An actor whose calls hang or fail, for the driver's side of remote calls."""
-
-    def hang(self) -> None:
-        time.sleep(600)
-
-    def fail(self) -> None:
-        raise ValueError("the learner ran out of patience")
-
-
 def test_a_remote_call_that_hangs_or_raises_fails_with_the_call_the_step_and_the_remote_stack(ray_cluster):
     from agentgym_core.rl.ray_launcher import _Remote
 
-    actor = ray.remote(Stuck).options(num_cpus=0).remote()
+    class Stuck:  # defined here: Ray ships it by value (the workers cannot import this test module)
+        """An actor whose calls hang or fail, for the driver's side of remote calls."""
+
+        def hang(self) -> None:
+            time.sleep(600)
+
+        def fail(self) -> None:
+            raise ValueError("the learner ran out of patience")
+
+    hanging, failing = (ray.remote(Stuck).options(num_cpus=0).remote() for _ in range(2))
     remote = _Remote(ray, timeout_s=2)
     remote.step = 7
+    with pytest.raises(RemoteCallError, match=r"(?s)learner.score at step 7 raised:.*in fail.*out of patience"):
+        remote.get(failing.fail.remote(), "learner.score")
     start = time.time()
     with pytest.raises(RemoteCallError, match=r"learner.update at step 7: no answer within 2 s"):
-        remote.get(actor.hang.remote(), "learner.update")
+        remote.get(hanging.hang.remote(), "learner.update")
     assert time.time() - start < 10
-    with pytest.raises(RemoteCallError, match=r"(?s)learner.score at step 7 raised:.*in fail.*out of patience"):
-        remote.get(actor.fail.remote(), "learner.score")
-    ray.kill(actor)
+    for actor in (hanging, failing):
+        ray.kill(actor)
 
 
 def test_missing_resources_names_what_the_whole_cluster_lacks():
