@@ -13,6 +13,11 @@ Rank 0 is the driver: it owns the rollout worker, the logs and the checkpoint fi
 ranks only take part in the learner's collective calls, receiving each step's trajectories and
 advantages from rank 0. Everything else (losses, estimators, schedulers, batching) lives in small
 modules next to this one; this file is the order in which they are used.
+
+Where the roles live is the launcher's choice, not the loop's: ``trainer.launcher=ray`` runs this
+same loop in a driver that holds no model, with the learner ranks and rollout workers as Ray
+actors answering the same calls (:mod:`agentgym_core.rl.ray_launcher`). ``rollout.max_staleness
+> 0`` lets the rollout side sample ahead of the learner (:mod:`agentgym_core.rl.async_rollouts`).
 """
 
 from __future__ import annotations
