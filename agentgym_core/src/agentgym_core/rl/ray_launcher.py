@@ -72,6 +72,9 @@ class LearnerRank:
         self.config, self.rank, self.world_size = config, rank, world_size
         _set_threads(config, config.trainer.learner_resources)
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def rendezvous_address(self) -> tuple[str, int]:
         """Rank 0's node address and a free port on it, for the process group."""
         import ray
@@ -229,10 +232,22 @@ class _Remote:
         self.step = 0
 
     def get(self, refs: Any, what: str, timeout_s: float | None = None) -> Any:
+        """``ray.get(refs)`` within the timeout. A list is taken as its calls finish, so a call that failed is
+        reported at once, not after its peers (a learner rank waiting in a collective for a dead one would
+        otherwise hold the error back until the timeout)."""
         ray = self.ray
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        single = not isinstance(refs, list)
+        pending = [refs] if single else list(refs)
+        index = {ref: i for i, ref in enumerate(pending)}
+        answers: list[Any] = [None] * len(pending)
         try:
-            return ray.get(refs, timeout=timeout)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    raise ray.exceptions.GetTimeoutError()
+                answers[index[ready[0]]] = ray.get(ready[0])
         except ray.exceptions.GetTimeoutError:
             raise RemoteCallError(f"{what} at step {self.step}: no answer within {timeout:.0f} s "
                                   "(trainer.remote_timeout_s)") from None
@@ -240,6 +255,7 @@ class _Remote:
             raise RemoteCallError(f"{what} at step {self.step}: its actor died: {exc}") from exc
         except ray.exceptions.RayTaskError as exc:
             raise RemoteCallError(f"{what} at step {self.step} raised:\n{exc}") from exc
+        return answers[0] if single else answers
 
 
 class RayLearnerGroup:
@@ -279,7 +295,7 @@ class RayLearnerGroup:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self.remote.get([rank.close.remote() for rank in self.ranks], "learner.close", timeout_s=30)
+            self.remote.get([rank.close.remote() for rank in self.ranks], "learner.close", timeout_s=10)
 
 
 class RayRolloutGroup:
