@@ -236,6 +236,13 @@ class ActorResources(_Section):
         default_factory=dict, description="Custom Ray resources, e.g. {node_a: 1} to pin the actor to nodes "
         "started with `ray start --resources '{\"node_a\": 1}'`.")
 
+    @model_validator(mode="after")
+    def _asks_for_something(self) -> ActorResources:
+        if self.num_cpus <= 0 and self.num_gpus <= 0 and not any(v > 0 for v in self.resources.values()):
+            raise ValueError("an actor must ask for some resource (Ray places actors by what they ask): set "
+                             "num_cpus or num_gpus above 0")
+        return self
+
 
 class TrainerConfig(_Section):
     """``trainer``: the run itself."""

@@ -459,7 +459,8 @@ class RayRoles:
                                           max_restarts=t.rollout_worker_restarts, max_concurrency=2))
             .remote(self.config, i, t.rollout_workers) for i in range(t.rollout_workers)]
         stack.callback(lambda: [ray.kill(a, no_restart=True) for a in workers])
-        group = RayRolloutGroup(workers, self.remote, scheduler=scheduler, env_order=[e.name for e in self.config.envs],
+        # Its own step count: with asynchronous rollouts the workers sample ahead of the learner's step.
+        group = RayRolloutGroup(workers, _Remote(ray, t.remote_timeout_s), scheduler=scheduler, env_order=[e.name for e in self.config.envs],
                                 restarts=t.rollout_worker_restarts)
         stack.callback(group.close)
         self.remote.get([w.pid.remote() for w in workers], "rollout workers: load the backend and open the envs")
