@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import assert_same_run, kill_actor_when, make_config, ray, run_training
+from conftest import PLUGINS, assert_same_run, kill_actor_when, make_config, ray, run_training
 
 from agentgym_core.rl.ray_launcher import RemoteCallError
 
@@ -50,3 +50,15 @@ def test_a_killed_learner_rank_fails_the_run_naming_the_call_and_the_step(ray_cl
                                  "trainer.steps=4"))
     killer.join(timeout=1)
     assert killed
+
+
+def test_a_ray_run_stopped_after_a_step_resumes_where_it_was(ray_cluster, tiny_path, local_run, tmp_path):
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.trainer import train
+
+    run_dir = tmp_path / "run"
+    config = make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.learners=2", "trainer.save_every=1")
+    for resume, stop_after in ((False, 1), (True, None)):  # as if killed after step 1, then --resume
+        train(config, plugin_manager=PluginManager(autoload=True, allow=PLUGINS), resume=resume,
+              stop_after=stop_after)
+    assert_same_run(run_dir, local_run)  # step 2 sampled by the restored weights, trained as uninterrupted
