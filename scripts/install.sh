@@ -4,7 +4,7 @@
 # agentgym's packages are not on PyPI (the name "agentgym" there is an unrelated project): every one
 # is installed from its folder here; the root distribution is "agentgym-suite".
 #   scripts/install.sh          what a user needs to train and evaluate
-#   scripts/install.sh --dev    plus test tools, the example third-party env, Chromium and Java
+#   scripts/install.sh --dev    plus test tools, Ray, the example third-party env, Chromium and Java
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dev=0
@@ -31,9 +31,10 @@ packages=(-e ./agentgym_core[train])
 for dir in plugins/*/ agentgym_env_*/; do
   [ -f "$dir/pyproject.toml" ] && packages+=(-e "./$dir")
 done
-packages+=(-e ".[all]")
 if [ "$dev" = 1 ]; then
-  packages+=(-e ./examples/agentgym_env_guess pytest ruff httpx)
+  packages+=(-e ".[all,dev]" -e ./examples/agentgym_env_guess)  # the dev extra: test tools and Ray
+else
+  packages+=(-e ".[all]")
 fi
 pip install "${packages[@]}"
 

@@ -67,3 +67,14 @@ def test_train_command_dispatches_on_the_recipe_kind(capsys, pm):
     assert main(["train", str(examples / "babyai_grpo_cpu.yaml"), "kind=ppo"]) == 2
     assert "unknown recipe kind 'ppo'" in capsys.readouterr().err
     reset_plugin_manager(None)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("trainer.rollout_workers=2", "needs trainer.launcher=ray"),
+    ("trainer.rollout_resources={num_cpus: 0}", "must ask for some resource"),
+    ("trainer.launcher=slurm", "trainer.launcher"),
+    ("rollout.max_staleness=-1", "rollout.max_staleness"),
+])
+def test_launcher_and_staleness_options_are_checked(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["envs=[{name: word}]", override])

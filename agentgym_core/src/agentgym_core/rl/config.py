@@ -23,6 +23,7 @@ from agentgym_core.rl.losses import Aggregation, KLEstimator
 from agentgym_core.schedulers import RoundsConfig
 
 __all__ = [
+    "ActorResources",
     "AlgorithmConfig",
     "ConfigError",
     "CriticConfig",
@@ -176,6 +177,14 @@ class RolloutConfig(_Section):
         "trajectories, counted in 'infra_failed' and left out of the loss; the re-run takes its place in the group. "
         "0: never re-run.",
     )
+    max_staleness: int = Field(
+        0, ge=0, description="Asynchronous rollouts: how many policy versions (updates) a trained trajectory may lag "
+        "behind the learner. 0: synchronous, each step's trajectories come from the weights of the step before. "
+        "k > 0: the rollout side samples the next steps' batches in the background while the learner updates, and "
+        "never starts a batch more than k versions ahead of the weights it holds; each trajectory records its "
+        "policy_version and the lag is logged (staleness_mean/staleness_max). Off-policy by at most k updates; "
+        "the PPO ratio uses the learner's log-probs as the old policy.",
+    )
 
 
 class KLConfig(_Section):
@@ -275,6 +284,23 @@ class OptimConfig(_Section):
         "float32 masters whatever model.dtype loads, and model.mixed_precision=bf16 runs the matmuls in bf16.")
 
 
+class ActorResources(_Section):
+    """What one Ray actor asks the cluster for (``trainer.learner_resources``, ``trainer.rollout_resources``)."""
+
+    num_cpus: float = Field(1.0, ge=0.0, description="CPU cores reserved for the actor.")
+    num_gpus: float = Field(0.0, ge=0.0, description="GPUs reserved for the actor (fractions share one GPU).")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources, e.g. {node_a: 1} to pin the actor to nodes "
+        "started with `ray start --resources '{\"node_a\": 1}'`.")
+
+    @model_validator(mode="after")
+    def _asks_for_something(self) -> ActorResources:
+        if self.num_cpus <= 0 and self.num_gpus <= 0 and not any(v > 0 for v in self.resources.values()):
+            raise ValueError("an actor must ask for some resource (Ray places actors by what they ask): set "
+                             "num_cpus or num_gpus above 0")
+        return self
+
+
 class TrainerConfig(_Section):
     """``trainer``: the run itself."""
 
@@ -295,6 +321,37 @@ class TrainerConfig(_Section):
     tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")
+    launcher: Literal["local", "ray"] = Field(
+        "local", description="'local': the learner ranks are processes of this machine and one rollout worker runs in "
+        "this process. 'ray': a driver (which holds no model) places the learner ranks and trainer.rollout_workers "
+        "rollout workers as Ray actors (pip install './agentgym_core[ray]'); see the README's Ray section.")
+    ray_address: str | None = Field(
+        None, description="launcher=ray: the cluster to join ('auto': the one `ray start --head` started on this "
+        "machine; 'ray://host:10001' for a remote head). None: $RAY_ADDRESS or a Ray started on this machine "
+        "if there is one, else a private Ray for this run, stopped at its end (ray.init()'s rule).")
+    rollout_workers: int = Field(
+        1, ge=1, description="launcher=ray: rollout worker actors (each a backend, engines and env clients); each "
+        "step's episodes are split between them.")
+    learner_resources: ActorResources = Field(
+        default_factory=ActorResources, description="launcher=ray: resources of each learner rank's actor.")
+    rollout_resources: ActorResources = Field(
+        default_factory=ActorResources, description="launcher=ray: resources of each rollout worker's actor.")
+    placement_timeout_s: float = Field(
+        120.0, gt=0.0, description="launcher=ray: how long to wait for the cluster to place every actor before "
+        "the run fails, naming the resources it lacks.")
+    remote_timeout_s: float = Field(
+        1800.0, gt=0.0, description="launcher=ray: limit in seconds on one call to an actor (a step's rollout, "
+        "score, update, weights, checkpoint); past it the run fails with the call and the step it was on.")
+    rollout_worker_restarts: int = Field(
+        1, ge=0, description="launcher=ray: how many times a rollout worker that died (process killed, node lost) is "
+        "restarted and its batch re-sampled before the run fails with its error.")
+
+    @model_validator(mode="after")
+    def _ray_options_need_ray(self) -> TrainerConfig:
+        if self.launcher == "local" and self.rollout_workers > 1:
+            raise ValueError(f"trainer.rollout_workers={self.rollout_workers} needs trainer.launcher=ray (the local "
+                             "launcher runs one rollout worker in the driver process)")
+        return self
 
 
 class TrainConfig(_Section):

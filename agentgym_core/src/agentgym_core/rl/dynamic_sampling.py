@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from agentgym_core.rl.config import DynamicSamplingConfig
 from agentgym_core.rl.rollout_worker import RolloutResult
 from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["collect_with_signal", "count_mixed_groups", "mixed_groups_only"]
+__all__ = ["SignalSampling", "collect_with_signal", "count_mixed_groups", "mixed_groups_only"]
 
 
 def _groups(trajectories: Sequence[Trajectory]) -> dict[tuple[str, int], list[Trajectory]]:
@@ -81,3 +82,21 @@ def _merge_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:
         for key, value in metrics.items():
             merged[key] = merged.get(key, 0.0) + value if key in _SUMMED else value
     return merged
+
+
+class SignalSampling:
+    """A rollout worker whose ``collect(step)`` samples rounds until enough groups are mixed.
+
+    Wraps anything with ``collect(step, sampling_round)`` (the local worker, the Ray rollout group)
+    and passes every other call through, so asynchronous rollouts can wrap it in turn: the extra
+    rounds then run in the sampling thread, ahead of the learner like the rest.
+    """
+
+    def __init__(self, worker: Any, config: DynamicSamplingConfig) -> None:
+        self.worker, self.config = worker, config
+
+    def collect(self, step: int) -> RolloutResult:
+        return collect_with_signal(lambda sampling_round: self.worker.collect(step, sampling_round), self.config)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.worker, name)

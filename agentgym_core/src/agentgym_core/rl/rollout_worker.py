@@ -26,7 +26,7 @@ from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
 from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["RolloutResult", "RolloutWorker", "server_metrics"]
+__all__ = ["RolloutResult", "RolloutWorker", "server_metrics", "shard_bounds"]
 
 
 @dataclass
@@ -44,9 +44,10 @@ class RolloutWorker:
     """Samples a step's trajectories, evaluates, and takes weights; see the module docstring."""
 
     def __init__(self, config: TrainConfig, envs: list[EnvHandle], backend: Any, *, scheduler: Any,
-                 receives_weights: bool) -> None:
+                 receives_weights: bool, shard: tuple[int, int] = (0, 1)) -> None:
         self.config, self.envs, self.backend = config, envs, backend
         self.receives_weights = receives_weights
+        self.shard = shard  # (i, M): this worker rolls out the i-th of M contiguous slices of a step's episodes
         rollout = config.rollout
         sources = {env.name: EnvSource(env.make_env, env.config.max_concurrency) for env in envs}
         self.engine = RolloutEngine(
@@ -79,16 +80,18 @@ class RolloutWorker:
         engine.stats = RolloutStats()
         before = {env.name: env.pool.snapshot() for env in self.envs}
         start = time.perf_counter()
-        trajectories, reruns, lost = self._run_with_reruns(episodes, step)
+        lo, hi = shard_bounds(len(episodes), *self.shard)  # this worker's slice of the step (Ray: 1 of M)
+        trajectories, reruns, lost = self._run_with_reruns(episodes[lo:hi], step, first_index=lo)
         seconds = time.perf_counter() - start
         metrics = {"reruns": float(reruns), "failed_after_reruns": float(lost)}
         for env in self.envs:
             metrics.update(server_metrics(env.name, before[env.name], env.pool.snapshot(), seconds))
         return RolloutResult(trajectories, seconds, engine.stats.gen_seconds, engine.stats.generation_calls, metrics)
 
-    def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int) -> tuple[list[Trajectory], int, int]:
+    def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int,
+                         first_index: int) -> tuple[list[Trajectory], int, int]:
         """Every attempt (failed ones kept), how many episodes were re-run, and how many failed every attempt."""
-        attempts = self.engine.run(episodes, step=step)
+        attempts = self.engine.run(episodes, step=step, first_index=first_index)
         trajectories, reruns = list(attempts), 0
         for _ in range(self.config.rollout.rerun_failed):
             episodes = [spec for spec, traj in zip(episodes, attempts, strict=True) if traj.failed]
@@ -126,3 +129,8 @@ def server_metrics(env: str, before: list[ServerCounts], after: list[ServerCount
         out[f"{key}/instances"] = float(new.created - old.created)
         out[f"{key}/down"] = float(new.down)
     return out
+
+
+def shard_bounds(n: int, index: int, count: int) -> tuple[int, int]:
+    """``[lo, hi)`` of the ``index``-th of ``count`` contiguous slices of ``n`` items (sizes differ by <= 1)."""
+    return index * n // count, (index + 1) * n // count

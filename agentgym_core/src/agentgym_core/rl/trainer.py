@@ -13,13 +13,17 @@ Rank 0 is the driver: it owns the rollout worker, the logs and the checkpoint fi
 ranks only take part in the learner's collective calls, receiving each step's trajectories and
 advantages from rank 0. Everything else (losses, estimators, schedulers, batching) lives in small
 modules next to this one; this file is the order in which they are used.
+
+Where the roles live is the launcher's choice, not the loop's: ``trainer.launcher=ray`` runs this
+same loop in a driver that holds no model, with the learner ranks and rollout workers as Ray
+actors answering the same calls (:mod:`agentgym_core.rl.ray_launcher`). ``rollout.max_staleness
+> 0`` lets the rollout side sample ahead of the learner (:mod:`agentgym_core.rl.async_rollouts`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import json
 import os
 import pickle
@@ -33,11 +37,12 @@ import torch
 from tqdm import tqdm
 
 from agentgym_core.plugins import PluginManager, get_plugin_manager
+from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
 from agentgym_core.rl.checkpoint import latest_checkpoint, set_rng_state
 from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
-from agentgym_core.rl.distributed import broadcast_object, init_from_environment, spawn
-from agentgym_core.rl.dynamic_sampling import collect_with_signal, mixed_groups_only
+from agentgym_core.rl.distributed import DistContext, broadcast_object, init_from_environment, spawn
+from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
 from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
@@ -72,6 +77,15 @@ def train(
     under ``torchrun`` every rank calls ``train`` and rank 0 returns the results.
     """
     ranks_running = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if config.trainer.launcher == "ray":
+        if model is not None:
+            raise ValueError("trainer.launcher=ray places the learner ranks and rollout workers as Ray actors, which "
+                             "load config.model.path themselves: model= cannot be passed (save it and set model.path)")
+        from agentgym_core.rl.ray_launcher import RayRoles
+
+        pm = plugin_manager or get_plugin_manager()
+        return _train(bind_plugin_options(config, pm), pm, resume=resume, model=None, tokenizer=None,
+                      stop_after=stop_after, eval_before=eval_before, place_roles=RayRoles)
     if config.trainer.learners > 1 and not ranks_running:
         if model is not None or plugin_manager is not None:
             raise ValueError("trainer.learners > 1 spawns fresh processes: they load config.model.path and installed "
@@ -85,7 +99,9 @@ def train(
 
 
 def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, tokenizer: Any,
-           stop_after: int | None, eval_before: dict[str, Any] | None) -> dict[str, Any]:
+           stop_after: int | None, eval_before: dict[str, Any] | None, place_roles: Any = None) -> dict[str, Any]:
+    """The loop. ``place_roles(config, pm, ctx)`` puts the learner and the rollout worker somewhere else
+    (the Ray launcher: actors with the same calls); by default both live in this process."""
     cfg, alg = config, config.algorithm
     run_dir = Path(cfg.trainer.run_dir)
     ctx = init_from_environment(resolve_device(cfg.model.device))
@@ -105,30 +121,22 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                     "start without --resume")
         random.seed(cfg.trainer.seed)
         torch.manual_seed(cfg.trainer.seed)
-        if model is None:
-            model, tokenizer = load_policy(cfg.model, device=ctx.device)
-        # The rollout side samples from the learner's own module on one process; sharded learners
-        # hand it a full copy of the initial weights, then new weights after every update.
-        rollout_model = copy.deepcopy(model) if ctx.distributed and ctx.is_main else model
-        learner = Learner(cfg, model, tokenizer=tokenizer, ctx=ctx)  # the KL reference: these initial weights
-        start_step = 0
-        if checkpoint is not None:
-            state = learner.load(checkpoint)
-            scheduler.load_state_dict(state["round_scheduler"])
-            set_rng_state(state["rng"])
-            start_step = int(state["step"])
-        # A resumed run's rollout side must sample from the restored weights, not the initial ones.
-        resumed_weights = learner.policy_state_dict() if checkpoint is not None else None  # collective
+        roles = place_roles(cfg, pm, ctx) if place_roles is not None else _LocalRoles(cfg, pm, ctx, model, tokenizer)
         results: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
+            learner = roles.learner(stack)  # the KL reference: these initial weights
+            start_step = 0
+            if checkpoint is not None:
+                state = learner.load(checkpoint)
+                scheduler.load_state_dict(state["round_scheduler"])
+                set_rng_state(state["rng"])
+                start_step = int(state["step"])
+            # A resumed run's rollout side must sample from the restored weights, not the initial ones.
+            resumed_weights = learner.policy_state_dict() if checkpoint is not None else None  # collective
             worker = writer = None
             if ctx.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
-                backend, shares = make_backend(pm, cfg, rollout_model, tokenizer)
-                envs = stack.enter_context(open_envs(pm, cfg.envs, timeout_s=cfg.rollout.env_timeout_s))
-                worker = RolloutWorker(cfg, envs, backend, scheduler=scheduler,
-                                       receives_weights=ctx.distributed or not shares)
-                stack.callback(worker.close)
+                worker = roles.rollout_worker(stack, scheduler)
                 if resumed_weights is not None:
                     worker.load_weights(resumed_weights)
                 del resumed_weights
@@ -138,6 +146,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                        resume_step=start_step if resume else None)
                 stack.callback(writer.close)
                 pm.hook.agentgym_observe_run_start(run_dir=str(run_dir), config=cfg.model_dump(mode="json"))
+            tokenizer = roles.tokenizer
             final_horizon = max(alg.rounds_ctrl.stages)
 
             # ---- evaluation before training (a resumed run reads it back from its log) ---------------
@@ -145,19 +154,26 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 results.update(_evaluate_before(cfg, worker, writer, pm, start_step, final_horizon, eval_before))
 
             last_step = cfg.trainer.steps if stop_after is None else min(cfg.trainer.steps, start_step + stop_after)
+            if ctx.is_main and cfg.rollout.dynamic_sampling.min_mixed_groups:
+                worker = SignalSampling(worker, cfg.rollout.dynamic_sampling)  # rounds until enough groups have signal
+            if ctx.is_main and (cfg.rollout.max_staleness > 0 or roles.pipelined):
+                # Sampling runs ahead of the learner in a thread, at most max_staleness versions behind.
+                worker = AsyncRollouts(worker, max_staleness=cfg.rollout.max_staleness, first_step=start_step,
+                                       last_step=last_step)
+                stack.callback(worker.stop)
             bar = tqdm(range(start_step, last_step), initial=start_step, total=cfg.trainer.steps,
                        disable=not (cfg.trainer.progress and ctx.is_main), desc="train", dynamic_ncols=True)
             for step in bar:
                 t_step = time.perf_counter()
                 # ---- 1-2. rollouts: group_size samples per task, per env, horizon from the scheduler --
-                sampling = cfg.rollout.dynamic_sampling  # more rounds of tasks until enough groups have signal
-                rollout = collect_with_signal(functools.partial(worker.collect, step), sampling) if ctx.is_main else None
+                rollout = worker.collect(step) if ctx.is_main else None
                 if ctx.is_main:
+                    staleness = staleness_metrics(rollout.trajectories, step)  # synchronous samples: version `step`
                     pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
                 # Trajectories an env error or timeout broke are the infrastructure's failure, not the
                 # policy's: left out of the loss and counted.
                 trainable, infra_failed = trainable_trajectories(rollout.trajectories) if ctx.is_main else ([], 0)
-                if sampling.min_mixed_groups:  # tied groups have no advantage: left out of the update
+                if cfg.rollout.dynamic_sampling.min_mixed_groups:  # tied groups have no advantage: not trained
                     trainable = mixed_groups_only(trainable)
                 trained = broadcast_object(trainable if ctx.is_main else None, ctx)
 
@@ -217,6 +233,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     "rollout_logprob_gap": float(masked_mean((scored.old.logprobs - scored.rollout_logprobs).abs(),
                                                              scored.mask)),
                     "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
+                    **staleness,
                     "time_rollout": rollout.seconds,
                     # Wall time in generation calls, and env time summed over (concurrent) trajectories.
                     "time_generation": rollout.generation_seconds,
@@ -316,6 +333,36 @@ def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, tokenizer: Any, sched
         return
     learner.save(run_dir, done, tokenizer=tokenizer, keep=cfg.trainer.keep_checkpoints, extra_state={
         "step": done, "round_scheduler": scheduler.state_dict(), "config": cfg.model_dump(mode="json")})
+
+
+class _LocalRoles:
+    """Both roles in this process: the learner (one rank of it), and on rank 0 the rollout worker.
+
+    The rollout side samples from the learner's own module on one synchronous process; sharded
+    learners and asynchronous rollouts hand it a full copy of the initial weights, then new weights
+    after every update.
+    """
+
+    pipelined = False  # rollouts run ahead of the learner only when rollout.max_staleness > 0
+
+    def __init__(self, config: TrainConfig, pm: PluginManager, ctx: DistContext, model: Any, tokenizer: Any) -> None:
+        self.config, self.pm, self.ctx, self.model, self.tokenizer = config, pm, ctx, model, tokenizer
+        self.separate_copy = ctx.distributed or config.rollout.max_staleness > 0
+
+    def learner(self, stack: contextlib.ExitStack) -> Learner:
+        if self.model is None:
+            self.model, self.tokenizer = load_policy(self.config.model, device=self.ctx.device)
+        self.rollout_model = copy.deepcopy(self.model) if self.separate_copy and self.ctx.is_main else self.model
+        return Learner(self.config, self.model, tokenizer=self.tokenizer, ctx=self.ctx)
+
+    def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any) -> RolloutWorker:
+        cfg = self.config
+        backend, shares = make_backend(self.pm, cfg, self.rollout_model, self.tokenizer)
+        envs = stack.enter_context(open_envs(self.pm, cfg.envs, timeout_s=cfg.rollout.env_timeout_s))
+        worker = RolloutWorker(cfg, envs, backend, scheduler=scheduler,
+                               receives_weights=self.separate_copy or not shares)
+        stack.callback(worker.close)
+        return worker
 
 
 # ---- several learner ranks on this machine --------------------------------------------------------------

@@ -107,8 +107,13 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         *,
         step: int = 0,
         on_done: Callable[[Trajectory], None] | None = None,
+        first_index: int = 0,
     ) -> list[Trajectory]:
-        """Roll out every episode; returns trajectories in the order of ``episodes``."""
+        """Roll out every episode; returns trajectories in the order of ``episodes``.
+
+        ``first_index`` numbers the episodes from there: a continuous backend seeds each row's stream
+        by that number, so a slice of a batch rolled out elsewhere samples what it would in the whole.
+        """
         cfg = self.config
         max_turns = self._turn_budget(step)
         t0 = time.perf_counter()
@@ -116,7 +121,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         sessions = self.config.reuse_kv_cache and isinstance(self.backend, SessionBackend)
         keys = [self._source_key(spec) for spec in episodes]  # fails early on an unknown env name
         lives = [_Live(spec, self._new_trajectory(spec, max_turns, Trajectory)) for spec in episodes]
-        for index, live in enumerate(lives):
+        for index, live in enumerate(lives, start=first_index):
             live.index = index
             if sessions:
                 live.session = (id(self), self._runs, index)
@@ -170,7 +175,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
                         self.stats.generation_calls += 1
                         self.stats.gen_seconds += time.perf_counter() - t
                         for index, sample in replies:
-                            live = lives[index]
+                            live = lives[index - first_index]
                             self._close_turn(live, sample, live.cap, time.perf_counter() - live.turn_start)
                             self._after_reply(live, in_env, finish)
                     elif in_env:

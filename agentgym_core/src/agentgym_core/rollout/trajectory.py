@@ -97,6 +97,9 @@ class Trajectory(BaseModel):
     gen_seconds: float = Field(default=0.0, description="Total wall time in generation calls.")
     env_seconds: float = Field(default=0.0, description="Total wall time in env create/reset/step.")
     wall_seconds: float = Field(default=0.0, description="Start of reset to end of the episode.")
+    policy_version: int | None = Field(
+        default=None, description="Training steps (updates) the sampling weights had taken; the trainer sets it. "
+        "A trajectory trained at step s lags s - policy_version versions (0 when rollouts are synchronous).")
 
     # -- derived views ---------------------------------------------------------------------
     @property

@@ -1,0 +1,471 @@
+"""``trainer.launcher: ray``: the learner ranks and the rollout workers as Ray actors.
+
+The training loop (:func:`agentgym_core.rl.trainer.train`) runs in the driver, which holds no
+model. :class:`RayRoles` gives it the two roles it drives, with the calls the local ones answer:
+
+* :class:`RayLearnerGroup`: ``trainer.learners`` actors, each one rank of the existing
+  :class:`~agentgym_core.rl.learner.Learner` (FSDP2 over a gloo/NCCL group the ranks open among
+  themselves). Every call goes to every rank (their collectives must match) and rank 0 answers.
+  ``policy_state_dict`` returns a reference to rank 0's weights in Ray's object store, never the
+  weights themselves: they go from there straight to the rollout workers.
+* :class:`RayRolloutGroup`: ``trainer.rollout_workers`` actors, each a
+  :class:`~agentgym_core.rl.rollout_worker.RolloutWorker` (its backend, engines and environment
+  clients) sampling one contiguous slice of each step's episodes; the slices come back in order,
+  and a continuous backend seeds each episode by its index in the whole step, so M workers sample
+  what one would.
+
+All actors are placed together in one placement group: when the cluster cannot hold it within
+``trainer.placement_timeout_s`` the run fails naming the missing resources. Every remote call is
+waited for at most ``trainer.remote_timeout_s``. A rollout worker that dies is restarted by Ray
+(``trainer.rollout_worker_restarts`` times), given the newest weights and its batch again (the
+batch is a pure function of step and weights); a learner rank that dies fails the run with its
+error and the step. Ray is imported lazily: the core works without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentgym_core.plugins import PluginManager
+from agentgym_core.rl.config import ActorResources, TrainConfig
+from agentgym_core.rl.distributed import DistContext
+from agentgym_core.rl.rollout_worker import RolloutResult
+
+__all__ = ["RayLearnerGroup", "RayRoles", "RayRolloutGroup", "RemoteCallError", "import_ray"]
+
+log = logging.getLogger(__name__)
+
+
+class RemoteCallError(RuntimeError):
+    """A call to a Ray actor failed, timed out, or its actor died; the message names the call and step."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or an error that says how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("trainer.launcher=ray needs Ray: pip install './agentgym_core[ray]' "
+                          "(or pip install ray), or set trainer.launcher=local") from exc
+    return ray
+
+
+# ---- the actors' code (plain classes; ray.remote wraps them at placement) ---------------------------------
+def _set_threads(config: TrainConfig, resources: ActorResources) -> None:
+    import torch
+
+    torch.set_num_threads(config.model.threads or max(1, int(resources.num_cpus)))
+
+
+class LearnerRank:
+    """One learner rank in a Ray actor: the :class:`Learner` and its share of every collective."""
+
+    def __init__(self, config: TrainConfig, rank: int, world_size: int) -> None:
+        self.config, self.rank, self.world_size = config, rank, world_size
+        _set_threads(config, config.trainer.learner_resources)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """Rank 0's node address and a free port on it, for the process group."""
+        import ray
+
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), int(s.getsockname()[1])
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        """Join the process group and build the Learner from ``model.path`` (every rank the same weights)."""
+        import torch
+
+        from agentgym_core.rl.distributed import init_from_environment
+        from agentgym_core.rl.learner import Learner
+        from agentgym_core.rl.setup import load_policy, resolve_device
+
+        if self.world_size > 1:  # each actor sees its own GPUs as cuda:0..; LOCAL_RANK 0 picks its first
+            os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
+                              MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+        ctx = init_from_environment(resolve_device(self.config.model.device))
+        random.seed(self.config.trainer.seed)
+        torch.manual_seed(self.config.trainer.seed)
+        model, self.tokenizer = load_policy(self.config.model, device=ctx.device)
+        self.learner = Learner(self.config, model, tokenizer=self.tokenizer, ctx=ctx)
+
+    def score(self, batch: Any, temperature: float) -> Any:
+        scored = self.learner.score(batch, temperature=temperature)
+        return _to_cpu(scored) if self.rank == 0 else None
+
+    def update(self, inputs: Any, temperature: float, generator_seed: int) -> dict[str, float]:
+        import torch
+
+        inputs = _map_tensors(inputs, lambda t: t.to(self.learner.device))
+        generator = torch.Generator().manual_seed(generator_seed)
+        return self.learner.update(inputs, temperature=temperature, generator=generator)
+
+    def step_schedule(self) -> float:
+        self.learner.step_schedule()
+        return self.learner.lr
+
+    def policy_state_dict(self) -> tuple[Any, bool]:
+        """(rank 0's full weights or None, True); called with num_returns=2, so the driver can wait for
+        the flag without fetching the weights."""
+        weights = self.learner.policy_state_dict()  # collective on several ranks
+        if self.rank != 0:
+            return None, True
+        return {k: v.detach().cpu() for k, v in weights.items()}, True
+
+    def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any]) -> None:
+        self.learner.save(Path(run_dir), step, tokenizer=self.tokenizer, extra_state=extra_state, keep=keep)
+
+    def load(self, checkpoint: str) -> dict[str, Any]:
+        state = self.learner.load(Path(checkpoint))
+        return state if self.rank == 0 else {}
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class RolloutActor:
+    """One rollout worker in a Ray actor: its own backend (loaded from ``model.path``), engines and env
+    clients (an env without a URL gets a server on this actor's loopback)."""
+
+    def __init__(self, config: TrainConfig, index: int, count: int) -> None:
+        from agentgym_core.plugins import get_plugin_manager
+        from agentgym_core.rl.plugin_options import bind_plugin_options
+        from agentgym_core.rl.rollout_worker import RolloutWorker
+        from agentgym_core.rl.setup import make_backend, open_envs
+
+        _set_threads(config, config.trainer.rollout_resources)
+        pm = get_plugin_manager()
+        config = bind_plugin_options(config, pm)
+        self.scheduler = pm.get("round_scheduler", config.algorithm.rounds_ctrl.type)(config.algorithm.rounds_ctrl)
+        self._stack = contextlib.ExitStack()
+        backend, _ = make_backend(pm, config, None, None)
+        envs = self._stack.enter_context(open_envs(pm, config.envs, timeout_s=config.rollout.env_timeout_s))
+        self.worker = RolloutWorker(config, envs, backend, scheduler=self.scheduler, receives_weights=True,
+                                    shard=(index, count))
+        self._stack.callback(self.worker.close)
+        self.collecting = False
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def is_collecting(self) -> bool:
+        return self.collecting
+
+    def collect(self, step: int, scheduler_state: dict[str, Any], sampling_round: int = 0) -> RolloutResult:
+        """This worker's slice of step ``step`` (round ``sampling_round``) under the driver's round-scheduler state."""
+        self.scheduler.load_state_dict(scheduler_state)
+        self.collecting = True
+        try:
+            return self.worker.collect(step, sampling_round)
+        finally:
+            self.collecting = False
+
+    def load_weights(self, weights: dict[str, Any]) -> None:
+        self.worker.load_weights(weights)
+
+    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
+        return self.worker.evaluate(horizon, step)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _to_cpu(scored: Any) -> Any:
+    """A ScoredBatch (and its TokenStats) with every tensor on the CPU, to travel to the driver."""
+    import dataclasses
+
+    import torch
+
+    def move(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.cpu()
+        if dataclasses.is_dataclass(value):
+            return dataclasses.replace(value, **{f.name: move(getattr(value, f.name))
+                                                 for f in dataclasses.fields(value)})
+        return value
+
+    return move(scored)
+
+
+def _map_tensors(inputs: Any, fn: Callable[[Any], Any]) -> Any:
+    import torch
+
+    from agentgym_core.rl.update import UpdateInputs
+
+    return UpdateInputs(**{k: fn(v) if isinstance(v, torch.Tensor) else v for k, v in vars(inputs).items()})
+
+
+# ---- the driver's side ----------------------------------------------------------------------------------
+def _bundle(resources: ActorResources) -> dict[str, float]:
+    bundle = {"CPU": resources.num_cpus, "GPU": resources.num_gpus, **resources.resources}
+    return {k: float(v) for k, v in bundle.items() if v > 0}
+
+
+def missing_resources(needed: list[dict[str, float]], cluster: dict[str, float]) -> dict[str, float]:
+    """Per resource, how much more the bundles ``needed`` ask for than the whole ``cluster`` has."""
+    total: dict[str, float] = {}
+    for bundle in needed:
+        for k, v in bundle.items():
+            total[k] = total.get(k, 0.0) + v
+    return {k: v - cluster.get(k, 0.0) for k, v in sorted(total.items()) if v > cluster.get(k, 0.0) + 1e-9}
+
+
+class _Remote:
+    """Waits for actor calls with a deadline and turns Ray's errors into ones naming the call and step."""
+
+    def __init__(self, ray: Any, timeout_s: float) -> None:
+        self.ray, self.timeout_s = ray, timeout_s
+        self.step = 0
+
+    def get(self, refs: Any, what: str, timeout_s: float | None = None) -> Any:
+        """``ray.get(refs)`` within the timeout. A list is taken as its calls finish, so a call that failed is
+        reported at once, not after its peers (a learner rank waiting in a collective for a dead one would
+        otherwise hold the error back until the timeout)."""
+        ray = self.ray
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        single = not isinstance(refs, list)
+        pending = [refs] if single else list(refs)
+        index = {ref: i for i, ref in enumerate(pending)}
+        answers: list[Any] = [None] * len(pending)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    raise ray.exceptions.GetTimeoutError()
+                answers[index[ready[0]]] = ray.get(ready[0])
+        except ray.exceptions.GetTimeoutError:
+            raise RemoteCallError(f"{what} at step {self.step}: no answer within {timeout:.0f} s "
+                                  "(trainer.remote_timeout_s)") from None
+        except ray.exceptions.RayActorError as exc:
+            raise RemoteCallError(f"{what} at step {self.step}: its actor died: {exc}") from exc
+        except ray.exceptions.RayTaskError as exc:
+            raise RemoteCallError(f"{what} at step {self.step} raised:\n{exc}") from exc
+        return answers[0] if single else answers
+
+
+class RayLearnerGroup:
+    """The learner ranks behind the calls of a :class:`~agentgym_core.rl.learner.Learner`; rank 0 answers."""
+
+    def __init__(self, ranks: list[Any], remote: _Remote) -> None:
+        self.ranks, self.remote = ranks, remote
+        self.lr = 0.0
+
+    def _all(self, method: str, *args: Any) -> Any:
+        refs = [getattr(rank, method).remote(*args) for rank in self.ranks]
+        return self.remote.get(refs, f"learner.{method}")[0]
+
+    def score(self, batch: Any, *, temperature: float) -> Any:
+        return self._all("score", self.remote.ray.put(batch), temperature)
+
+    def update(self, inputs: Any, *, temperature: float, generator: Any) -> dict[str, float]:
+        return self._all("update", self.remote.ray.put(inputs), temperature, generator.initial_seed())
+
+    def step_schedule(self) -> None:
+        self.lr = self._all("step_schedule")
+        self.remote.step += 1
+
+    def policy_state_dict(self) -> Any:
+        """A reference to rank 0's full weights in the object store (the weights stay out of the driver)."""
+        calls = [rank.policy_state_dict.options(num_returns=2).remote() for rank in self.ranks]
+        self.remote.get([done for _, done in calls], "learner.policy_state_dict")  # a rank's error, or a timeout
+        return calls[0][0]
+
+    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
+        self._all("save", str(run_dir), step, keep, extra_state)  # rank 0 writes, with its own tokenizer
+
+    def load(self, checkpoint: Path) -> dict[str, Any]:
+        state = self._all("load", str(checkpoint))
+        self.remote.step = int(state["step"])
+        return state
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.remote.get([rank.close.remote() for rank in self.ranks], "learner.close", timeout_s=10)
+
+
+class RayRolloutGroup:
+    """The rollout workers behind the calls of a :class:`~agentgym_core.rl.rollout_worker.RolloutWorker`."""
+
+    receives_weights = True
+
+    def __init__(self, workers: list[Any], remote: _Remote, *, scheduler: Any, env_order: list[str],
+                 restarts: int) -> None:
+        self.workers, self.remote, self.scheduler = workers, remote, scheduler
+        self.env_order, self.restarts = env_order, restarts
+        self.restarts_used = [0] * len(workers)
+        self.weights: Any = None  # the newest weights' reference: a restarted worker gets them first
+
+    def _on_each(self, what: str, call: Callable[[Any], Any]) -> list[Any]:
+        """``call(worker)`` on every worker at once; a worker that died is restarted (by Ray) and asked again."""
+        ray = self.remote.ray
+        refs = [call(w) for w in self.workers]
+        answers = []
+        for i, worker in enumerate(self.workers):
+            while True:
+                try:
+                    answers.append(self.remote.get(refs[i], f"rollout worker {i}: {what}"))
+                    break
+                except RemoteCallError as exc:
+                    restarting = isinstance(exc.__cause__, ray.exceptions.ActorUnavailableError)
+                    if not restarting or self.restarts_used[i] >= self.restarts:
+                        raise
+                    self.restarts_used[i] += 1
+                    log.warning("%s; Ray restarts it (%d of trainer.rollout_worker_restarts=%d), then it is asked "
+                                "again", exc, self.restarts_used[i], self.restarts)
+                    self._revive(i, worker)
+                    refs[i] = call(worker)
+        return answers
+
+    def _revive(self, i: int, worker: Any) -> None:
+        """Wait until the restarted actor answers (its backend and envs are new), then give it the newest weights."""
+        ray = self.remote.ray
+        deadline = time.monotonic() + self.remote.timeout_s
+        while True:
+            try:
+                ray.get(worker.pid.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise RemoteCallError(f"rollout worker {i} at step {self.remote.step}: not back within "
+                                          f"{self.remote.timeout_s:.0f} s of its restart") from None
+                time.sleep(0.2)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+                raise RemoteCallError(f"rollout worker {i} at step {self.remote.step}: its restart failed: "
+                                      f"{exc}") from exc
+        if self.weights is not None:  # the restarted actor holds model.path's weights
+            self.remote.get(worker.load_weights.remote(self.weights), f"rollout worker {i}: weights")
+
+    def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
+        """Step ``step``'s trajectories: every worker's slices, in the order one worker returns them."""
+        start = time.perf_counter()
+        self.remote.step = step
+        state = self.scheduler.state_dict()
+        parts: list[RolloutResult] = self._on_each("collect", lambda w: w.collect.remote(step, state, sampling_round))
+        trajectories = [t for env in self.env_order for part in parts for t in part.trajectories if t.env == env]
+        metrics: dict[str, float] = {}  # counts and rates add up over the workers' slices; "down" is any worker's
+        for part in parts:
+            for key, value in part.metrics.items():
+                metrics[key] = max(metrics.get(key, 0.0), value) if key.endswith("/down") else metrics.get(key, 0.0) + value
+        return RolloutResult(trajectories, time.perf_counter() - start,
+                             sum(p.generation_seconds for p in parts), sum(p.generation_calls for p in parts), metrics)
+
+    def load_weights(self, weights: Any) -> None:
+        self.weights = weights
+        self._on_each("load_weights", lambda w: w.load_weights.remote(weights))
+
+    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
+        """Held-out evaluation on the first worker (evaluation sets are small and greedy)."""
+        return self.remote.get(self.workers[0].evaluate.remote(horizon, step), "rollout worker 0: evaluate")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.remote.get([w.close.remote() for w in self.workers], "rollout workers: close", timeout_s=30)
+
+
+def _absolute(config: TrainConfig) -> TrainConfig:
+    """The config with the run directory (and a model directory given as a path) absolute: actors do not
+    share the driver's working directory."""
+    model_path = config.model.path
+    if Path(model_path).exists():
+        model_path = str(Path(model_path).resolve())
+    return config.model_copy(update={
+        "trainer": config.trainer.model_copy(update={"run_dir": str(Path(config.trainer.run_dir).resolve())}),
+        "model": config.model.model_copy(update={"path": model_path})})
+
+
+class RayRoles:
+    """Places the roles as Ray actors (see the module docstring); ``trainer.train`` calls it."""
+
+    pipelined = True  # rollouts always go through AsyncRollouts (max_staleness 0: the synchronous schedule)
+    tokenizer = None  # the learner ranks save their own tokenizer with checkpoints
+
+    def __init__(self, config: TrainConfig, pm: PluginManager, ctx: DistContext) -> None:
+        self.ray = import_ray()
+        self.config = _absolute(config)
+        self.remote = _Remote(self.ray, config.trainer.remote_timeout_s)
+        self.tag = f"agentgym-{os.getpid()}-{int(time.time())}"
+        self.pg: Any = None
+
+    # ---- placement --------------------------------------------------------------------------------------
+    def _connect(self, stack: contextlib.ExitStack) -> None:
+        ray, t = self.ray, self.config.trainer
+        if ray.is_initialized():
+            return  # the caller's Ray (tests, notebooks): left running
+        ray.init(address=t.ray_address, include_dashboard=False, log_to_driver=True)
+        stack.callback(ray.shutdown)
+
+    def _place(self, stack: contextlib.ExitStack) -> None:
+        """One placement group for every actor; fail within placement_timeout_s naming what is missing."""
+        from ray.util import placement_group, remove_placement_group
+
+        ray, t = self.ray, self.config.trainer
+        bundles = [_bundle(t.learner_resources)] * t.learners + [_bundle(t.rollout_resources)] * t.rollout_workers
+        self.pg = placement_group(bundles, strategy="PACK", name=f"{self.tag}-actors")
+        stack.callback(lambda: remove_placement_group(self.pg))
+        try:
+            ray.get(self.pg.ready(), timeout=t.placement_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            cluster = ray.cluster_resources()
+            missing = missing_resources(bundles, cluster)
+            lacking = ", ".join(f"{k} {v:g}" for k, v in missing.items()) or \
+                "none in total, but no node has room for one actor's bundle, or other jobs hold them"
+            raise RemoteCallError(
+                f"Ray could not place the run's actors within {t.placement_timeout_s:g} s "
+                f"(trainer.placement_timeout_s): {t.learners} learner ranks x {_bundle(t.learner_resources)} + "
+                f"{t.rollout_workers} rollout workers x {_bundle(t.rollout_resources)}; the cluster has "
+                f"{ {k: cluster[k] for k in sorted(cluster) if not k.startswith('node:')} }. Missing: {lacking}. "
+                "Add nodes, or lower trainer.learners / trainer.rollout_workers / "
+                "trainer.learner_resources / trainer.rollout_resources.") from None
+
+    def _options(self, bundle_index: int, resources: ActorResources, **extra: Any) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        env_vars = {k: v for k, v in os.environ.items() if k.startswith("AGENTGYM_")}  # plugin selection
+        return {"num_cpus": resources.num_cpus, "num_gpus": resources.num_gpus, "resources": resources.resources,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle_index),
+                "runtime_env": {"env_vars": env_vars}, **extra}
+
+    # ---- the roles --------------------------------------------------------------------------------------
+    def learner(self, stack: contextlib.ExitStack) -> RayLearnerGroup:
+        ray, t = self.ray, self.config.trainer
+        self._connect(stack)
+        self._place(stack)
+        actor = ray.remote(LearnerRank)
+        ranks = [actor.options(**self._options(r, t.learner_resources, name=f"{self.tag}-learner-{r}"))
+                 .remote(self.config, r, t.learners) for r in range(t.learners)]
+        stack.callback(lambda: [ray.kill(a) for a in ranks])
+        group = RayLearnerGroup(ranks, self.remote)
+        stack.callback(group.close)
+        address, port = self.remote.get(ranks[0].rendezvous_address.remote(), "learner rank 0: start")
+        self.remote.get([a.setup.remote(address, port) for a in ranks], "learner ranks: load the model")
+        return group
+
+    def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any) -> RayRolloutGroup:
+        ray, t = self.ray, self.config.trainer
+        actor = ray.remote(RolloutActor)
+        workers = [
+            actor.options(**self._options(t.learners + i, t.rollout_resources, name=f"{self.tag}-rollout-{i}",
+                                          max_restarts=t.rollout_worker_restarts, max_concurrency=2))
+            .remote(self.config, i, t.rollout_workers) for i in range(t.rollout_workers)]
+        stack.callback(lambda: [ray.kill(a, no_restart=True) for a in workers])
+        # Its own step count: with asynchronous rollouts the workers sample ahead of the learner's step.
+        group = RayRolloutGroup(workers, _Remote(ray, t.remote_timeout_s), scheduler=scheduler, env_order=[e.name for e in self.config.envs],
+                                restarts=t.rollout_worker_restarts)
+        stack.callback(group.close)
+        self.remote.get([w.pid.remote() for w in workers], "rollout workers: load the backend and open the envs")
+        return group

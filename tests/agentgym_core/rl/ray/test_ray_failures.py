@@ -1,0 +1,64 @@
+"""trainer.launcher=ray when an actor dies: a rollout worker is restarted and re-samples its slice, or
+the run fails naming the actor, the call and the step; a dead learner rank fails the run."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import PLUGINS, assert_same_run, kill_actor_when, make_config, ray, run_training
+
+from agentgym_core.rl.ray_launcher import RemoteCallError
+
+pytestmark = pytest.mark.slow
+
+
+def _sampling(actor) -> bool:
+    return ray.get(actor.is_collecting.remote(), timeout=60)
+
+
+def test_a_killed_rollout_worker_is_restarted_and_its_batch_sampled_again(ray_cluster, tiny_path, local_run,
+                                                                          tmp_path):
+    killed: list[int] = []
+    killer = kill_actor_when("-rollout-1", _sampling, killed)
+    run_dir = tmp_path / "run"
+    run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.rollout_workers=2",
+                             "trainer.rollout_worker_restarts=1"))
+    killer.join(timeout=1)
+    assert killed, "the rollout worker was never seen sampling"
+    assert_same_run(run_dir, local_run)  # the restarted worker got the weights and re-sampled its slice
+
+
+def test_a_killed_rollout_worker_without_restarts_fails_the_run_within_a_minute(ray_cluster, tiny_path, tmp_path):
+    killed: list[int] = []
+    killer = kill_actor_when("-rollout-1", _sampling, killed)
+    start = time.time()
+    with pytest.raises(RemoteCallError, match=r"rollout worker 1: collect at step \d+: its actor died"):
+        run_training(make_config(tiny_path, tmp_path / "run", "trainer.launcher=ray", "trainer.rollout_workers=2",
+                                 "trainer.rollout_worker_restarts=0"))
+    killer.join(timeout=1)
+    assert killed
+    assert time.time() - start < 60 + 30  # 60 s once the worker is dead; start-up of the actors on top
+
+
+def test_a_killed_learner_rank_fails_the_run_naming_the_call_and_the_step(ray_cluster, tiny_path, tmp_path):
+    killed: list[int] = []
+    run_dir = tmp_path / "run"
+    killer = kill_actor_when("-learner-1", lambda _: (run_dir / "metrics.jsonl").exists(), killed)  # after step 1
+    with pytest.raises(RemoteCallError, match=r"learner\.\w+ at step [1-9]\d*: its actor died"):
+        run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.learners=2",
+                                 "trainer.steps=4"))
+    killer.join(timeout=1)
+    assert killed
+
+
+def test_a_ray_run_stopped_after_a_step_resumes_where_it_was(ray_cluster, tiny_path, local_run, tmp_path):
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.trainer import train
+
+    run_dir = tmp_path / "run"
+    config = make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.learners=2", "trainer.save_every=1")
+    for resume, stop_after in ((False, 1), (True, None)):  # as if killed after step 1, then --resume
+        train(config, plugin_manager=PluginManager(autoload=True, allow=PLUGINS), resume=resume,
+              stop_after=stop_after)
+    assert_same_run(run_dir, local_run)  # step 2 sampled by the restored weights, trained as uninterrupted

@@ -1,0 +1,76 @@
+"""trainer.launcher=ray: learner ranks and rollout workers as Ray actors give the local run's numbers;
+asynchronous rollouts keep their bound; placement and remote calls never hang silently."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import assert_same_run, make_config, ray, run_training, train_lines, trajectories
+
+from agentgym_core.rl.ray_launcher import RemoteCallError
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_learner_ranks_and_two_rollout_workers_train_what_one_process_trains(
+        ray_cluster, tiny_path, local_run, tmp_path):
+    run_dir = tmp_path / "run"
+    run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.learners=2",
+                             "trainer.rollout_workers=2", "rollout.max_staleness=0"))
+    assert_same_run(run_dir, local_run)
+    assert (run_dir / "checkpoints" / "step_000002" / "DONE").exists()  # written by learner rank 0
+
+
+def test_max_staleness_1_on_ray_trains_trajectories_at_most_one_version_old(ray_cluster, tiny_path, tmp_path):
+    run_dir = tmp_path / "run"
+    run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.rollout_workers=2",
+                             "rollout.max_staleness=1", "trainer.steps=3"))
+    steps = trajectories(run_dir)
+    assert len(steps) == 3
+    for step, trajs in enumerate(steps):
+        assert trajs and all(0 <= step - t["policy_version"] <= 1 for t in trajs)
+    assert [x["staleness_max"] <= 1 for x in train_lines(run_dir)] == [True] * 3
+
+
+def test_an_unplaceable_run_fails_in_time_naming_the_missing_resources(ray_cluster, tiny_path, tmp_path):
+    start = time.time()
+    with pytest.raises(RemoteCallError, match=r"Missing: GPU 2"):
+        run_training(make_config(tiny_path, tmp_path / "run", "trainer.launcher=ray", "trainer.learners=2",
+                                 "trainer.learner_resources={num_cpus: 1, num_gpus: 1}",
+                                 "trainer.placement_timeout_s=3"))
+    assert time.time() - start < 20
+
+
+def test_a_remote_call_that_hangs_or_raises_fails_with_the_call_the_step_and_the_remote_stack(ray_cluster):
+    from agentgym_core.rl.ray_launcher import _Remote
+
+    class Stuck:  # defined here: Ray ships it by value (the workers cannot import this test module)
+        """An actor whose calls hang or fail, for the driver's side of remote calls."""
+
+        def hang(self) -> None:
+            time.sleep(600)
+
+        def fail(self) -> None:
+            raise ValueError("the learner ran out of patience")
+
+    hanging, failing = (ray.remote(Stuck).options(num_cpus=0).remote() for _ in range(2))
+    remote = _Remote(ray, timeout_s=2)
+    remote.step = 7
+    with pytest.raises(RemoteCallError, match=r"(?s)learner.score at step 7 raised:.*in fail.*out of patience"):
+        remote.get(failing.fail.remote(), "learner.score")
+    start = time.time()
+    with pytest.raises(RemoteCallError, match=r"learner.update at step 7: no answer within 2 s"):
+        remote.get(hanging.hang.remote(), "learner.update")
+    assert time.time() - start < 10
+    for actor in (hanging, failing):
+        ray.kill(actor)
+
+
+def test_missing_resources_names_what_the_whole_cluster_lacks():
+    from agentgym_core.rl.ray_launcher import missing_resources
+
+    bundles = [{"CPU": 1.0, "GPU": 1.0}] * 2 + [{"CPU": 2.0}]
+    assert missing_resources(bundles, {"CPU": 8.0, "GPU": 1.0}) == {"GPU": 1.0}
+    assert missing_resources(bundles, {"CPU": 2.0}) == {"CPU": 2.0, "GPU": 2.0}
+    assert missing_resources(bundles, {"CPU": 4.0, "GPU": 2.0}) == {}
