@@ -64,3 +64,13 @@ def test_every_rl_recipe_states_drop_zero_advantage():
             continue
         data = yaml.safe_load(recipe.read_text())
         assert data["algorithm"].get("drop_zero_advantage") is False, recipe.name
+
+
+@pytest.mark.parametrize("recipe", sorted(EXAMPLES.glob("*_gpu.yaml")), ids=lambda p: p.stem)
+def test_gpu_recipes_roll_out_on_vllm_sharing_the_learners_gpu(recipe):
+    """The anchor rolls out on vLLM; so do the GPU recipes, with options the plugin's config accepts."""
+    vllm_config = pytest.importorskip("agentgym_backend_vllm.config")
+    config = load_config(recipe)
+    assert config.rollout.backend == "vllm"
+    options = vllm_config.VllmBackendConfig(model=config.model.path, **config.rollout.backend_options)
+    assert options.mode == "engine" and options.gpu_sharing == "colocate" and options.dtype == "bfloat16"
