@@ -27,6 +27,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from agentgym_core.asgi_body import TOO_LARGE, declared_too_large, read_body
 from agentgym_core.http_errors import ServerError
 
 __all__ = ["DirectRouteApp", "body_too_large"]
@@ -34,7 +35,6 @@ __all__ = ["DirectRouteApp", "body_too_large"]
 Endpoint = Callable[[Request], Awaitable[Any]]
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
-_TOO_LARGE = object()  # _read_body's answer for a body over the limit
 
 
 def body_too_large(limit: int) -> JSONResponse:
@@ -92,7 +92,7 @@ class DirectRouteApp(FastAPI):
 
     async def _call_direct(self, endpoint: Endpoint, scope: Any, receive: Any, send: Any) -> None:
         body = await self._read_body(scope, receive)
-        if body is _TOO_LARGE:
+        if body is TOO_LARGE:
             await body_too_large(self._body_limit)(scope, receive, send)
             return
         if body is None:  # the client went away
@@ -118,23 +118,11 @@ class DirectRouteApp(FastAPI):
         await send({"type": "http.response.body", "body": payload})
 
     async def _read_body(self, scope: Any, receive: Any) -> bytes | object | None:
-        """The whole body; ``_TOO_LARGE`` past the limit; None when the client left."""
-        limit = self._body_limit
-        for name, value in scope.get("headers") or ():
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                return _TOO_LARGE
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return _TOO_LARGE
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        """The whole body; ``TOO_LARGE`` past the limit; None when the client left."""
+        if declared_too_large(scope, self._body_limit):
+            return TOO_LARGE
+        body = await read_body(receive, self._body_limit)
+        return None if isinstance(body, dict) else body
 
     async def _answer_error(self, request: Request, exc: Exception, scope: Any, receive: Any, send: Any) -> None:
         """Answer with the app's exception handler for ``exc`` (the most specific one registered)."""

@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentgym_core import protocol as p
+from agentgym_core.asgi_body import TOO_LARGE, declared_too_large, read_body, replay
 from agentgym_core.compat import add_agentgym_routes
 from agentgym_core.direct_routes import DirectRouteApp, body_too_large
 from agentgym_core.env import Env
@@ -66,36 +67,18 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+        if declared_too_large(scope, self.limit):
             await self._refuse(send)
             return
         # Read the whole body first: FastAPI turns errors raised while it reads into a 400, so the
         # limit must be enforced before the app sees the request. Bodies are small (<= limit).
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, lambda m=message: _return(m), send)
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._refuse(send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body, replayed = b"".join(chunks), False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        body = await read_body(receive, self.limit)
+        if body is TOO_LARGE:
+            await self._refuse(send)
+        elif isinstance(body, dict):  # the client left: the app hears it as it would have
+            await self.app(scope, lambda m=body: _return(m), send)
+        else:
+            await self.app(scope, replay(body, receive), send)
 
     async def _refuse(self, send: Any) -> None:
         await body_too_large(self.limit)({"type": "http"}, None, send)

@@ -30,6 +30,7 @@ import socket
 import time
 from typing import Any
 
+from agentgym_core.asgi_body import TOO_LARGE, read_body, replay
 from agentgym_core.direct_routes import body_too_large
 
 __all__ = ["WorkerFront", "owner_of", "serve_workers"]
@@ -38,7 +39,6 @@ log = logging.getLogger(__name__)
 
 _COMPAT_BODY_ROUTES = ("/reset", "/step", "/close")
 _V1_INSTANCES = "/v1/instances/"
-_TOO_LARGE = object()
 
 
 def owner_of(instance_id: int, workers: int) -> int:
@@ -140,7 +140,7 @@ class WorkerFront:
             body = await self._body_or_answer(receive, send)
             if body is None:
                 return
-            receive = _replay(body, receive)
+            receive = replay(body, receive)
             if path == "/v1/step_batch":
                 if await self._split_batch(scope, body, send):
                     return
@@ -158,11 +158,11 @@ class WorkerFront:
 
     async def _body_or_answer(self, receive: Any, send: Any) -> bytes | None:
         """The request's body; None once a too-large body is answered (413) or the client left."""
-        body = await _read_body(receive, self.max_body_bytes)
-        if body is _TOO_LARGE:
+        body = await read_body(receive, self.max_body_bytes)
+        if body is TOO_LARGE:
             await body_too_large(self.max_body_bytes)({"type": "http"}, receive, send)
             return None
-        return body  # type: ignore[return-value]
+        return None if isinstance(body, dict) else body  # type: ignore[return-value]  # a dict: the client left
 
     def _compat_owner(self, body: bytes) -> int | None:
         try:
@@ -239,33 +239,6 @@ def _query_value(scope: Any, name: str) -> str | None:
     return values[0] if values else None
 
 
-async def _read_body(receive: Any, limit: int) -> bytes | object | None:
-    """The whole body; ``_TOO_LARGE`` past ``limit``; None when the client left."""
-    chunks, size, more = [], 0, True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return _TOO_LARGE
-        chunks.append(chunk)
-        more = message.get("more_body", False)
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Any) -> Any:
-    sent = False
-
-    async def replay() -> Any:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def _listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
