@@ -38,8 +38,9 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None) -
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device) if device is None else torch.device(device)
     model, tokenizer = load_pretrained(config.path, device=str(device), dtype=config.dtype)
-    if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    if config.gradient_checkpointing:  # transformers 5 renamed it; 4.x has only the old name
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
     if config.lora.enabled:
         model = wrap_lora(model, config)
     model.eval()
