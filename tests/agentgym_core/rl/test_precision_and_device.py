@@ -100,3 +100,26 @@ def test_log_probs_and_entropy_in_chunks_equal_one_pass(monkeypatch):
     torch.testing.assert_close(chunked.logprobs, whole.logprobs, rtol=0, atol=1e-6)
     torch.testing.assert_close(chunked.entropy, whole.entropy, rtol=0, atol=1e-6)
     assert bool((whole.logprobs[mask > 0] < 0).all())
+
+
+def test_gradient_checkpointing_is_switched_on_and_keeps_the_numbers(tmp_path):
+    """model.gradient_checkpointing (the CPU recipes' memory setting) recomputes activations: same gradients."""
+    from agentgym_core.rl.config import ModelConfig
+    from agentgym_core.rl.forward import forward_tokens
+    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    grads = []
+    for on in (False, True):
+        loaded, _ = load_policy(ModelConfig(path=str(tmp_path), gradient_checkpointing=on, threads=None))
+        assert loaded.is_gradient_checkpointing is on
+        loaded.train()
+        seqs = [[1, 5, 7, 9, 11, 3], [2, 4, 6, 8]]
+        mask = torch.tensor([[0, 0, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0]], dtype=torch.float32)
+        stats = forward_tokens(loaded, seqs, mask)
+        (-(stats.logprobs * mask).sum()).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in loaded.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-5)
