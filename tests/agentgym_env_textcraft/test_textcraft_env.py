@@ -33,7 +33,8 @@ def test_first_observation_lists_commands_then_goal(env):
     commands = lines[1:-2]
     assert "craft 3 dark oak sign using 6 dark oak planks, 1 stick" in commands
     assert len(commands) == len(set(commands))
-    assert result.info == {"task_id": task, "goal": "dark oak sign", "depth": 2, "category": "depth2"}
+    assert result.info == {"task_id": task, "goal": "dark oak sign", "depth": 2, "category": "depth2",
+                           "state_key": "empty"}  # nothing in the inventory yet
 
 
 def test_distractor_count_is_configurable():

@@ -101,7 +101,8 @@ def test_every_metric_of_metrics_jsonl_has_a_chart(page, run_root, serve_viewer)
         assert chart.locator("circle.pt.train").count() == (3 if key in train else 0), key
         assert chart.locator("rect.pt.eval").count() == (eval_lines if key in evaluation else 0), key
     sections = page.locator("details.chart-section").evaluate_all("els => els.map(e => e.dataset.section)")
-    assert sections == ["rollout", "loss", "optimizer", "timing", "eval", "word"]
+    # "pool": the env pool's per-server figures (pool/word/s0/steps_per_s, ...)
+    assert sections == ["rollout", "loss", "optimizer", "timing", "eval", "pool", "word"]
     assert page.locator("details[data-section=optimizer] .chart[data-metric=lr]").count() == 1
     assert page.locator("details[data-section=loss] .chart[data-metric=pg_loss]").count() == 1
     _shot(page, "0-charts")
@@ -207,7 +208,8 @@ def test_eval_points_open_that_evaluation(page, run_root, serve_viewer):
     at2 = next(x for x in evaluation if x["step"] == 2)
     row = page.locator("table.eval-point tr[data-key='word/reward'] td").all_inner_texts()
     assert row[0] == "word/reward" and float(row[1]) == pytest.approx(at2["word/reward"], abs=1e-3)
-    assert page.locator("table.eval-point tbody tr").count() == len([k for k in at2 if k not in ("step", "kind")])
+    scalars = [k for k, v in at2.items() if k not in ("step", "kind") and not isinstance(v, dict)]  # not per_task
+    assert page.locator("table.eval-point tbody tr").count() == len(scalars)
     assert "eval=2" in page.evaluate("location.hash")
     assert page.locator(".chart[data-metric=success] rect.pt.eval.picked").count() == 1
     page.wait_for_selector("#steps button.sel[data-step='2']")  # the training step it followed is listed
