@@ -196,3 +196,22 @@ def test_state_key_names_the_exact_world_state():
     other = BabyAIEnv()
     assert other.reset(0).info["state_key"] == start  # same task, same state, another instance
     assert other.reset(1).info["state_key"] != start
+
+
+def test_state_key_follows_pickups_and_toggles():
+    """The grid's digest is kept between steps and retaken only after pickup/drop/toggle: it must
+    still equal a fresh digest after every step, grid-changing ones included."""
+    from agentgym_env_babyai.env import BabyAIEnv, grid_digest, state_key
+
+    env, changing = BabyAIEnv(), 0
+    for task in range(30):
+        env.reset(task)
+        for _ in range(6):
+            actions = env.available_actions() or ["turn left"]
+            grid_actions = [a for a in actions if a.startswith(("pickup", "drop", "toggle"))]
+            result = env.step(grid_actions[0] if grid_actions else actions[0])
+            changing += bool(grid_actions)
+            assert result.info["state_key"] == state_key(env._game, grid_digest(env._game)), task
+            if result.terminated or result.truncated:
+                break
+    assert changing > 20  # the loop did exercise grid-changing primitives

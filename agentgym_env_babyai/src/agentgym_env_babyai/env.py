@@ -131,6 +131,7 @@ class BabyAIEnv(Env):
         self.config = config if config is not None else _build_config(options)
         self._games: dict[str, MiniGridEnv] = {}
         self._game: MiniGridEnv | None = None
+        self._grid = ""  # grid_digest of the current grid; "" once a primitive may have changed it
         self._view: View | None = None
         self._ended = True
         self._turns = 0
@@ -163,6 +164,7 @@ class BabyAIEnv(Env):
         if self.config.repair_strict_order and not agentgym:
             repair_strict_order(game)
         self._game, self._ended, self._turns, self._score = game, False, 0, 0.0
+        self._grid = grid_digest(game)
         self._view = self._look(obs)
         self._agentgym = AgentGymEpisode(game, obs) if agentgym else None
         if self._agentgym is not None:
@@ -176,7 +178,7 @@ class BabyAIEnv(Env):
             "seed": seed,
             "mission": game.mission,
             "max_steps": game.max_steps,
-            "state_key": state_key(game),
+            "state_key": state_key(game, self._grid),
         }
         if self.config.grid_in_info:
             info["grid"] = grid_map(game)
@@ -213,6 +215,8 @@ class BabyAIEnv(Env):
                 obs, step_reward, terminated, truncated, _ = game.step(primitive)
                 reward += float(step_reward)
                 primitives += 1
+                if primitive > FORWARD:  # pickup, drop, toggle: the grid itself may have changed
+                    self._grid = ""
                 if terminated or truncated:
                     break
             if obs is not None:
@@ -239,6 +243,8 @@ class BabyAIEnv(Env):
             observation = self._with_actions(view.description)
         if message:
             observation = f"{message}\n{observation}"
+        if not self._grid:
+            self._grid = grid_digest(game)
         info = {
             "action": text,
             "action_valid": valid,
@@ -246,7 +252,7 @@ class BabyAIEnv(Env):
             "steps_used": game.step_count,
             "max_steps": game.max_steps,
             "turns": self._turns,
-            "state_key": state_key(game),
+            "state_key": state_key(game, self._grid),
         }
         if self.config.grid_in_info:
             info["grid"] = grid_map(game)
@@ -351,12 +357,17 @@ def _build_config(options: dict[str, Any]) -> BabyAIConfig:
         raise ValueError(f"invalid BabyAI options: {detail}. Valid options: {', '.join(known)}") from exc
 
 
-def state_key(game: MiniGridEnv) -> str:
-    """A short name for the exact world state: the grid's encoding (objects, colours, door states),
-    the agent's cell and heading, and what it carries. Equal keys within a task are the same state,
-    which step-level estimators (GiGPO) compare across a task's samples."""
-    digest = hashlib.blake2b(game.grid.encode().tobytes(), digest_size=8)
+def grid_digest(game: MiniGridEnv) -> str:
+    """A short hash of the grid's encoding (objects, colours, door states): about 30 us, so it is taken
+    at reset and again only after a primitive that can change the grid (pickup, drop, toggle)."""
+    return hashlib.blake2b(game.grid.encode().tobytes(), digest_size=8).hexdigest()
+
+
+def state_key(game: MiniGridEnv, grid: str) -> str:
+    """A short name for the exact world state: the grid's digest (:func:`grid_digest`), the agent's cell
+    and heading, and what it carries. Equal keys within a task are the same state, which step-level
+    estimators (GiGPO) compare across a task's samples."""
     carrying = game.carrying
     held = f"{carrying.color}-{carrying.type}" if carrying is not None else "-"
     x, y = (int(v) for v in game.agent_pos)
-    return f"{digest.hexdigest()}:{x},{y},{int(game.agent_dir)}:{held}"
+    return f"{grid}:{x},{y},{int(game.agent_dir)}:{held}"
