@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentgym_env_babyai import LEVELS, TEST_IDS, TRAIN_IDS, BabyAIEnv, task_level_seed
+from agentgym_env_babyai import HELDOUT_IDS, LEVELS, TEST_IDS, TRAIN_IDS, BabyAIEnv, task_level_seed
 
 
 def test_anchor_mapping():
@@ -13,11 +13,21 @@ def test_anchor_mapping():
 
 def test_splits_are_fixed_disjoint_and_sized_like_the_anchor():
     catalog = BabyAIEnv.tasks()
-    assert catalog.sizes() == {"train": 1804, "test": 90}
+    assert catalog.sizes() == {"train": 1804, "test": 90, "heldout": 120}
     assert set(catalog.split("train")).isdisjoint(catalog.split("test"))
     assert catalog.split("test") == list(TEST_IDS) and catalog.split("train") == list(TRAIN_IDS)
-    pairs = [task_level_seed(t) for t in (*TRAIN_IDS, *TEST_IDS)]
-    assert len(set(pairs)) == len(pairs)  # no (level, seed) layout is in both splits
+    assert catalog.split("heldout") == list(HELDOUT_IDS)
+    pairs = [task_level_seed(t) for t in (*TRAIN_IDS, *TEST_IDS, *HELDOUT_IDS)]
+    assert len(set(pairs)) == len(pairs)  # no (level, seed) layout is in two splits
+
+
+def test_heldout_split_weighs_every_level_the_same():
+    index = BabyAIEnv.tasks().category_index()
+    per_level: dict[str, int] = {}
+    for task in HELDOUT_IDS:
+        per_level[index[task]] = per_level.get(index[task], 0) + 1
+    assert len(per_level) == 40 and set(per_level.values()) == {3}
+    assert BabyAIEnv.tasks().spread("heldout", 40) == sorted(HELDOUT_IDS)[:40]  # one of each level first
 
 
 def test_categories_are_levels_and_cover_the_test_split():

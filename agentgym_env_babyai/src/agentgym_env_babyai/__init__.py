@@ -2,9 +2,10 @@
 
 from agentgym_env_babyai.env import BabyAIConfig, BabyAIEnv, normalize_action
 from agentgym_env_babyai.expert import ExpertDesyncError, ExpertPolicy, ExpertResult, solve
-from agentgym_env_babyai.levels import LEVELS, TEST_IDS, TRAIN_IDS, task_level_seed
+from agentgym_env_babyai.levels import HELDOUT_IDS, LEVELS, TEST_IDS, TRAIN_IDS, task_level_seed
 
 __all__ = [
+    "HELDOUT_IDS",
     "LEVELS",
     "TEST_IDS",
     "TRAIN_IDS",

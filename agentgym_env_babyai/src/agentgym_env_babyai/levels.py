@@ -13,6 +13,10 @@ of test ids is not published with the environment, so ours is fixed by rule inst
 * ``test``: the next 90 ids, ``1804 .. 1893`` (seeds 45-47). Contiguous ids cycle through the
   levels, so every level has 2 test tasks and levels 4-13 have 3. No test id is a train id, and
   no (level, seed) pair repeats across the splits because the mapping is a bijection.
+* ``heldout``: the next 120 ids, ``1894 .. 2013`` (seeds 47-50), exactly 3 tasks of every level.
+  A second held-out set for learning studies (``bench/learn_babyai.py``): 90 tasks with uneven
+  per-level counts cannot resolve a change of less than about 15 points, and a balanced set
+  weighs every level the same. Disjoint from ``train`` and ``test``.
 
 The test split deliberately keeps the two levels the minigrid bot cannot solve (KeyInBox and
 PutNextS7N4Carrying); the expert's solve rate is reported over all 90 tasks.
@@ -34,6 +38,7 @@ from agentgym_core.env import InvalidTaskError, TaskCatalog
 __all__ = [
     "LEVELS",
     "NUM_LEVELS",
+    "HELDOUT_IDS",
     "TEST_IDS",
     "TRAIN_IDS",
     "build_catalog",
@@ -90,6 +95,7 @@ NUM_LEVELS = len(LEVELS)
 
 TRAIN_IDS: tuple[int, ...] = tuple(range(0, 1804))
 TEST_IDS: tuple[int, ...] = tuple(range(1804, 1804 + 90))
+HELDOUT_IDS: tuple[int, ...] = tuple(range(1894, 1894 + 3 * NUM_LEVELS))
 
 
 def level_name(level: str) -> str:
@@ -111,9 +117,10 @@ def task_level_seed(task_id: int) -> tuple[str, int]:
 def build_catalog() -> TaskCatalog:
     """The fixed splits, with one category per level (short level name)."""
     categories: dict[str, list[int]] = {level_name(level): [] for level in LEVELS}
-    for task_id in (*TRAIN_IDS, *TEST_IDS):
+    for task_id in (*TRAIN_IDS, *TEST_IDS, *HELDOUT_IDS):
         categories[level_name(LEVELS[task_id % NUM_LEVELS])].append(task_id)
-    return TaskCatalog(splits={"train": list(TRAIN_IDS), "test": list(TEST_IDS)}, categories=categories)
+    return TaskCatalog(splits={"train": list(TRAIN_IDS), "test": list(TEST_IDS), "heldout": list(HELDOUT_IDS)},
+                       categories=categories)
 
 
 def _quiet_print(*args: object, **_: object) -> None:
