@@ -278,3 +278,23 @@ def test_agentgym_observation_method_must_exist():
 
     with pytest.raises(TypeError, match="has no such method"), serve_env(Misnamed):
         pass
+
+
+class EngineScoreGuessEnv(GuessEnv):
+    """SciWorld-style /step: reward and score read from the step's info, in their usual places."""
+
+    agentgym_compat = AgentGymCompat(step_info_fields={"reward": "engine_reward", "score": "engine_score"})
+
+    def step(self, action):
+        result = super().step(action)
+        result.info.update(engine_reward=-7, engine_score=-100)
+        return result
+
+
+def test_agentgym_step_fields_can_come_from_the_step_info():
+    with serve_env(EngineScoreGuessEnv) as url:
+        instance = post(url, "/create").json()["id"]
+        post(url, "/reset", {"id": instance, "data_idx": 1})
+        step = post(url, "/step", {"id": instance, "action": "guess 50"}).json()
+        assert list(step) == ["observation", "reward", "score", "done"]
+        assert (step["reward"], step["score"]) == (-7, -100)

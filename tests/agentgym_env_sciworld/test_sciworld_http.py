@@ -1,4 +1,7 @@
-"""The environment served over loopback HTTP: conformance, gold-path expert, JVM death, AgentGym routes."""
+"""The environment served over loopback HTTP: conformance, gold-path expert, JVM death.
+
+The AgentGym routes are tested in test_sciworld_agentgym_compat.py.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import os
 import signal
 
 import pytest
-import requests
 from sciworld_helpers import first_test_task_per_family, requires_java
 
 from agentgym_core.client import HTTPEnv
@@ -74,24 +76,6 @@ def test_killing_one_jvm_fails_only_its_instance_and_the_server_keeps_serving():
         finally:
             victim.close()
             survivor.close()
-
-
-def test_agentgym_legacy_routes_play_an_episode():
-    with serve_env(SciWorldEnv) as url:
-        created = requests.post(f"{url}/create", timeout=60).json()
-        env_id = created["id"]
-        reset = requests.post(f"{url}/reset", json={"id": env_id, "data_idx": 0}, timeout=60).json()
-        # As AgentGym's server: the room alone as 'observation', the description beside it.
-        assert "boil water" in reset["task_description"] and reset["done"] is False
-        assert reset["task_name"] == "boil" and reset["var_num"] == 0
-        assert "boil water" not in reset["observation"] and "This room is called" in reset["observation"]
-        step = requests.post(f"{url}/step", json={"id": env_id, "action": "open door to kitchen"}, timeout=60).json()
-        assert set(step) >= {"observation", "reward", "score", "done"} and step["done"] is False
-        observed = requests.get(f"{url}/observation", params={"id": env_id}, timeout=60).json()
-        assert observed == step["observation"]
-        bad = requests.post(f"{url}/reset", json={"id": env_id, "data_idx": 10**6}, timeout=60)
-        assert bad.status_code == 200 and "error" in bad.json()
-        requests.post(f"{url}/close", json={"id": env_id}, timeout=60)
 
 
 def _jvm_children() -> list[int]:

@@ -75,6 +75,12 @@ class AgentGymCompat(BaseModel):
     step_extra_fields: tuple[str, ...] = Field(
         default=(), description="StepResult fields added to /step answers, e.g. ('truncated', 'info')."
     )
+    step_info_fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="/step answer fields whose value is taken from the step's info instead (answer field -> "
+                    "info key), kept in their place, e.g. SciWorld's engine score, which goes negative when a "
+                    "task fails where the native reward stops at 0.",
+    )
     env_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="Constructor options for instances created through these routes (on top of the server's), "
@@ -226,6 +232,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
         def run() -> Any:
             instance, result = table.run(instance_id, lambda i: (i, i.step(action, after_done=spec.step_after_done)))
             payload = episode_payload(instance, result.observation, result.reward, result.done)
+            payload.update({name: result.info[key] for name, key in spec.step_info_fields.items()})
             payload.update({name: getattr(result, name) for name in spec.step_extra_fields})
             return payload
 

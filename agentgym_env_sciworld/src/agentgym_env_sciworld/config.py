@@ -16,6 +16,14 @@ class SciWorldConfig(BaseModel):
         default=100, ge=1,
         description="Actions per episode before it is truncated (ScienceWorld's own default is 100).",
     )
+    agentgym_style: bool = Field(
+        default=False,
+        description="Play episodes as AgentGym's SciWorld server does: reset takes a real 'look around' step "
+        "(its text, without the free look's trailing newline), an unknown action answers the engine's own "
+        "text, and the episode ends as the engine's own API ends it - on completion, failure, or once the "
+        "engine's move count (a 'wait' is 11 moves, a 'look' none) exceeds max_steps - instead of after "
+        "max_steps actions. The AgentGym compatibility routes turn it on.",
+    )
     java_heap: str | None = Field(
         default="512m", pattern=r"^\d+[kKmMgG]?$",
         description="JVM heap cap (-Xmx). The default heap grows past 2 GB per simulator; 512m holds it near "

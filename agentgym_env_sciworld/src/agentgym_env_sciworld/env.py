@@ -4,7 +4,11 @@ Reward: each step's reward is the change of ScienceWorld's 0-100 progress score,
 return equals its final score. A task the engine declares failed (it reports a negative score, e.g.
 after focusing on the wrong object) ends the episode with the score clipped to 0. ``success`` is
 ``True`` only when the score reaches 100; ``info`` carries the ``score`` (0-100), its normalised
-forms (``score_normalized``, ``reward_normalized``, both /100) and the engine's ``raw_score``.
+forms (``score_normalized``, ``reward_normalized``, both /100), the engine's ``raw_score`` (-100
+once failed) and ``raw_reward``, the step's change of the raw score (the engine's own reward).
+
+``agentgym_style=True`` (set by the AgentGym compatibility routes) plays episodes as AgentGym's
+server does; see :class:`SciWorldConfig`.
 
 ScienceWorld variations are deterministic, so ``seed`` is accepted and ignored.
 """
@@ -43,22 +47,34 @@ class SciWorldEnv(Env):
 
     name: ClassVar[str] = "sciworld"
     max_episode_steps: ClassVar[int | None] = 100
-    #: AgentGym's SciWorld server: POST /create -> {id}; POST /reset {id, data_idx};
-    #: POST /step {id, action} -> {observation, reward, score, done}; GET /observation?id=;
-    #: errors as HTTP 200 {"error": msg}. Its data_idx numbering is ours (see catalog.py).
-    # AgentGym's /reset answers the room text as 'observation' plus the task's name, variation and
-    # description; its client joins description and room itself.
+    #: AgentGym's SciWorld server (WooooDyy/AgentGym, agentenv-sciworld/agentenv_sciworld/environment.py,
+    #: class SciWorldEnv): POST /create -> {id}; POST /reset {id, data_idx} -> {task_name, var_num,
+    #: task_description, observation, reward, score, deleted, done}, where 'observation' is the answer
+    #: to a 'look around' step (its client joins description and room itself); POST /step {id, action}
+    #: -> {observation, reward, score, done} with the engine's own integer reward and score (the score
+    #: is -100 once a task failed); GET /observation?id= -> the last observation text; POST /close
+    #: -> true; errors as HTTP 200 {"error": msg}. Its data_idx numbering is ours (see catalog.py).
     agentgym_compat: ClassVar[Any] = AgentGymCompat(
+        env_kwargs={"agentgym_style": True},
         reset_observation_key="room",
         reset_info_fields={"task_name": "task_name", "var_num": "variation", "task_description": "task_description"},
+        reset_fields=("observation", "reward", "score", "deleted", "done"),
+        step_info_fields={"reward": "raw_reward", "score": "raw_score"},
+        observation_method="agentgym_observation",
+        close_answer="bool",
     ) if AgentGymCompat is not None else None
 
     def __init__(self, **config: Any) -> None:
         self.config = SciWorldConfig(**config)
+        if self.config.agentgym_style:
+            # AgentGym's episodes end on the engine's move count, not on a number of actions.
+            self.max_episode_steps = None  # type: ignore[misc]
         self._sim: Simulator | None = None
         self._task = None
         self._steps = 0
         self._score = 0
+        self._raw_score = 0
+        self._last_observation = ""  # what AgentGym's GET /observation answers
         self._done = True
         self._closed = False
 
@@ -105,12 +121,15 @@ class SciWorldEnv(Env):
         try:
             sim.load(chosen.family.name, chosen.variation, gold_path=self.config.include_gold_path)
             description = sim.task_description()
-            room = sim.look()
+            # AgentGym's reset takes a real 'look around' step (no move spent); its text lacks the free
+            # look's trailing newline.
+            room = sim.step("look around") if self.config.agentgym_style else sim.look()
             gold = sim.gold_actions() if self.config.include_gold_path else None
         except SimulatorDiedError:
             self._sim = None  # next reset starts a fresh JVM
             raise
-        self._task, self._steps, self._score, self._done = chosen, 0, 0, False
+        self._task, self._steps, self._score, self._raw_score, self._done = chosen, 0, 0, 0, False
+        self._last_observation = room
         info: dict[str, Any] = {
             "task_name": chosen.family.name,
             "family_id": chosen.family.family_id,
@@ -141,6 +160,7 @@ class SciWorldEnv(Env):
                 valid = answer.strip() != _UNKNOWN_ACTION
             raw_score = sim.score()
             completed = sim.completed()
+            moves = sim.num_moves() if self.config.agentgym_style else 0
         except SimulatorDiedError:
             self._done, self._sim = True, None
             raise
@@ -150,14 +170,21 @@ class SciWorldEnv(Env):
         self._score = score
         success = score >= 100
         terminated = success or failed or completed
-        truncated = not terminated and self._steps >= self.config.max_steps
+        raw_reward, self._raw_score = raw_score - self._raw_score, raw_score
+        if self.config.agentgym_style:  # the engine API's own end rule and text
+            truncated = not terminated and moves > self.config.max_steps
+            observation = answer
+        else:
+            truncated = not terminated and self._steps >= self.config.max_steps
+            observation = answer if valid else invalid_action_message(action, answer)
         self._done = terminated or truncated
-        observation = answer if valid else invalid_action_message(action, answer)
+        self._last_observation = observation
         info = {
             "score": score,
             "score_normalized": score / 100,
             "reward_normalized": reward / 100,
             "raw_score": raw_score,
+            "raw_reward": raw_reward,
             "valid_action": valid,
             "steps": self._steps,
             "task_failed": failed,
@@ -165,6 +192,10 @@ class SciWorldEnv(Env):
         return StepResult(observation=observation, reward=float(reward), terminated=terminated,
                           truncated=truncated, success=success if self._done else None,
                           info=info)
+
+    def agentgym_observation(self) -> str:
+        """The last observation as AgentGym's server keeps it: the room text after a reset (no task line)."""
+        return self._last_observation
 
     def available_actions(self) -> list[str] | None:
         """Valid action/object combinations now (computed on demand: ~10 ms, hundreds of strings)."""
