@@ -55,6 +55,23 @@ def test_aggregations_differ_as_documented():
         aggregate(x, mask, "tokens")
 
 
+def test_shared_tokens_net_gradient_depends_on_aggregation_when_failures_are_longer():
+    # A GRPO group of one success (2 tokens) and one failure that ran to the horizon (6 tokens),
+    # advantages +1 / -1 (they sum to zero). Every token is one the two episodes share (a template
+    # token such as "Action:"), so its log-prob is one shared parameter: the net push on it shows.
+    shared = torch.zeros((), requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0, 0, 0, 0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
+    adv = torch.tensor([[1.0] * 6, [-1.0] * 6])
+    grads = {}
+    for agg in ("token_mean", "seq_mean_token_mean"):
+        loss, _ = policy_loss(shared.expand(2, 6), torch.zeros(2, 6), adv, mask, agg=agg)
+        (grads[agg],) = torch.autograd.grad(loss, shared)
+    # token_mean weighs the longer failure 3x: a net push *down* on what both episodes say (positive
+    # gradient of the loss), which is why the BabyAI CPU recipe trains with seq_mean_token_mean.
+    assert grads["token_mean"].item() == pytest.approx((6 - 2) / 8)
+    assert grads["seq_mean_token_mean"].item() == pytest.approx(0.0, abs=1e-7)
+
+
 def test_kl_estimators_hand_computed():
     logp = torch.tensor([[math.log(0.5)]])
     ref = torch.tensor([[math.log(0.25)]])
