@@ -1,12 +1,13 @@
-"""trainer.launcher=ray when an actor dies: a rollout worker is restarted and re-samples its slice, or
-the run fails naming the actor, the call and the step; a dead learner rank fails the run."""
+"""trainer.launcher=ray when an actor dies: a rollout worker is restarted (and counted in the step's
+metrics) and re-samples its slice, or the run fails naming the actor, the call and the step; a dead
+learner rank fails the run; a stopped run resumes with its weights and every learner rank's RNG."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from conftest import PLUGINS, assert_same_run, kill_actor_when, make_config, ray, run_training
+from conftest import PLUGINS, assert_same_run, kill_actor_when, make_config, ray, run_training, train_lines
 
 from agentgym_core.rl.ray_launcher import RemoteCallError
 
@@ -27,6 +28,13 @@ def test_a_killed_rollout_worker_is_restarted_and_its_batch_sampled_again(ray_cl
     killer.join(timeout=1)
     assert killed, "the rollout worker was never seen sampling"
     assert_same_run(run_dir, local_run)  # the restarted worker got the weights and re-sampled its slice
+    # Every step logs its restarts (0.0 when none: a continuous line) and the running total.
+    lines = train_lines(run_dir)
+    per_step = [x["rollout_worker_restarts"] for x in lines]
+    assert sorted(per_step) == [0.0, float(len(killed))], per_step
+    assert [x["rollout_worker_restarts_total"] for x in lines] == \
+        [sum(per_step[: i + 1]) for i in range(len(per_step))]
+    assert all("rollout_worker_restarts" not in x for x in train_lines(local_run))  # local: no workers to restart
 
 
 def test_a_killed_rollout_worker_without_restarts_fails_the_run_within_a_minute(ray_cluster, tiny_path, tmp_path):
