@@ -70,3 +70,22 @@ def test_a_ray_run_stopped_after_a_step_resumes_where_it_was(ray_cluster, tiny_p
         train(config, plugin_manager=PluginManager(autoload=True, allow=PLUGINS), resume=resume,
               stop_after=stop_after)
     assert_same_run(run_dir, local_run)  # step 2 sampled by the restored weights, trained as uninterrupted
+
+
+def test_a_resumed_ray_run_draws_the_dropout_an_uninterrupted_one_draws_on_every_learner_rank(
+        ray_cluster, tiny_dropout_path, tmp_path):
+    import torch
+
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.trainer import train
+
+    overrides = ("trainer.launcher=ray", "trainer.learners=2", "trainer.save_every=1")
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    run_training(make_config(tiny_dropout_path, whole, *overrides))
+    for resume, stop_after in ((False, 1), (True, None)):  # as if killed after step 1, then --resume
+        train(make_config(tiny_dropout_path, cut, *overrides), plugin_manager=PluginManager(autoload=True, allow=PLUGINS),
+              resume=resume, stop_after=stop_after)
+    saved = torch.load(cut / "checkpoints" / "step_000001" / "trainer_state.pt", weights_only=False)["rng_by_rank"]
+    seeded = torch.Generator().manual_seed(3).get_state()  # trainer.seed=3: where each rank's stream starts
+    assert len(saved) == 2 and not any(torch.equal(s["torch"], seeded) for s in saved)  # both ranks drew dropout
+    assert_same_run(cut, whole)  # step 2's dropout masks, hence losses and trajectories, as uninterrupted
