@@ -44,6 +44,19 @@ def test_rounds_stop_at_enough_mixed_groups_or_the_limit():
     assert calls == [0] and len(out.trajectories) == 2
 
 
+def test_a_steps_worker_restarts_add_up_over_its_rounds_and_the_total_is_the_last_rounds():
+    restarts = {0: (1.0, 1.0), 1: (0.0, 1.0), 2: (2.0, 3.0)}  # (this round's, running total) from the Ray workers
+
+    def collect(r: int) -> RolloutResult:
+        metrics = {"rollout_worker_restarts": restarts[r][0], "rollout_worker_restarts_total": restarts[r][1]}
+        return RolloutResult([_traj(r, 1.0), _traj(r, 1.0)], seconds=1.0, generation_seconds=0.5,
+                             generation_calls=2, metrics=metrics)
+
+    out = collect_with_signal(collect, DynamicSamplingConfig(min_mixed_groups=1, max_rounds=3))  # all tie: 3 rounds
+    assert out.metrics["rollout_worker_restarts"] == 3.0
+    assert out.metrics["rollout_worker_restarts_total"] == 3.0
+
+
 class HalfTiedEnv(Env):
     """Even tasks pay 1 whatever the reply (their groups always tie); odd ones pay by the reply's length parity."""
 

@@ -5,7 +5,8 @@ Layout of ``<run_dir>/checkpoints/step_000012/``::
     model/            the policy in Hugging Face format (LoRA merged in), loadable by
                       transformers and vLLM, with its tokenizer
     adapter/          the LoRA adapter alone (LoRA runs only; resume loads base + adapter)
-    trainer_state.pt  optimizer, LR schedule, value head, RNG states, round-scheduler state, step
+    trainer_state.pt  optimizer, LR schedule, value head, RNG states (each learner rank's),
+                      round-scheduler state, step
     DONE              written last; a directory without it is never used
 
 A checkpoint is built in ``step_000012.tmp/`` and renamed into place (one atomic rename); then
@@ -26,7 +27,7 @@ import torch
 
 __all__ = [
     "check_weights_match", "checkpoint_dir", "latest_checkpoint", "load_policy_weights", "load_trainer_state",
-    "read_model_weights", "rng_state", "save_checkpoint", "set_rng_state",
+    "rank_rng_state", "read_model_weights", "rng_state", "save_checkpoint", "set_rng_state",
 ]
 
 
@@ -47,6 +48,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def rank_rng_state(state: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
+    """The RNG state learner rank ``rank`` of ``world_size`` resumes with, from a checkpoint's trainer state.
+
+    Its own (``rng_by_rank``) when the checkpoint was written by as many ranks; otherwise rank 0's
+    (``rng``) on every rank, as all ranks start a run from the same seed: a checkpoint written before
+    per-rank states were saved, or resumed with another ``trainer.learners``.
+    """
+    by_rank = state.get("rng_by_rank")
+    if by_rank is not None and len(by_rank) == world_size:
+        return by_rank[rank]
+    return state["rng"]
 
 
 def _export_model(model: Any, tokenizer: Any, directory: Path, state_dict: dict[str, Any] | None = None) -> None:

@@ -344,7 +344,8 @@ class TrainerConfig(_Section):
         "score, update, weights, checkpoint); past it the run fails with the call and the step it was on.")
     rollout_worker_restarts: int = Field(
         1, ge=0, description="launcher=ray: how many times a rollout worker that died (process killed, node lost) is "
-        "restarted and its batch re-sampled before the run fails with its error.")
+        "restarted and its batch re-sampled before the run fails with its error. Each step logs "
+        "'rollout_worker_restarts' (its own, 0 when none) and 'rollout_worker_restarts_total' (since this launch).")
 
     @model_validator(mode="after")
     def _ray_options_need_ray(self) -> TrainerConfig:

@@ -113,6 +113,15 @@ def broadcast_object(obj: T | None, ctx: DistContext) -> T:
     return box[0]  # type: ignore[return-value]
 
 
+def gather_object(obj: T, ctx: DistContext) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank (pickled; small objects only)."""
+    if not ctx.distributed:
+        return [obj]
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def all_reduce_stats(stats: dict[str, float], ctx: DistContext) -> dict[str, float]:
     """Sum each named number over ranks (a rank without a key counts 0 for it)."""
     if not ctx.distributed:

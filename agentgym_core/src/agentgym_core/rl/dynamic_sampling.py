@@ -50,8 +50,8 @@ def collect_with_signal(collect: Callable[[int], RolloutResult], config: Dynamic
     """Call ``collect(round)`` for rounds 0, 1, ... until ``config.min_mixed_groups`` groups are mixed.
 
     Returns every trajectory sampled (logs and success rates see them all) with the rounds' times
-    summed, and in ``metrics``: the rounds' own metrics (re-runs summed), ``sampling_rounds``,
-    ``mixed_groups`` and ``sampled_groups``. A task
+    summed, and in ``metrics``: the rounds' own metrics (re-runs and restarts summed),
+    ``sampling_rounds``, ``mixed_groups`` and ``sampled_groups``. A task
     drawn again in a later round joins its earlier samples' group (the same task id), which only
     makes the group larger. Off (``min_mixed_groups == 0``): one round, as without this module.
     """
@@ -72,11 +72,12 @@ def collect_with_signal(collect: Callable[[int], RolloutResult], config: Dynamic
     )
 
 
-_SUMMED = ("reruns", "failed_after_reruns")
+_SUMMED = ("reruns", "failed_after_reruns", "rollout_worker_restarts")
 
 
 def _merge_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:
-    """The rounds' own metrics as one step's: counts of re-runs summed, the rest as the last round left them."""
+    """The rounds' own metrics as one step's: counts of re-runs and worker restarts summed, the rest as the
+    last round left them."""
     merged: dict[str, float] = {}
     for metrics in rounds:
         for key, value in metrics.items():

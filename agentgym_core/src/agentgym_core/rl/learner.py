@@ -7,7 +7,8 @@ on), the optimizer and LR schedule. It answers four calls from the training loop
 * :meth:`Learner.update` — the PPO update of one step (:func:`agentgym_core.rl.update.ppo_update`);
 * :meth:`Learner.policy_state_dict` — the full policy weights, for a rollout backend that keeps its
   own copy;
-* :meth:`Learner.save` / :meth:`Learner.load` — checkpoints in one portable layout.
+* :meth:`Learner.save` / :meth:`Learner.load` — checkpoints in one portable layout, with every
+  rank's RNG state (dropout draws from it during the update), each rank resuming its own.
 
 With ``trainer.learners = N > 1`` every rank builds a Learner on the same initial weights and
 shards them with FSDP2 ``fully_shard`` (one shard per decoder layer, then the root). Each rank
@@ -39,13 +40,15 @@ from agentgym_core.rl.checkpoint import (
     check_weights_match,
     load_policy_weights,
     load_trainer_state,
+    rank_rng_state,
     read_model_weights,
     rng_state,
     save_checkpoint,
+    set_rng_state,
 )
 from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.critic import build_critic
-from agentgym_core.rl.distributed import DistContext
+from agentgym_core.rl.distributed import DistContext, gather_object
 from agentgym_core.rl.forward import TokenStats, forward_tokens, mixed_precision
 from agentgym_core.rl.losses import kl_penalty
 from agentgym_core.rl.setup import build_optimizer
@@ -215,19 +218,22 @@ class Learner:
                                         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
     def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
-        """Checkpoint ``step`` (collective; rank 0 writes). Model in HF format, optimizer by parameter name."""
+        """Checkpoint ``step`` (collective; rank 0 writes). Model in HF format, optimizer by parameter name,
+        every rank's RNG state (``rng_by_rank``; ``rng`` is rank 0's)."""
+        rngs = gather_object(rng_state(), self.ctx)  # taken before the collectives below, which draw nothing
         weights = self.policy_state_dict() if self.ctx.distributed else None
         optimizer = self.optimizer_state()
         if not self.ctx.is_main:
             return
         state = {**extra_state, "optimizer_by_name": optimizer, "lr_schedule": self.lr_schedule.state_dict(),
                  "value_head": self.value_head.state_dict() if self.value_head is not None else None,
-                 "rng": rng_state()}
+                 "rng": rngs[0], "rng_by_rank": rngs}
         save_checkpoint(run_dir, step, model=self.model, tokenizer=tokenizer, trainer_state=state, keep=keep,
                         state_dict=weights)
 
     def load(self, checkpoint: Path) -> dict[str, Any]:
-        """Restore weights, optimizer, LR schedule and value head from ``checkpoint``; returns its state."""
+        """Restore weights, optimizer, LR schedule, value head and this rank's RNG state (see
+        :func:`~agentgym_core.rl.checkpoint.rank_rng_state`) from ``checkpoint``; returns its state."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         state = load_trainer_state(checkpoint)
@@ -247,6 +253,9 @@ class Learner:
         else:  # checkpoints written before optimizer states were keyed by name (one process only)
             self.optimizer.load_state_dict(state["optimizer"])
         self.lr_schedule.load_state_dict(state["lr_schedule"])
+        # Last, so nothing above draws from the restored streams: the next update's dropout masks are
+        # the ones an uninterrupted run would draw, on every rank (Ray actors and spawned ranks alike).
+        set_rng_state(rank_rng_state(state, self.ctx.rank, self.ctx.world_size))
         return state
 
 

@@ -18,8 +18,10 @@ All actors are placed together in one placement group: when the cluster cannot h
 ``trainer.placement_timeout_s`` the run fails naming the missing resources. Every remote call is
 waited for at most ``trainer.remote_timeout_s``. A rollout worker that dies is restarted by Ray
 (``trainer.rollout_worker_restarts`` times), given the newest weights and its batch again (the
-batch is a pure function of step and weights); a learner rank that dies fails the run with its
-error and the step. Ray is imported lazily: the core works without it.
+batch is a pure function of step and weights); every step's metrics count the restarts
+(``rollout_worker_restarts``: this step's, 0.0 on a step without one; ``rollout_worker_restarts_total``:
+since this launch). A learner rank that dies fails the run with its error and the step. Ray is
+imported lazily: the core works without it.
 """
 
 from __future__ import annotations
@@ -308,6 +310,7 @@ class RayRolloutGroup:
         self.workers, self.remote, self.scheduler = workers, remote, scheduler
         self.env_order, self.restarts = env_order, restarts
         self.restarts_used = [0] * len(workers)
+        self.restarts_reported = 0  # restarts already counted in a step's metrics
         self.weights: Any = None  # the newest weights' reference: a restarted worker gets them first
 
     def _on_each(self, what: str, call: Callable[[Any], Any]) -> list[Any]:
@@ -350,8 +353,15 @@ class RayRolloutGroup:
         if self.weights is not None:  # the restarted actor holds model.path's weights
             self.remote.get(worker.load_weights.remote(self.weights), f"rollout worker {i}: weights")
 
+    def restart_metrics(self) -> dict[str, float]:
+        """Restarts since the last call (those while weights were loaded count with the next batch) and in all."""
+        total = sum(self.restarts_used)
+        new, self.restarts_reported = total - self.restarts_reported, total
+        return {"rollout_worker_restarts": float(new), "rollout_worker_restarts_total": float(total)}
+
     def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
-        """Step ``step``'s trajectories: every worker's slices, in the order one worker returns them."""
+        """Step ``step``'s trajectories: every worker's slices, in the order one worker returns them; its
+        metrics add :meth:`restart_metrics` to the workers' own."""
         start = time.perf_counter()
         self.remote.step = step
         state = self.scheduler.state_dict()
@@ -361,6 +371,7 @@ class RayRolloutGroup:
         for part in parts:
             for key, value in part.metrics.items():
                 metrics[key] = max(metrics.get(key, 0.0), value) if key.endswith("/down") else metrics.get(key, 0.0) + value
+        metrics.update(self.restart_metrics())
         return RolloutResult(trajectories, time.perf_counter() - start,
                              sum(p.generation_seconds for p in parts), sum(p.generation_calls for p in parts), metrics)
 

@@ -39,7 +39,7 @@ from tqdm import tqdm
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
-from agentgym_core.rl.checkpoint import latest_checkpoint, set_rng_state
+from agentgym_core.rl.checkpoint import latest_checkpoint
 from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
 from agentgym_core.rl.distributed import DistContext, broadcast_object, init_from_environment, spawn
 from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
@@ -127,9 +127,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             learner = roles.learner(stack)  # the KL reference: these initial weights
             start_step = 0
             if checkpoint is not None:
-                state = learner.load(checkpoint)
+                state = learner.load(checkpoint)  # also each rank's RNG state, where that rank lives
                 scheduler.load_state_dict(state["round_scheduler"])
-                set_rng_state(state["rng"])
                 start_step = int(state["step"])
             # A resumed run's rollout side must sample from the restored weights, not the initial ones.
             resumed_weights = learner.policy_state_dict() if checkpoint is not None else None  # collective

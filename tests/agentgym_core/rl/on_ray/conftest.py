@@ -47,6 +47,20 @@ def tiny_path(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def tiny_dropout_path(tmp_path_factory):
+    """The tiny model with attention dropout 0.1: the learner's update (model.train()) draws from each rank's
+    torch RNG, so a resume that does not restore every rank's RNG state trains differently."""
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    path = tmp_path_factory.mktemp("tiny_dropout")
+    model, tokenizer = tiny_chat_model(seed=0)
+    model.config.attention_dropout = 0.1
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 def make_config(tiny: Path, run_dir: Path, *overrides: str) -> Any:
     from agentgym_core.rl.config import load_config
 

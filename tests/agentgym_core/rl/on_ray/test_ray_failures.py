@@ -1,12 +1,13 @@
-"""trainer.launcher=ray when an actor dies: a rollout worker is restarted and re-samples its slice, or
-the run fails naming the actor, the call and the step; a dead learner rank fails the run."""
+"""trainer.launcher=ray when an actor dies: a rollout worker is restarted (and counted in the step's
+metrics) and re-samples its slice, or the run fails naming the actor, the call and the step; a dead
+learner rank fails the run; a stopped run resumes with its weights and every learner rank's RNG."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from conftest import PLUGINS, assert_same_run, kill_actor_when, make_config, ray, run_training
+from conftest import PLUGINS, assert_same_run, kill_actor_when, make_config, ray, run_training, train_lines
 
 from agentgym_core.rl.ray_launcher import RemoteCallError
 
@@ -27,6 +28,13 @@ def test_a_killed_rollout_worker_is_restarted_and_its_batch_sampled_again(ray_cl
     killer.join(timeout=1)
     assert killed, "the rollout worker was never seen sampling"
     assert_same_run(run_dir, local_run)  # the restarted worker got the weights and re-sampled its slice
+    # Every step logs its restarts (0.0 when none: a continuous line) and the running total.
+    lines = train_lines(run_dir)
+    per_step = [x["rollout_worker_restarts"] for x in lines]
+    assert sorted(per_step) == [0.0, float(len(killed))], per_step
+    assert [x["rollout_worker_restarts_total"] for x in lines] == \
+        [sum(per_step[: i + 1]) for i in range(len(per_step))]
+    assert all("rollout_worker_restarts" not in x for x in train_lines(local_run))  # local: no workers to restart
 
 
 def test_a_killed_rollout_worker_without_restarts_fails_the_run_within_a_minute(ray_cluster, tiny_path, tmp_path):
@@ -62,3 +70,22 @@ def test_a_ray_run_stopped_after_a_step_resumes_where_it_was(ray_cluster, tiny_p
         train(config, plugin_manager=PluginManager(autoload=True, allow=PLUGINS), resume=resume,
               stop_after=stop_after)
     assert_same_run(run_dir, local_run)  # step 2 sampled by the restored weights, trained as uninterrupted
+
+
+def test_a_resumed_ray_run_draws_the_dropout_an_uninterrupted_one_draws_on_every_learner_rank(
+        ray_cluster, tiny_dropout_path, tmp_path):
+    import torch
+
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.trainer import train
+
+    overrides = ("trainer.launcher=ray", "trainer.learners=2", "trainer.save_every=1")
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    run_training(make_config(tiny_dropout_path, whole, *overrides))
+    for resume, stop_after in ((False, 1), (True, None)):  # as if killed after step 1, then --resume
+        train(make_config(tiny_dropout_path, cut, *overrides), plugin_manager=PluginManager(autoload=True, allow=PLUGINS),
+              resume=resume, stop_after=stop_after)
+    saved = torch.load(cut / "checkpoints" / "step_000001" / "trainer_state.pt", weights_only=False)["rng_by_rank"]
+    seeded = torch.Generator().manual_seed(3).get_state()  # trainer.seed=3: where each rank's stream starts
+    assert len(saved) == 2 and not any(torch.equal(s["torch"], seeded) for s in saved)  # both ranks drew dropout
+    assert_same_run(cut, whole)  # step 2's dropout masks, hence losses and trajectories, as uninterrupted
