@@ -8,7 +8,10 @@ Aggregation (``agg``), the choice between token-level and sequence-level losses:
 * ``token_mean``: sum over all policy tokens of the mini-batch / their number. Every token weighs
   the same, so long trajectories weigh more (DAPO's recommendation for long multi-turn outputs).
 * ``seq_mean_token_mean``: mean over each trajectory's tokens, then mean over trajectories (the
-  original GRPO). Every trajectory weighs the same, so a token of a short one weighs more.
+  original GRPO). Every trajectory weighs the same, so a token of a short one weighs more. In
+  agent tasks where a failure runs to the turn horizon and a success ends early, this is the one
+  that keeps group-relative advantages balanced: with ``token_mean`` the longer failures outweigh
+  the successes, and tokens every episode shares (templates, "Action:") are pushed down on net.
 * ``seq_mean_token_sum_norm``: sum over each trajectory's tokens / a constant ``norm_length``,
   then mean over trajectories (Dr. GRPO): no length bias in either direction.
 
