@@ -44,7 +44,7 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
         *overrides, *args.override,
     ])
     t0 = time.perf_counter()
-    results = train(config, plugin_manager=get_plugin_manager())
+    results = train(config, plugin_manager=get_plugin_manager(), resume=args.resume)
     minutes = (time.perf_counter() - t0) / 60
     logged = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     curve = [x for x in logged if x["kind"] == "train"]
@@ -61,9 +61,18 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
         "eval_before": pick(results.get("eval_before")), "eval_after": pick(results.get("eval_after")),
         "train": [{k: x.get(k) for k in ("step", "success", "reward", "turns", "horizon", "kl", "time_step",
                                          "time_rollout", "update_seconds", "update_tokens_per_s")} for x in curve],
-        "config": str(run_dir / "config.yaml"),
-        "rl_checkpoint": str(max((run_dir / "checkpoints").glob("step_*"), default=run_dir)),
+        "config": _repo_relative(run_dir / "config.yaml"),
+        "rl_checkpoint": _repo_relative(max((run_dir / "checkpoints").glob("step_*"), default=run_dir)),
     }
+
+
+def _repo_relative(path: Path) -> str:
+    """``path`` relative to the checkout (the JSON is committed: no machine's absolute paths in it)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 def plot(report: list[dict], path: Path, title: str) -> bool:
@@ -106,6 +115,11 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
     parser.add_argument("--rounds", default=None, help="ScalingInter stages, e.g. 4,8 (default: the recipe's); "
                         "the fixed arm uses the last")
     parser.add_argument("--expert-tasks", type=int, default=None, help="warm start: expert episodes collected")
+    parser.add_argument("--stage-steps", type=int, default=None,
+                        help="RL steps per ScalingInter stage (default: --steps split evenly over the stages)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue each arm's run from its last checkpoint (e.g. with a larger --steps and the "
+                        "first run's --stage-steps, so the schedule stays the same); its evaluations are read back")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", default="scaling_inter,fixed")
     parser.add_argument("--override", action="append", default=[], help="extra dotted recipe override")
@@ -126,7 +140,7 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
     recipe = load_config(args.recipe)
     args.steps = args.steps or recipe.trainer.steps
     rounds = [int(x) for x in args.rounds.split(",")] if args.rounds else recipe.algorithm.rounds_ctrl.stages
-    per_stage = max(1, args.steps // len(rounds))
+    per_stage = args.stage_steps or max(1, args.steps // len(rounds))
     RESULTS.mkdir(parents=True, exist_ok=True)
     report: list[dict] = []
     started = time.perf_counter()
