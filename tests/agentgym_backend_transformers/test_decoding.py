@@ -88,3 +88,56 @@ def test_a_seeded_row_samples_the_same_whatever_shares_its_batch(tiny_backend):
     while other_seed.active:
         draws.update(other_seed.step())
     assert draws["a"].token_ids != alone.token_ids  # the seed does matter
+
+
+def test_a_bfloat16_kv_cache_halves_kept_sessions_and_keeps_logprobs_within_tolerance():
+    """kv_cache_dtype=bfloat16 beside float32 weights: sessions take half the bytes, and over two turns (the
+    second read from the kept caches) the sampled log-probs stay within 0.02 of a float32 forward pass."""
+    import torch
+
+    from agentgym_backend_transformers import TransformersBackend
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    with torch.no_grad():  # sharper attention than the random init's, so a wrong cache would show
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    full, half = TransformersBackend(model, tokenizer), TransformersBackend(model, tokenizer, kv_cache_dtype="bfloat16")
+    chat = ChatFormat(full)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=16, seed=3)
+    gaps: list[float] = []
+    for name, backend in (("full", full), ("half", half)):
+        prompts = [chat.prompt_ids([{"role": "user", "content": t}]) for t in ("Hi there", "go to the red ball")]
+        for turn in range(2):
+            out = backend.generate(prompts, sampling, sessions=[(name, i) for i in range(len(prompts))])
+            if turn == 0:
+                kept = backend.sessions.nbytes
+            for prompt, sample in zip(prompts, out, strict=True):
+                scored = backend.score([prompt + sample.token_ids])[0][len(prompt):]
+                if name == "half":
+                    gaps += [abs(a - b) for a, b in zip(scored, sample.logprobs, strict=True)]
+                else:
+                    assert scored == pytest.approx(sample.logprobs, abs=1e-4)
+            prompts = [p + s.token_ids + chat.prompt_ids([{"role": "user", "content": "and now?"}])
+                       for p, s in zip(prompts, out, strict=True)]
+        if name == "full":
+            kept_full = kept
+    assert backend.sessions.stats.reused_tokens > 0  # the second turn read the kept bfloat16 caches
+    assert kept * 2 == kept_full
+    assert max(gaps) < 0.02 and sum(gaps) / len(gaps) < 0.005, (max(gaps), sum(gaps) / len(gaps))
+    # The tolerance means something: the same reply after another prompt moves log-probs far more.
+    reply = out[0].token_ids
+    a, b = (full.score([p + reply])[0][len(p):] for p in (prompts[0], prompts[1]))
+    assert sum(abs(x - y) for x, y in zip(a, b, strict=True)) / len(reply) > 0.1
+
+
+def test_a_narrower_kv_cache_needs_sdpa_attention():
+    from agentgym_backend_transformers import TransformersBackend
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    model.config._attn_implementation = "eager"
+    with pytest.raises(ValueError, match="needs the model's attention to be 'sdpa'"):
+        TransformersBackend(model, tokenizer, kv_cache_dtype="bfloat16")
+    assert TransformersBackend(model, tokenizer, kv_cache_dtype="float32").kv_dtype is None  # the weights' own

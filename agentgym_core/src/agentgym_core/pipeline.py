@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentgym_core.memory import release_memory
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.config import TrainConfig
 
@@ -51,6 +52,7 @@ def run_rl_recipe(
             model, tokenizer = load_policy(config.model)
         warm = warm_start_sft(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
         load_policy_weights(model, warm.checkpoint)  # a no-op after training in place; a resumed run needs it
+        release_memory()  # what SFT and its evaluation freed, before RL's learner and rollouts
         results = train(config, resume=resume, plugin_manager=pm, model=model, tokenizer=tokenizer,
                         stop_after=stop_after, eval_before=warm.eval_after)
     return {"eval_base": warm.eval_before, "eval_sft": warm.eval_after, **results}

@@ -67,6 +67,39 @@ def test_sft_learns_the_expert_and_saves_an_rl_checkpoint(tmp_path, tiny, guess_
     assert _nll(reloaded, examples) == pytest.approx(after, abs=1e-4)
 
 
+def test_sft_evaluates_after_training_without_the_optimizer_state(tmp_path, tiny, pm, guess_expert_log, monkeypatch):
+    """AdamW's moments (2x the weights in float32) are dropped once the last step is saved: the held-out
+    evaluation after SFT (and an RL run after a warm start) does not carry them; the checkpoint keeps them."""
+    from agentgym_core.rl import setup
+
+    optimizers, state_at_eval = [], []
+    build, evaluate = setup.build_optimizer, setup.evaluate
+
+    def recording_build(*args, **kwargs):
+        optimizer, schedule = build(*args, **kwargs)
+        optimizers.append(optimizer)
+        return optimizer, schedule
+
+    def recording_evaluate(backend, envs, config, horizon, step):
+        state_at_eval.append((step, sum(t.numel() for s in optimizers[0].state.values() for t in s.values()
+                                        if isinstance(t, torch.Tensor))))
+        return evaluate(backend, envs, config, horizon, step)
+
+    monkeypatch.setattr(setup, "build_optimizer", recording_build)
+    monkeypatch.setattr(setup, "evaluate", recording_evaluate)
+    model, tokenizer = tiny
+    config = FinetuneConfig.model_validate({**_config(tmp_path, guess_expert_log, sft={"epochs": 1}).model_dump(),
+                                            "envs": [{"name": "guess"}], "trainer": {
+                                                "run_dir": str(tmp_path / "run"), "eval_tasks": 1, "progress": False}})
+    result = run_sft(config, model=model, tokenizer=tokenizer, plugin_manager=pm)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert state_at_eval[-1] == (result.steps, 0)
+    from agentgym_core.rl.checkpoint import load_trainer_state
+
+    saved = load_trainer_state(result.checkpoint)["optimizer"]["state"]
+    assert sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel() for s in saved.values()) == 2 * trainable
+
+
 def test_sft_resume_matches_uninterrupted(tmp_path, guess_expert_log):
     from agentgym_core.testing.tiny_model import tiny_chat_model
 

@@ -25,6 +25,41 @@ def test_bf16_weights_become_float32_masters():
     assert all(p.dtype == torch.float32 for group in learner.optimizer.param_groups for p in group["params"])
 
 
+def test_the_kl_reference_keeps_bf16_linear_weights_under_bf16_autocast_and_scores_exactly_the_same():
+    """Autocast casts every linear weight to bf16 anyway: the frozen reference stores them so (half their
+    bytes) and its log-probs are bit-identical to a float32 copy's; the tied embeddings stay float32."""
+    import copy
+
+    from agentgym_core.rl.batch import RLBatch
+    from agentgym_core.rl.forward import forward_tokens, mixed_precision
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, _ = tiny_chat_model(seed=0)
+    initial = copy.deepcopy(model)
+    learner = Learner(_config("algorithm.kl.coef=0.01", "model.mixed_precision=bf16"), model)
+    ref = learner.reference
+    assert ref.lm_head.weight is ref.model.embed_tokens.weight and ref.lm_head.weight.dtype == torch.float32
+    assert {m.weight.dtype for m in ref.modules() if isinstance(m, torch.nn.Linear) and m is not ref.lm_head} \
+        == {torch.bfloat16}
+    nbytes = lambda m: sum(p.numel() * p.element_size() for p in m.parameters())  # noqa: E731
+    assert nbytes(ref) < 0.8 * nbytes(learner.model)
+
+    g = torch.Generator().manual_seed(0)
+    sequences = [torch.randint(0, 100, (n,), generator=g).tolist() for n in (30, 18)]
+    mask = torch.zeros(2, 30)
+    mask[0, 10:30], mask[1, 5:18] = 1, 1
+    batch = RLBatch(trajectories=[], sequences=sequences, mask=mask, token_rewards=torch.zeros(2, 30),
+                    rollout_logprobs=torch.zeros(2, 30), group_ids=torch.zeros(2), turn_spans=[[], []],
+                    turn_states=[[], []])
+    scored = learner.score(batch, temperature=1.0)
+    with torch.no_grad(), mixed_precision("bf16", initial):
+        want = forward_tokens(initial, sequences, mask).logprobs
+    assert torch.equal(scored.ref_logprobs, want)
+    assert torch.equal(scored.token_kl, torch.zeros_like(scored.token_kl))  # policy == reference before training
+    plain = Learner(_config("algorithm.kl.coef=0.01", "model.mixed_precision='no'"), copy.deepcopy(initial))
+    assert {p.dtype for p in plain.reference.parameters()} == {torch.float32}  # float32 matmuls: no narrowing
+
+
 def test_bf16_optimizer_weights_only_when_asked_by_name_and_with_a_warning():
     from agentgym_core.testing.tiny_model import tiny_chat_model
 

@@ -94,6 +94,11 @@ def train_steps(
                                          lr_schedule=lr_schedule, config=config, keep=config.trainer.keep_checkpoints,
                                          finished=done == total_steps)
         bar.close()
+        # The optimizer is done (its state is in the checkpoint): AdamW's moments, twice the trainable
+        # weights in float32, are not held through the evaluation below, nor afterwards until the
+        # garbage collector breaks the optimizer <-> LR schedule reference cycle (an RL run after a
+        # warm start would carry them into its rollouts).
+        optimizer.state.clear()
 
         # ---- evaluation after training ---------------------------------------------------------------
         if evaluate and result.steps == total_steps:

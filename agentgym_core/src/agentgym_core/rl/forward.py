@@ -41,6 +41,7 @@ __all__ = [
     "PACKING_MIN_TRANSFORMERS",
     "TokenStats",
     "ValueHead",
+    "bf16_autocast",
     "forward_tokens",
     "installed_version",
     "mixed_precision",
@@ -99,16 +100,18 @@ def mixed_precision(mode: str, model: torch.nn.Module) -> contextlib.AbstractCon
     (AVX512-BF16 or AMX), where the update runs about 3x faster than in float32 (bench/train_step.py).
     """
     device = next(model.parameters()).device
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast(mode, device))
+
+
+def bf16_autocast(mode: str, device: torch.device) -> bool:
+    """Whether ``model.mixed_precision`` (``no``, ``bf16`` or ``auto``) runs matmuls in bfloat16 on ``device``."""
     if mode == "auto":
         if device.type == "cuda":
-            enabled = torch.cuda.is_bf16_supported()
-        else:
-            enabled = device.type == "cpu" and torch.cpu._is_avx512_bf16_supported()
-    elif mode in ("no", "bf16"):
-        enabled = mode == "bf16"
-    else:
-        raise ValueError(f"model.mixed_precision must be no, bf16 or auto; got {mode!r}")
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+            return torch.cuda.is_bf16_supported()
+        return device.type == "cpu" and torch.cpu._is_avx512_bf16_supported()
+    if mode in ("no", "bf16"):
+        return mode == "bf16"
+    raise ValueError(f"model.mixed_precision must be no, bf16 or auto; got {mode!r}")
 
 
 @dataclass

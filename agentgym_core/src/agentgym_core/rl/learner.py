@@ -49,12 +49,12 @@ from agentgym_core.rl.checkpoint import (
 from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.critic import build_critic
 from agentgym_core.rl.distributed import DistContext, gather_object
-from agentgym_core.rl.forward import TokenStats, forward_tokens, mixed_precision
+from agentgym_core.rl.forward import TokenStats, bf16_autocast, forward_tokens, mixed_precision
 from agentgym_core.rl.losses import kl_penalty
 from agentgym_core.rl.setup import build_optimizer
 from agentgym_core.rl.update import UpdateInputs, ppo_update
 
-__all__ = ["Learner", "ScoredBatch", "master_weights"]
+__all__ = ["Learner", "ScoredBatch", "master_weights", "narrow_linear_weights"]
 
 
 @dataclass
@@ -83,6 +83,25 @@ def master_weights(model: torch.nn.Module, config: TrainConfig) -> None:
         p.data = p.data.float()
 
 
+def narrow_linear_weights(module: torch.nn.Module, dtype: torch.dtype) -> int:
+    """Store ``module``'s ``nn.Linear`` weights and biases in ``dtype``; returns the bytes saved.
+
+    For a frozen module only run under autocast to ``dtype``: autocast casts a linear layer's
+    weights to ``dtype`` for every matmul, so storing them cast already computes exactly the same
+    numbers. Parameters another kind of module also uses (an output layer tied to the input
+    embeddings, whose lookups autocast leaves in float32) keep their dtype.
+    """
+    shared = {id(p) for m in module.modules() if not isinstance(m, torch.nn.Linear)
+              for p in m.parameters(recurse=False)}
+    saved = 0
+    for linear in (m for m in module.modules() if isinstance(m, torch.nn.Linear)):
+        for p in linear.parameters(recurse=False):
+            if id(p) not in shared and p.dtype != dtype and p.is_floating_point():
+                saved += p.numel() * (p.element_size() - torch.empty((), dtype=dtype).element_size())
+                p.data = p.data.to(dtype)
+    return saved
+
+
 class Learner:
     """Policy, reference, critic, optimizer: see the module docstring."""
 
@@ -101,6 +120,8 @@ class Learner:
         if alg.kl.coef > 0 and not config.model.lora.enabled:  # LoRA: the reference is the model with adapters off
             # Copied before the masters are made: a frozen reference keeps the dtype it was loaded in.
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            if not self.ctx.distributed and bf16_autocast(config.model.mixed_precision, self.ctx.device):
+                narrow_linear_weights(self.reference, torch.bfloat16)  # scored under bf16 autocast only
         master_weights(model, config)
         self.model = model
         self.device = next(model.parameters()).device

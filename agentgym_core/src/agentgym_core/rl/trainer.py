@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from agentgym_core.memory import release_memory
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
@@ -166,6 +167,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 t_step = time.perf_counter()
                 # ---- 1-2. rollouts: group_size samples per task, per env, horizon from the scheduler --
                 rollout = worker.collect(step) if ctx.is_main else None
+                release_memory()  # the rollout's KV caches, before the learner's largest allocations
                 if ctx.is_main:
                     staleness = staleness_metrics(rollout.trajectories, step)  # synchronous samples: version `step`
                     pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
@@ -201,6 +203,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, "minibatch", step))
                     update_metrics = learner.update(inputs, temperature=cfg.rollout.temperature, generator=generator)
                 learner.step_schedule()
+                release_memory()  # activations and logits of the update, before the next rollout
 
                 # ---- 6. weights to the rollout backend ---------------------------------------------------
                 if ctx.distributed or (ctx.is_main and worker.receives_weights):

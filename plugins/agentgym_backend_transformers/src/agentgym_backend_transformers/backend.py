@@ -25,11 +25,12 @@ import torch
 
 from agentgym_backend_transformers.config import TransformersBackendConfig
 from agentgym_backend_transformers.decoding import DecodeBatch
+from agentgym_backend_transformers.kv_cache import allow_reduced_precision_kv
 from agentgym_backend_transformers.sessions import SessionStore
 from agentgym_core.models import load_pretrained
 from agentgym_core.rollout.backend import BackendCapabilities, Sample, SamplingParams
 
-__all__ = ["TransformersBackend", "make_backend", "pick_device"]
+__all__ = ["TransformersBackend", "kv_storage_dtype", "make_backend", "pick_device"]
 
 
 def pick_device(device: str = "auto") -> str:
@@ -51,7 +52,7 @@ class TransformersBackend:
 
     def __init__(
         self, model: Any, tokenizer: Any, *, max_batch_size: int = 64, session_cache_mb: float = 1024.0,
-        share_prefixes: bool = True, prefill: str = "auto",
+        share_prefixes: bool = True, prefill: str = "auto", kv_cache_dtype: str = "model",
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat_template; the backend renders turns with the model's own template")
@@ -72,6 +73,9 @@ class TransformersBackend:
         if prefill not in ("auto", "batched", "per_row"):
             raise ValueError(f"prefill={prefill!r}: use 'auto', 'batched' or 'per_row'")
         self.prefill = prefill  # how joining rows are read: per_row (no padding computed) or batched
+        self.kv_dtype = kv_storage_dtype(model, kv_cache_dtype)  # None: the model's own
+        if self.kv_dtype is not None:
+            allow_reduced_precision_kv()
 
     @classmethod
     def from_config(cls, config: TransformersBackendConfig) -> TransformersBackend:
@@ -80,7 +84,7 @@ class TransformersBackend:
         model, tokenizer = load_pretrained(config.model, device=pick_device(config.device), dtype=config.dtype)
         return cls(
             model, tokenizer, max_batch_size=config.max_batch_size, session_cache_mb=config.session_cache_mb,
-            share_prefixes=config.share_prefixes, prefill=config.prefill,
+            share_prefixes=config.share_prefixes, prefill=config.prefill, kv_cache_dtype=config.kv_cache_dtype,
         )
 
     @property
@@ -165,7 +169,28 @@ class TransformersBackend:
         return out
 
 
-LIVE_MODULE_OPTIONS = ("max_batch_size", "session_cache_mb", "share_prefixes", "prefill")
+def kv_storage_dtype(model: Any, kv_cache_dtype: str) -> torch.dtype | None:
+    """The dtype the KV caches are kept in when it is not the model's (``kv_cache_dtype`` is
+    ``model``, ``float32``, ``bfloat16`` or ``float16``); None when it is the model's.
+
+    A narrower one needs the model's attention to be ``sdpa``: only that attention is taught to read
+    keys and values of another dtype than its query (:func:`.kv_cache.allow_reduced_precision_kv`).
+    """
+    if kv_cache_dtype not in ("model", "float32", "bfloat16", "float16"):
+        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r}: use 'model', 'float32', 'bfloat16' or 'float16'")
+    if kv_cache_dtype == "model":
+        return None
+    dtype = getattr(torch, kv_cache_dtype)
+    if dtype == next(model.parameters()).dtype:
+        return None
+    attention = getattr(model.config, "_attn_implementation", None)
+    if attention != "sdpa":
+        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r} needs the model's attention to be 'sdpa' (it is "
+                         f"{attention!r}); load the model with attn_implementation='sdpa' or use kv_cache_dtype='model'")
+    return dtype
+
+
+LIVE_MODULE_OPTIONS = ("max_batch_size", "session_cache_mb", "share_prefixes", "prefill", "kv_cache_dtype")
 """Options that apply to a module the trainer lends (the others say how to load one)."""
 
 

@@ -41,4 +41,11 @@ class TransformersBackendConfig(BaseModel):
         "computed; faster on a CPU, where cost follows tokens), 'batched' in one padded forward pass; "
         "'auto' = per_row on CPU, batched on CUDA.",
     )
+    kv_cache_dtype: Literal["model", "float32", "bfloat16", "float16"] = Field(
+        default="model",
+        description="dtype the KV caches (the decode batch's, kept sessions, shared prefixes) are stored in; "
+        "'model' = the weights' dtype. 'bfloat16' beside float32 weights halves their memory (most of a CPU "
+        "rollout's); attention then reads them in bfloat16 (sdpa attention only). Sampled log-probs move by "
+        "about what bf16 autocast moves the learner's.",
+    )
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: torch's default).")

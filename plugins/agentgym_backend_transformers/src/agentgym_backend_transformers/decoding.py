@@ -231,7 +231,8 @@ class DecodeBatch:
 
         backend = self.backend
         device = backend.device
-        cache = growing_cache(backend.model.config) if self._plain else DynamicCache(config=backend.model.config)
+        cache = growing_cache(backend.model.config, dtype=backend.kv_dtype) if self._plain \
+            else DynamicCache(config=backend.model.config)
         batch, width_c = len(joining), max(reuse)
         width_s = max(len(row.prompt) - c for row, c in zip(joining, reuse, strict=True))
         attention = torch.zeros((batch, width_c + width_s), dtype=torch.long, device=device)
@@ -281,7 +282,7 @@ class DecodeBatch:
         cache = DynamicCache(config=model.config)  # views of the joining rows inside the batch's buffers
         batch_layers = self._batch_cache().layers
         for b, (row, kv, c) in enumerate(zip(joining, cached, reuse, strict=True)):
-            own = growing_cache(model.config)  # the suffix's keys are appended without copying the prefix
+            own = growing_cache(model.config, dtype=backend.kv_dtype)  # suffix appended, prefix not copied
             if c:
                 assert kv is not None
                 for index, (k, v) in enumerate(kv.layers):
@@ -339,7 +340,9 @@ class DecodeBatch:
         backend.model(input_ids=ids, position_ids=torch.arange(len(tokens), device=backend.device)[None],
                       past_key_values=cache, use_cache=True, logits_to_keep=1)
         backend.sessions.stats.prefilled_tokens += len(tokens)
-        kv = SessionKV(token_ids=list(tokens), layers=[(layer.keys[0], layer.values[0]) for layer in cache.layers])
+        dtype = backend.kv_dtype or cache.layers[0].keys.dtype  # kept in the batch's storage dtype
+        kv = SessionKV(token_ids=list(tokens),
+                       layers=[(layer.keys[0].to(dtype), layer.values[0].to(dtype)) for layer in cache.layers])
         self._keep_prefix(kv)
         return kv
 
@@ -375,7 +378,7 @@ class DecodeBatch:
     def _batch_cache(self) -> Any:
         """The batch's own in-place cache (full-attention models), created on first use."""
         if self._cache is None:
-            self._cache = growing_cache(self.backend.model.config, max_rows=self.max_rows)
+            self._cache = growing_cache(self.backend.model.config, max_rows=self.max_rows, dtype=self.backend.kv_dtype)
         return self._cache
 
     def _select(self, keep: list[int]) -> list[int]:

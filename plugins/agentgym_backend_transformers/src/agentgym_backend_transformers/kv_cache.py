@@ -26,6 +26,12 @@ where decode steps write. The buffers thus hold about 1.3x the window. Columns a
 finite numbers the attention mask hides -- so the model computes exactly what it computes over a
 ``DynamicLayer`` holding the same contents (the same tokens and log-probs). Code that replaces
 ``keys``/``values`` with tensors of its own is noticed on the next ``update``, which adopts them.
+
+Storage dtype. The buffers may hold keys and values in a narrower dtype than the model computes in
+(``dtype=torch.bfloat16`` beside float32 weights: half the memory, which on a CPU is most of a
+rollout's). New columns are rounded once when written; attention then reads the stored keys and
+values as they are, with the query cast to their dtype (:func:`allow_reduced_precision_kv` lets
+transformers' SDPA attention take such mixed inputs), so no step converts the whole cache back.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["HEADROOM", "GrowingLayer", "fill_holes", "growing_cache"]
+__all__ = ["HEADROOM", "GrowingLayer", "allow_reduced_precision_kv", "fill_holes", "growing_cache"]
 
 HEADROOM = 128  # least spare columns on each side of a new buffer
 
@@ -48,11 +54,13 @@ class GrowingLayer(DynamicLayer):
         max_rows: the most rows it will hold (the decode batch's limit), if known: a buffer gets a
             quarter more rows than it needs, up to that, so rows joining later seldom force a
             reallocation.
+        dtype: the buffers' dtype (None: that of the first keys written); see the module docstring.
     """
 
-    def __init__(self, max_rows: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, max_rows: int | None = None, dtype: torch.dtype | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_rows = max_rows
+        self.storage_dtype = dtype
         self._k: torch.Tensor | None = None  # (row capacity, kv_heads, column capacity, head_dim)
         self._v: torch.Tensor | None = None
         self._rows = self._start = self._end = 0  # the window in use: rows [0, rows), columns [start, end)
@@ -191,13 +199,14 @@ class GrowingLayer(DynamicLayer):
         left, right = max(HEADROOM, width // 4), right + max(HEADROOM, width // 16)
         spare_rows = 0 if self.max_rows is None else max(0, min(rows // 4, self.max_rows - rows))
         shape = (rows + spare_rows, like.shape[1], left + width + right, like.shape[-1])
-        k, v = like.new_zeros(shape), like.new_zeros(shape)
+        dtype = self.storage_dtype or like.dtype
+        k, v = like.new_zeros(shape, dtype=dtype), like.new_zeros(shape, dtype=dtype)
         end = left + width
         if self._k is not None and self._v is not None and self.width:
             k[:self._rows, :, end - self.width:end] = self._k[:self._rows, :, self._start:self._end]
             v[:self._rows, :, end - self.width:end] = self._v[:self._rows, :, self._start:self._end]
         self._k, self._v, self._start, self._end = k, v, end - width, end
-        self.dtype, self.device, self.is_initialized = like.dtype, like.device, True
+        self.dtype, self.device, self.is_initialized = dtype, like.device, True
         self._publish()
 
 
@@ -211,8 +220,8 @@ def fill_holes(keep: Sequence[int]) -> list[int]:
     return [j if j in kept else next(movers) for j in range(n)]
 
 
-def growing_cache(config: Any, max_rows: int | None = None) -> Any:
-    """A ``DynamicCache`` for ``config`` whose layers are :class:`GrowingLayer`s.
+def growing_cache(config: Any, max_rows: int | None = None, dtype: torch.dtype | None = None) -> Any:
+    """A ``DynamicCache`` for ``config`` whose layers are :class:`GrowingLayer`s (buffers in ``dtype``).
 
     Only for models whose cache layers are all plain full-attention ``DynamicLayer``s (a sliding
     window layer drops old columns, which a growing buffer would not)."""
@@ -221,5 +230,34 @@ def growing_cache(config: Any, max_rows: int | None = None) -> Any:
     cache = DynamicCache(config=config)
     if not all(type(layer) is DynamicLayer for layer in cache.layers):
         raise ValueError("growing_cache: the model has non full-attention cache layers (sliding windows?)")
-    cache.layers = [GrowingLayer(max_rows=max_rows) for _ in cache.layers]
+    cache.layers = [GrowingLayer(max_rows=max_rows, dtype=dtype) for _ in cache.layers]
     return cache
+
+
+def _query_in_kv_dtype(sdpa: Any) -> Any:
+    """``sdpa`` (transformers' attention function) taking keys/values in another dtype than the query:
+    the query (and a float mask) are cast to the keys' dtype, the output back to the query's. Inputs
+    of one dtype go through unchanged."""
+    def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> Any:
+        if query.dtype == key.dtype:
+            return sdpa(module, query, key, value, attention_mask, *args, **kwargs)
+        if attention_mask is not None and attention_mask.is_floating_point():
+            attention_mask = attention_mask.to(key.dtype)
+        output, weights = sdpa(module, query.to(key.dtype), key, value, attention_mask, *args, **kwargs)
+        return output.to(query.dtype), weights
+
+    attention.agentgym_reduced_precision_kv = True  # type: ignore[attr-defined]
+    return attention
+
+
+def allow_reduced_precision_kv() -> None:
+    """Let transformers' ``sdpa`` attention read keys and values stored in a narrower dtype than the
+    query (see the module docstring). Process-wide and idempotent; attention over inputs of one dtype,
+    the only kind ``sdpa`` accepted before, computes exactly what it did."""
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    current = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    if not getattr(current, "agentgym_reduced_precision_kv", False):
+        AttentionInterface.register("sdpa", _query_in_kv_dtype(current))
