@@ -151,7 +151,9 @@ def test_training_run_filter_open_tokens_compare(page, run_root, serve_viewer):
     page.select_option("select[name=cmp-a]", "2")
     page.wait_for_function("document.querySelector('#cmp-a .samples') !== null")
     page.locator("#cmp-b .samples button").nth(2).click()
-    page.wait_for_selector("#cmp-b .samples button.sel >> nth=0")
+    # Wait for the clicked button itself: the previously selected one also matches "button.sel" until
+    # the panel re-renders, so waiting for any selected button raced the click.
+    page.wait_for_function("document.querySelectorAll('#cmp-b .samples button')[2]?.classList.contains('sel')")
     assert page.locator("#cmp-b .samples button").nth(2).get_attribute("class") == "sel"
     _shot(page, "4-compare")
 
