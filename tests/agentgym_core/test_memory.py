@@ -41,3 +41,24 @@ _SCENARIO = textwrap.dedent("""
 def test_memory_freed_inside_the_heap_goes_back_to_the_os():
     done = subprocess.run([sys.executable, "-c", _SCENARIO], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+_PHASES = textwrap.dedent("""
+    import torch
+    from agentgym_core.memory import PhasePeak, peak_rss_bytes
+
+    with PhasePeak() as big:
+        block = torch.ones(400 * 2**20, dtype=torch.uint8)  # 400 MB, touched
+        del block
+    with PhasePeak() as small:
+        block = torch.ones(20 * 2**20, dtype=torch.uint8)
+        del block
+    assert big.gb - small.gb > 0.3, (big.gb, small.gb)  # the second phase does not inherit the first's peak
+    assert 0 < small.bytes <= peak_rss_bytes() + 50 * 2**20
+""")
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="phase peaks reset the high-water mark through /proc")
+def test_each_phase_measures_its_own_peak_resident_memory():
+    done = subprocess.run([sys.executable, "-c", _PHASES], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

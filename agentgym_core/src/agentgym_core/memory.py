@@ -7,6 +7,10 @@ so after a rollout the process can stay hundreds of MB above what it uses, and a
 large blocks are mmapped afresh adds its peak on top. :func:`release_memory` collects garbage
 cycles (an optimizer and its LR schedule, for one, only go in a full collection) and then asks
 glibc to return every free page (``malloc_trim(0)``); the trainer calls it between phases.
+
+:class:`PhasePeak` measures a phase's own peak resident memory: Linux keeps the process's high-water
+mark (``VmHWM``) and resets it to the current RSS on a write of ``5`` to ``/proc/self/clear_refs``, so
+each phase's peak is read without a sampling thread.
 """
 
 from __future__ import annotations
@@ -16,8 +20,14 @@ import ctypes.util
 import functools
 import gc
 import platform
+import resource
+import sys
+from pathlib import Path
 
-__all__ = ["release_memory"]
+__all__ = ["PhasePeak", "peak_rss_bytes", "release_memory", "reset_peak_rss"]
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
 @functools.cache
@@ -47,3 +57,52 @@ def release_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+def reset_peak_rss() -> bool:
+    """Start a new high-water mark at the current RSS; False where the OS cannot (then peaks are since start)."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident memory since start or since the last :func:`reset_peak_rss`, in bytes."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # "VmHWM:   123456 kB"
+    except OSError:
+        pass
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # since start only
+    return int(maxrss) if sys.platform == "darwin" else int(maxrss) * 1024  # macOS: bytes; Linux: kB
+
+
+class PhasePeak:
+    """Peak RSS of a block of code: ``with PhasePeak() as peak: ...`` (or ``start()`` .. ``stop()``), then ``peak.gb``.
+
+    Resets the high-water mark on entry, so phases measure apart; where the OS cannot reset it
+    (not Linux), ``gb`` is the peak since the process started, an upper bound.
+    """
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def start(self) -> PhasePeak:
+        reset_peak_rss()
+        return self
+
+    def stop(self) -> None:
+        self.bytes = peak_rss_bytes()
+
+    def __enter__(self) -> PhasePeak:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def gb(self) -> float:
+        return self.bytes / 1e9

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from agentgym_core.finetune.common import FinetuneResult, open_evaluation, restore, save
 from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
+from agentgym_core.memory import PhasePeak
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.forward import mixed_precision
 from agentgym_core.rl.tracking import MetricsWriter
@@ -68,7 +69,12 @@ def train_steps(
     writer = MetricsWriter(run_dir, tensorboard=config.trainer.tensorboard, resume_step=start if resume else None)
     result = FinetuneResult(run_dir=run_dir, steps=start)
 
-    with open_evaluation(pm, config, model, tokenizer) as evaluate_now:
+    with open_evaluation(pm, config, model, tokenizer) as evaluate_held_out:
+        def evaluate_now(step: int) -> dict[str, Any] | None:  # with the evaluation's peak resident memory
+            with PhasePeak() as peak:
+                found = evaluate_held_out(step)
+            return None if found is None else {**found, "peak_rss_gb": peak.gb}
+
         # ---- evaluation before training --------------------------------------------------------------
         if evaluate and config.trainer.eval_before and start == 0:
             result.eval_before = evaluate_now(0)
@@ -79,12 +85,14 @@ def train_steps(
         last = total_steps if stop_after is None else min(total_steps, start + stop_after)
         bar = tqdm(range(start, last), initial=start, total=total_steps, desc=label,
                    disable=not config.trainer.progress, dynamic_ncols=True)
+        peak = PhasePeak().start()  # each step logs the peak resident memory of the steps so far
         for step in bar:
             t0 = time.perf_counter()
             with mixed_precision(config.model.mixed_precision, model):
                 metrics = train_step(step, optimizer)
             lr_schedule.step()
-            metrics.update(lr=lr_schedule.get_last_lr()[0], time_step=time.perf_counter() - t0)
+            peak.stop()
+            metrics.update(lr=lr_schedule.get_last_lr()[0], time_step=time.perf_counter() - t0, peak_rss_gb=peak.gb)
             done = step + 1
             writer.write(done, metrics)
             bar.set_postfix(**postfix(metrics))

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from agentgym_core.memory import release_memory
+from agentgym_core.memory import PhasePeak, release_memory
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
@@ -166,7 +166,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             for step in bar:
                 t_step = time.perf_counter()
                 # ---- 1-2. rollouts: group_size samples per task, per env, horizon from the scheduler --
-                rollout = worker.collect(step) if ctx.is_main else None
+                with PhasePeak() as rollout_peak:
+                    rollout = worker.collect(step) if ctx.is_main else None
                 release_memory()  # the rollout's KV caches, before the learner's largest allocations
                 if ctx.is_main:
                     staleness = staleness_metrics(rollout.trajectories, step)  # synchronous samples: version `step`
@@ -179,6 +180,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 trained = broadcast_object(trainable if ctx.is_main else None, ctx)
 
                 # ---- 3. rewards on policy tokens, old and reference log-probs (the learner) -----------
+                update_peak = PhasePeak().start()  # scoring and the update: stopped after step 5
                 batch = build_batch(trained)
                 scored = learner.score(batch, temperature=cfg.rollout.temperature)
 
@@ -203,6 +205,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, "minibatch", step))
                     update_metrics = learner.update(inputs, temperature=cfg.rollout.temperature, generator=generator)
                 learner.step_schedule()
+                update_peak.stop()
                 release_memory()  # activations and logits of the update, before the next rollout
 
                 # ---- 6. weights to the rollout backend ---------------------------------------------------
@@ -244,6 +247,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     "time_step": time.perf_counter() - t_step,
                     **rollout.metrics,  # sampling rounds; re-runs of failed episodes; per-server throughput, errors
                 }
+                if place_roles is None:  # both roles in this process: its peak resident memory in each phase
+                    metrics.update(peak_rss_rollout_gb=rollout_peak.gb, peak_rss_update_gb=update_peak.gb)
                 scheduler.update(step, metrics)
                 writer.write(step + 1, metrics)
                 bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
@@ -256,7 +261,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 done = step + 1
                 if cfg.trainer.eval_every and cfg.trainer.eval_tasks and done % cfg.trainer.eval_every == 0 \
                         and done < cfg.trainer.steps:
-                    ev = worker.evaluate(final_horizon, step=done)
+                    ev = _evaluate(worker, final_horizon, done, measure=place_roles is None)
                     writer.write(done, ev, kind="eval")
                     pm.hook.agentgym_observe_evaluation(step=done, results=ev)
 
@@ -266,7 +271,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
 
             # ---- evaluation after training ------------------------------------------------------------------
             if ctx.is_main and last_step == cfg.trainer.steps and cfg.trainer.eval_tasks:
-                results["eval_after"] = worker.evaluate(final_horizon, step=cfg.trainer.steps)
+                results["eval_after"] = _evaluate(worker, final_horizon, cfg.trainer.steps, measure=place_roles is None)
                 writer.write(cfg.trainer.steps, results["eval_after"], kind="eval")
                 pm.hook.agentgym_observe_evaluation(step=cfg.trainer.steps, results=results["eval_after"])
         results["final"] = metrics
@@ -294,6 +299,13 @@ def _evaluate_before(cfg: TrainConfig, worker: RolloutWorker, writer: MetricsWri
     writer.write(0, result, kind="eval")
     pm.hook.agentgym_observe_evaluation(step=0, results=result)
     return {"eval_before": result}
+
+
+def _evaluate(worker: Any, horizon: int, step: int, *, measure: bool) -> dict[str, Any]:
+    """A held-out evaluation; with ``measure``, its peak resident memory as ``peak_rss_gb``."""
+    with PhasePeak() as peak:
+        result = worker.evaluate(horizon, step=step)
+    return {**result, "peak_rss_gb": peak.gb} if measure else result
 
 
 def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list[int]) -> UpdateInputs:
