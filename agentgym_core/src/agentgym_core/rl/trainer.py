@@ -151,7 +151,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
 
             # ---- evaluation before training (a resumed run reads it back from its log) ---------------
             if ctx.is_main:
-                results.update(_evaluate_before(cfg, worker, writer, pm, start_step, final_horizon, eval_before))
+                results.update(_evaluate_before(cfg, worker, writer, pm, start_step, final_horizon, eval_before,
+                                                measure=place_roles is None))
 
             last_step = cfg.trainer.steps if stop_after is None else min(cfg.trainer.steps, start_step + stop_after)
             if ctx.is_main and cfg.rollout.dynamic_sampling.min_mixed_groups:
@@ -286,7 +287,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
 
 
 def _evaluate_before(cfg: TrainConfig, worker: RolloutWorker, writer: MetricsWriter, pm: PluginManager,
-                     start_step: int, horizon: int, known: dict[str, Any] | None) -> dict[str, Any]:
+                     start_step: int, horizon: int, known: dict[str, Any] | None, *, measure: bool) -> dict[str, Any]:
     """The held-out evaluation at step 0: read back on resume, reused from a warm start, or run now."""
     if start_step > 0 and writer.path.exists():
         logged = [json.loads(x) for x in writer.path.read_text().splitlines() if x.strip()]
@@ -295,7 +296,7 @@ def _evaluate_before(cfg: TrainConfig, worker: RolloutWorker, writer: MetricsWri
     if not (cfg.trainer.eval_before and cfg.trainer.eval_tasks and start_step == 0):
         return {}
     # After a warm start, RL starts from the model SFT just evaluated on the same tasks and horizon.
-    result = {**known, "step": 0} if known else worker.evaluate(horizon, step=0)
+    result = {**known, "step": 0} if known else _evaluate(worker, horizon, 0, measure=measure)
     writer.write(0, result, kind="eval")
     pm.hook.agentgym_observe_evaluation(step=0, results=result)
     return {"eval_before": result}
