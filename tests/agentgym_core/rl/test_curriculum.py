@@ -1,0 +1,99 @@
+"""Pass-rate curriculum: the weights, the draw, the counts, and a run that resumes to the same tasks."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from agentgym_core.rl.config import CurriculumConfig
+from agentgym_core.rl.curriculum import (
+    PassCounts,
+    TaskCurriculum,
+    category_weight,
+    draw_tasks,
+    mixed_group_probability,
+    pass_rate,
+    tasks_by_category,
+)
+from agentgym_core.rollout.trajectory import Trajectory
+
+G = 4  # group size of the unit tests
+
+
+def _traj(category: str | None, success: bool, env: str = "e", failed: bool = False) -> Trajectory:
+    return Trajectory(env=env, task_id=0, category=category, success=success, failed=failed)
+
+
+# ---- the estimate and the weight ----------------------------------------------------------------------------
+def test_an_unseen_category_is_estimated_at_one_half_and_the_estimate_never_reaches_0_or_1():
+    assert pass_rate(PassCounts()) == 0.5
+    assert pass_rate(PassCounts(successes=0.0, attempts=100.0)) == pytest.approx(1 / 102)
+    assert pass_rate(PassCounts(successes=100.0, attempts=100.0)) == pytest.approx(101 / 102)
+
+
+def test_the_chance_of_a_mixed_group_peaks_at_one_half_and_the_weight_is_floored():
+    grid = [i / 20 for i in range(21)]
+    chances = [mixed_group_probability(p, G) for p in grid]
+    assert max(range(21), key=lambda i: chances[i]) == 10 and chances[10] == pytest.approx(1 - 2 / 16)
+    assert chances[0] == chances[-1] == 0.0
+    assert all(a == pytest.approx(b) for a, b in zip(chances, reversed(chances), strict=True))  # symmetric
+    never = PassCounts(successes=0.0, attempts=200.0)  # p = 1/202: a mixed group of 4 about 2% of the time
+    assert category_weight(never, G, floor=0.05) == 0.05
+    assert category_weight(PassCounts(), G, floor=0.05) == pytest.approx(0.875)
+
+
+def test_update_decays_old_counts_before_adding_the_steps_own_and_skips_failed_trajectories():
+    curriculum = TaskCurriculum(CurriculumConfig(kind="pass_rate", decay=0.5), group_size=G)
+    curriculum.update([_traj("a", True), _traj("a", False), _traj("b", True), _traj(None, False)])
+    curriculum.update([_traj("a", True), _traj("a", True, failed=True), _traj("x", True, env="other")])
+    assert curriculum.counts == {
+        ("e", "a"): PassCounts(successes=0.5 * 1 + 1, attempts=0.5 * 2 + 1),
+        ("e", "b"): PassCounts(successes=0.5, attempts=0.5),
+        ("e", None): PassCounts(successes=0.0, attempts=0.5),  # tasks without a category share one
+        ("other", "x"): PassCounts(successes=1.0, attempts=1.0),  # each environment counts its own
+    }
+    copy = TaskCurriculum(CurriculumConfig(kind="pass_rate"), group_size=G)
+    copy.load_state_dict(json.loads(json.dumps(curriculum.state_dict())))  # plain data: checkpoints, Ray calls
+    assert copy.counts == curriculum.counts
+
+
+# ---- the draw -----------------------------------------------------------------------------------------------
+def test_tasks_are_grouped_by_category_in_a_fixed_order_with_uncategorised_ones_shared():
+    groups = tasks_by_category([5, 1, 4, 2, 3], {5: "b", 1: "a", 4: "b", 2: "a"})
+    assert list(groups.items()) == [(None, [3]), ("a", [1, 2]), ("b", [5, 4])]
+
+
+def test_the_draw_is_a_pure_function_of_seed_step_label_and_counts():
+    by_category = {"a": list(range(10)), "b": list(range(10, 20))}
+    first = draw_tasks(by_category, [0.9, 0.1], n=6, step=3, seed=1, label="e")
+    assert first == draw_tasks(by_category, [0.9, 0.1], n=6, step=3, seed=1, label="e")
+    others = [draw_tasks(by_category, [0.9, 0.1], n=6, step=4, seed=1, label="e"),
+              draw_tasks(by_category, [0.9, 0.1], n=6, step=3, seed=2, label="e"),
+              draw_tasks(by_category, [0.9, 0.1], n=6, step=3, seed=1, label="e:round1")]
+    assert all(other != first for other in others)
+
+
+def test_a_category_with_mixed_outcomes_is_drawn_far_more_than_one_always_or_never_solved():
+    curriculum = TaskCurriculum(CurriculumConfig(kind="pass_rate", decay=0.9, floor=0.05), group_size=G)
+    for _ in range(50):  # 50 steps of outcomes: "easy" always passes, "hard" never, "coin" half the time
+        curriculum.update([_traj("easy", True)] * 8 + [_traj("hard", False)] * 8
+                          + [_traj("coin", True)] * 4 + [_traj("coin", False)] * 4)
+    by_category = {"coin": list(range(0, 30)), "easy": list(range(30, 60)), "hard": list(range(60, 90))}
+    counts = Counter()
+    for step in range(50):
+        for task in curriculum.tasks_for_step("e", by_category, n=8, step=step, seed=0, label="e"):
+            counts[next(c for c, ids in by_category.items() if task in ids)] += 1
+    assert counts["coin"] > 5 * counts["easy"] and counts["coin"] > 5 * counts["hard"]
+    assert counts["easy"] > 0 and counts["hard"] > 0  # the floor: neither starves
+    metrics = curriculum.metrics("e", list(by_category))
+    assert metrics["curriculum/e/categories_weighted"] == 1.0  # only "coin" is above the floor
+    # A uniform draw of the three would give mixed groups a third of the time; this one, about 0.79.
+    assert 0.75 < metrics["curriculum/e/expected_mixed"] < 0.875
+
+
+def test_tasks_within_a_category_rotate_through_its_shuffle():
+    tasks = list(range(12))
+    drawn = [t for step in range(3) for t in draw_tasks({"only": tasks}, [1.0], n=4, step=step, seed=0, label="e")]
+    assert sorted(drawn) == tasks  # one pass over the category: every task once
