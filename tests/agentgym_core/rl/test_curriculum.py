@@ -7,6 +7,8 @@ from collections import Counter
 
 import pytest
 
+from agentgym_core import hookimpl
+from agentgym_core.env import Env, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
 from agentgym_core.rl.config import CurriculumConfig
 from agentgym_core.rl.curriculum import (
     PassCounts,
@@ -97,3 +99,102 @@ def test_tasks_within_a_category_rotate_through_its_shuffle():
     tasks = list(range(12))
     drawn = [t for step in range(3) for t in draw_tasks({"only": tasks}, [1.0], n=4, step=step, seed=0, label="e")]
     assert sorted(drawn) == tasks  # one pass over the category: every task once
+
+
+# ---- the trainer --------------------------------------------------------------------------------------------
+class LevelsEnv(Env):
+    """Three levels of three tasks (and two without a level): "easy" always passes, "hard" never, "coin"
+    passes when the reply's length is odd. One turn."""
+
+    name = "levels"
+    LEVELS = {"easy": [0, 1, 2], "coin": [3, 4, 5], "hard": [6, 7, 8]}
+
+    def __init__(self) -> None:
+        self.task, self.done = 0, True
+
+    @property
+    def instruction(self) -> str:
+        return "Reply with Action: <anything>"
+
+    @classmethod
+    def tasks(cls) -> TaskCatalog:
+        return TaskCatalog(splits={"train": list(range(11)), "test": [11, 12]}, categories=cls.LEVELS)
+
+    def reset(self, task_id: int, seed: int | None = None) -> ResetResult:
+        self.task, self.done = task_id, False
+        return ResetResult(observation="Go.")
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            raise EpisodeEndedError("episode over")
+        self.done = True
+        passed = self.task in self.LEVELS["easy"] or (self.task in self.LEVELS["coin"] and len(action) % 2 == 1)
+        return StepResult(observation="ok", reward=float(passed), terminated=True, success=passed)
+
+
+class _Plugin:
+    @hookimpl
+    def agentgym_register_envs(self, register) -> None:
+        register("levels", LevelsEnv, summary="test env with levels")
+
+
+@pytest.fixture
+def levels_pm():
+    from agentgym_core.plugins import PluginManager
+
+    pytest.importorskip("agentgym_estimators")
+    pytest.importorskip("agentgym_backend_transformers")
+    manager = PluginManager(autoload=True, allow=["estimators", "transformers"])
+    manager.register(_Plugin(), "levels-test")
+    return manager
+
+
+def _levels_config(tiny_config, run_dir, **overrides):
+    return tiny_config(run_dir, **{
+        "envs": "[{name: levels, max_concurrency: 4}]", "rollout.tasks_per_step": 3, "rollout.group_size": 3,
+        "rollout.curriculum.kind": "pass_rate", "rollout.curriculum.decay": 0.8, "trainer.steps": 4,
+        "trainer.save_every": 2, "trainer.eval_tasks": 0, "algorithm.rounds_ctrl.rounds": 1, **overrides})
+
+
+def _steps(run_dir):
+    """Per step: its metrics line and its trajectories' (task, category, sample, token ids)."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    trained = [x for x in lines if x["kind"] == "train"]
+    sampled = [[(t["task_id"], t["category"], t["sample_index"], t["token_ids"]) for t in map(json.loads, (
+        run_dir / "trajectories" / f"step_{x['step']:06d}.jsonl").read_text().splitlines())] for x in trained]
+    return trained, sampled
+
+
+def test_a_run_with_the_curriculum_logs_it_checkpoints_its_counts_and_resumes_to_the_same_tasks(
+        tmp_path, levels_pm, tiny_config):
+    from agentgym_core.rl.checkpoint import load_trainer_state
+    from agentgym_core.rl.trainer import train
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    train(_levels_config(tiny_config, tmp_path / "full"), plugin_manager=levels_pm, model=model, tokenizer=tokenizer)
+    full, full_tasks = _steps(tmp_path / "full")
+    assert [x["step"] for x in full] == [1, 2, 3, 4]
+    # Four categories (three levels and the uncategorised tasks), none tried before step 1: 1 - 2 / 2^3 each.
+    assert full[0]["curriculum/levels/expected_mixed"] == pytest.approx(0.75)
+    assert full[0]["curriculum/levels/categories_weighted"] == 4.0
+    assert full[3]["curriculum/levels/expected_mixed"] != pytest.approx(0.75)  # the counts moved the weights
+    assert {category for step in full_tasks for _, category, _, _ in step} <= {"easy", "coin", "hard", None}
+    state = load_trainer_state(tmp_path / "full" / "checkpoints" / "step_000004")
+    attempts = sum(a for _, _, _, a in state["curriculum"]["counts"])
+    assert attempts == pytest.approx(sum(0.8**k * 9 for k in range(4)))  # 9 samples a step, decayed each step
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    config = _levels_config(tiny_config, tmp_path / "cut")
+    train(config, plugin_manager=levels_pm, model=model, tokenizer=tokenizer, stop_after=2)
+    model, tokenizer = tiny_chat_model(seed=0)
+    train(config, resume=True, plugin_manager=levels_pm, model=model, tokenizer=tokenizer)
+    resumed, resumed_tasks = _steps(tmp_path / "cut")
+    assert [x["step"] for x in resumed] == [1, 2, 3, 4]
+    assert resumed_tasks == full_tasks  # the same tasks, samples and tokens, before and after the resume
+    # expected_mixed is what shows the counts came back: a resume that lost them draws step 3 from unseen
+    # categories (0.75), even where those weights happen to pick the same tasks.
+    for a, b in zip(resumed, full, strict=True):
+        for key in ("curriculum/levels/expected_mixed", "curriculum/levels/categories_weighted", "success",
+                    "pg_loss"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (a["step"], key)
