@@ -101,6 +101,37 @@ def test_tasks_within_a_category_rotate_through_its_shuffle():
     assert sorted(drawn) == tasks  # one pass over the category: every task once
 
 
+# ---- Ray's rollout workers (the calls only; tests/agentgym_core/rl/on_ray runs them under Ray) --------------
+def test_ray_rollout_workers_draw_from_the_drivers_counts_and_their_figures_are_not_summed():
+    from types import SimpleNamespace
+
+    from agentgym_core.rl.ray_launcher import RayRolloutGroup, RolloutActor
+    from agentgym_core.rl.rollout_worker import RolloutResult
+
+    driver = TaskCurriculum(CurriculumConfig(kind="pass_rate"), group_size=G)
+    driver.update([_traj("a", True), _traj("a", True), _traj("a", False)])  # p = 3/5
+    # Two actors as the driver sees them (a handle's method has .remote), each a RolloutActor around a
+    # worker that reports the counts it drew from.
+    actors = []
+    for _ in range(2):
+        worker = SimpleNamespace(curriculum=TaskCurriculum(CurriculumConfig(kind="pass_rate"), group_size=G))
+        worker.collect = lambda step, sampling_round, w=worker: RolloutResult([], 1.0, 0.0, 0, {
+            "reruns": 1.0, "curriculum/e/expected_mixed": w.curriculum.metrics("e", ["a"])[
+                "curriculum/e/expected_mixed"]})
+        actor = SimpleNamespace(scheduler=SimpleNamespace(load_state_dict=lambda state: None),
+                                curriculum=worker.curriculum, worker=worker)
+        actors.append(SimpleNamespace(collect=SimpleNamespace(
+            remote=lambda *args, actor=actor, **kwargs: RolloutActor.collect(actor, *args, **kwargs))))
+    remote = SimpleNamespace(ray=None, step=0, get=lambda ref, what: ref)
+    group = RayRolloutGroup(actors, remote, scheduler=SimpleNamespace(state_dict=dict), env_order=["e"],
+                            restarts=0, curriculum=driver)
+    result = group.collect(3)
+    assert result.metrics["reruns"] == 2.0  # a count: summed over the workers' slices
+    # The step's figure, the same in each worker, computed from the driver's counts.
+    assert result.metrics["curriculum/e/expected_mixed"] == driver.metrics("e", ["a"])["curriculum/e/expected_mixed"]
+    assert result.metrics["curriculum/e/expected_mixed"] != 0.875  # not the empty counts the actors started with
+
+
 # ---- the trainer --------------------------------------------------------------------------------------------
 class LevelsEnv(Env):
     """Three levels of three tasks (and two without a level): "easy" always passes, "hard" never, "coin"
