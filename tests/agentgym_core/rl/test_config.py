@@ -74,7 +74,21 @@ def test_train_command_dispatches_on_the_recipe_kind(capsys, pm):
     ("trainer.rollout_resources={num_cpus: 0}", "must ask for some resource"),
     ("trainer.launcher=slurm", "trainer.launcher"),
     ("rollout.max_staleness=-1", "rollout.max_staleness"),
+    ("rollout.curriculum.kind=easy_first", "rollout.curriculum.kind"),
+    ("rollout.curriculum.decay=0", "rollout.curriculum.decay"),
+    ("rollout.curriculum.floor=1.5", "rollout.curriculum.floor"),
+    ("rollout.curriculum={kind: pass_rate, flor: 0.1}", "Did you mean 'rollout.curriculum.floor'"),
 ])
 def test_launcher_and_staleness_options_are_checked(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, ["envs=[{name: word}]", override])
+
+
+def test_the_curriculum_is_off_by_default_and_refuses_asynchronous_rollouts():
+    assert load_config(None, ["envs=[{name: word}]"]).rollout.curriculum.kind == "none"
+    with pytest.raises(ConfigError, match=r"rollout.curriculum.kind=pass_rate needs rollout.max_staleness=0.*"
+                                          r"Set rollout.max_staleness=0, or rollout.curriculum.kind=none"):
+        load_config(None, ["envs=[{name: word}]", "rollout.curriculum.kind=pass_rate", "rollout.max_staleness=1"])
+    # Synchronous, on either launcher: accepted (the Ray workers get the counts with each step's collect).
+    config = load_config(None, ["envs=[{name: word}]", "rollout.curriculum.kind=pass_rate", "trainer.launcher=ray"])
+    assert config.rollout.curriculum.kind == "pass_rate"

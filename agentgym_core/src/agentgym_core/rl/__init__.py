@@ -8,6 +8,7 @@ value loss), ``estimator_api`` + ``checks`` (the estimator plugin contract and i
 ``forward`` (packed/padded per-token forward), ``critic`` (GAE's value model: separate or on the
 policy's trunk), ``update`` (epochs x mini-batches),
 ``config`` (typed config), ``checkpoint``, ``tracking`` (metrics), ``batch`` (task order, tensors),
+``curriculum`` (tasks drawn by category pass rate, rollout.curriculum),
 ``async_rollouts`` (sampling ahead of the learner, rollout.max_staleness), ``ray_launcher``
 (trainer.launcher=ray: the roles as Ray actors).
 """

@@ -11,7 +11,8 @@ import torch
 from agentgym_core.rl.rewards import place_rewards
 from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["RLBatch", "allocate_tasks", "build_batch", "step_seed", "tasks_for_step", "trainable_trajectories"]
+__all__ = ["RLBatch", "allocate_tasks", "build_batch", "shuffled_slice", "step_seed", "tasks_for_step",
+           "trainable_trajectories"]
 
 
 @dataclass
@@ -83,14 +84,23 @@ def tasks_for_step(task_ids: Sequence[int], n: int, step: int, seed: int, label:
     """
     if not task_ids:
         raise ValueError(f"no training tasks for {label or 'the environment'}; check its train split/train_tasks")
+    return shuffled_slice(task_ids, step * n, n, seed, label)
+
+
+def shuffled_slice(task_ids: Sequence[int], start: int, count: int, seed: int, label: object) -> list[int]:
+    """Positions ``[start, start + count)`` of the endless stream of per-epoch shuffles of ``task_ids``.
+
+    Epoch e of the stream is a permutation of ``task_ids`` seeded by (seed, label, "epoch", e); position
+    p lies in epoch ``p // len(task_ids)``. A pure function of its arguments.
+    """
     ids = list(task_ids)
     out: list[int] = []
-    position = step * n
-    while len(out) < n:
+    position = start
+    while len(out) < count:
         epoch, offset = divmod(position, len(ids))
         g = torch.Generator().manual_seed(step_seed(seed, label, "epoch", epoch))
         perm = torch.randperm(len(ids), generator=g).tolist()
-        take = min(n - len(out), len(ids) - offset)
+        take = min(count - len(out), len(ids) - offset)
         out.extend(ids[j] for j in perm[offset: offset + take])
         position += take
     return out

@@ -27,6 +27,7 @@ __all__ = [
     "AlgorithmConfig",
     "ConfigError",
     "CriticConfig",
+    "CurriculumConfig",
     "DynamicSamplingConfig",
     "EnvConfig",
     "KLConfig",
@@ -149,6 +150,30 @@ class DynamicSamplingConfig(_Section):
     max_rounds: int = Field(3, ge=1, description="Most sampling rounds of rollout.tasks_per_step tasks in one step.")
 
 
+class CurriculumConfig(_Section):
+    """``rollout.curriculum``: favour task categories whose groups are likely to have mixed outcomes.
+
+    A group of ``group_size`` samples carries a group-relative signal only when its outcomes differ.
+    With ``kind: pass_rate`` each step draws its tasks' categories (BabyAI's levels, TextCraft's
+    depths, ...) in proportion to the probability that a group of them is mixed, estimated from the
+    category's recent pass rate, and takes the tasks within a category from its own shuffle. Tasks
+    without a category share one. See :mod:`agentgym_core.rl.curriculum`.
+    """
+
+    kind: Literal["none", "pass_rate"] = Field(
+        "none", description="'none': tasks in per-epoch shuffles of the whole train split, every task once per "
+        "epoch. 'pass_rate': categories drawn by 1 - p^G - (1-p)^G, the chance that a group of G=rollout.group_size "
+        "samples has both passes and fails, with p = (successes + 1) / (attempts + 2) of the category's decayed "
+        "counts (0.5 before its first attempt).")
+    decay: float = Field(
+        0.9, gt=0.0, le=1.0, description="Factor on a category's success and attempt counts after each step, before "
+        "the step's own are added: the estimate follows the policy with an effective memory of about "
+        "1 / (1 - decay) steps. 1.0: never forget.")
+    floor: float = Field(
+        0.05, gt=0.0, le=1.0, description="Least weight of a category, so one that is always or never solved is "
+        "still drawn now and then and its estimate can change.")
+
+
 class RolloutConfig(_Section):
     """``rollout``: how trajectories are sampled."""
 
@@ -165,6 +190,8 @@ class RolloutConfig(_Section):
     eval_temperature: float = Field(0.0, ge=0.0, description="Temperature at evaluation (0 = greedy).")
     dynamic_sampling: DynamicSamplingConfig = Field(
         default_factory=DynamicSamplingConfig, description="Sample more tasks until enough groups have signal.")
+    curriculum: CurriculumConfig = Field(
+        default_factory=CurriculumConfig, description="Draw tasks by category, favouring those with mixed outcomes.")
     env_timeout_s: float = Field(
         600.0, gt=0.0, description="Limit in seconds on one environment call (create/reset/step, HTTP read "
         "included). A call that takes longer fails its trajectory as an infrastructure failure, which is left "
@@ -185,6 +212,16 @@ class RolloutConfig(_Section):
         "policy_version and the lag is logged (staleness_mean/staleness_max). Off-policy by at most k updates; "
         "the PPO ratio uses the learner's log-probs as the old policy.",
     )
+
+    @model_validator(mode="after")
+    def _curriculum_needs_synchronous_rollouts(self) -> RolloutConfig:
+        if self.curriculum.kind != "none" and self.max_staleness > 0:
+            raise ValueError(
+                f"rollout.curriculum.kind={self.curriculum.kind} needs rollout.max_staleness=0: with asynchronous "
+                f"rollouts (max_staleness={self.max_staleness}) a step's tasks would be drawn before the outcomes "
+                "of the steps just before it are counted, at a point that depends on timing, so a resumed run "
+                "could draw other tasks. Set rollout.max_staleness=0, or rollout.curriculum.kind=none")
+        return self
 
 
 class KLConfig(_Section):

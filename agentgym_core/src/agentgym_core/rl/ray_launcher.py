@@ -38,6 +38,7 @@ from typing import Any
 
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import ActorResources, TrainConfig
+from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
 from agentgym_core.rl.distributed import DistContext
 from agentgym_core.rl.rollout_worker import RolloutResult
 
@@ -153,11 +154,12 @@ class RolloutActor:
         pm = get_plugin_manager()
         config = bind_plugin_options(config, pm)
         self.scheduler = pm.get("round_scheduler", config.algorithm.rounds_ctrl.type)(config.algorithm.rounds_ctrl)
+        self.curriculum = curriculum_for(config.rollout)  # its counts come from the driver with each collect
         self._stack = contextlib.ExitStack()
         backend, _ = make_backend(pm, config, None, None)
         envs = self._stack.enter_context(open_envs(pm, config.envs, timeout_s=config.rollout.env_timeout_s))
         self.worker = RolloutWorker(config, envs, backend, scheduler=self.scheduler, receives_weights=True,
-                                    shard=(index, count))
+                                    shard=(index, count), curriculum=self.curriculum)
         self._stack.callback(self.worker.close)
         self.collecting = False
 
@@ -167,9 +169,13 @@ class RolloutActor:
     def is_collecting(self) -> bool:
         return self.collecting
 
-    def collect(self, step: int, scheduler_state: dict[str, Any], sampling_round: int = 0) -> RolloutResult:
-        """This worker's slice of step ``step`` (round ``sampling_round``) under the driver's round-scheduler state."""
+    def collect(self, step: int, scheduler_state: dict[str, Any], sampling_round: int = 0,
+                curriculum_state: dict[str, Any] | None = None) -> RolloutResult:
+        """This worker's slice of step ``step`` (round ``sampling_round``) under the driver's round-scheduler
+        state and curriculum counts (every worker then draws the step's whole task list, and keeps its slice)."""
         self.scheduler.load_state_dict(scheduler_state)
+        if self.curriculum is not None and curriculum_state is not None:
+            self.curriculum.load_state_dict(curriculum_state)
         self.collecting = True
         try:
             return self.worker.collect(step, sampling_round)
@@ -306,8 +312,9 @@ class RayRolloutGroup:
     receives_weights = True
 
     def __init__(self, workers: list[Any], remote: _Remote, *, scheduler: Any, env_order: list[str],
-                 restarts: int) -> None:
+                 restarts: int, curriculum: TaskCurriculum | None = None) -> None:
         self.workers, self.remote, self.scheduler = workers, remote, scheduler
+        self.curriculum = curriculum  # the driver's TaskCurriculum (None: off); its counts go with each collect
         self.env_order, self.restarts = env_order, restarts
         self.restarts_used = [0] * len(workers)
         self.restarts_reported = 0  # restarts already counted in a step's metrics
@@ -365,12 +372,15 @@ class RayRolloutGroup:
         start = time.perf_counter()
         self.remote.step = step
         state = self.scheduler.state_dict()
-        parts: list[RolloutResult] = self._on_each("collect", lambda w: w.collect.remote(step, state, sampling_round))
+        counts = self.curriculum.state_dict() if self.curriculum is not None else None
+        parts: list[RolloutResult] = self._on_each(
+            "collect", lambda w: w.collect.remote(step, state, sampling_round, curriculum_state=counts))
         trajectories = [t for env in self.env_order for part in parts for t in part.trajectories if t.env == env]
-        metrics: dict[str, float] = {}  # counts and rates add up over the workers' slices; "down" is any worker's
-        for part in parts:
+        metrics: dict[str, float] = {}  # counts and rates add up over the workers' slices; "down" is any worker's;
+        for part in parts:  # the curriculum's figures describe the whole step, the same in every worker
             for key, value in part.metrics.items():
-                metrics[key] = max(metrics.get(key, 0.0), value) if key.endswith("/down") else metrics.get(key, 0.0) + value
+                whole_step = key.endswith("/down") or key.startswith("curriculum/")
+                metrics[key] = max(metrics.get(key, 0.0), value) if whole_step else metrics.get(key, 0.0) + value
         metrics.update(self.restart_metrics())
         return RolloutResult(trajectories, time.perf_counter() - start,
                              sum(p.generation_seconds for p in parts), sum(p.generation_calls for p in parts), metrics)
@@ -466,7 +476,8 @@ class RayRoles:
         self.remote.get([a.setup.remote(address, port) for a in ranks], "learner ranks: load the model")
         return group
 
-    def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any) -> RayRolloutGroup:
+    def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any,
+                       curriculum: TaskCurriculum | None = None) -> RayRolloutGroup:
         ray, t = self.ray, self.config.trainer
         actor = ray.remote(RolloutActor)
         workers = [
@@ -476,7 +487,7 @@ class RayRoles:
         stack.callback(lambda: [ray.kill(a, no_restart=True) for a in workers])
         # Its own step count: with asynchronous rollouts the workers sample ahead of the learner's step.
         group = RayRolloutGroup(workers, _Remote(ray, t.remote_timeout_s), scheduler=scheduler, env_order=[e.name for e in self.config.envs],
-                                restarts=t.rollout_worker_restarts)
+                                restarts=t.rollout_worker_restarts, curriculum=curriculum)
         stack.callback(group.close)
         self.remote.get([w.pid.remote() for w in workers], "rollout workers: load the backend and open the envs")
         return group

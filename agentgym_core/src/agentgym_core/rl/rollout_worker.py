@@ -1,9 +1,10 @@
 """The rollout role: a backend, one rollout engine over every environment, and the environments' pools.
 
 A :class:`RolloutWorker` turns a training step into trajectories (``group_size`` samples of each of
-the step's tasks, the horizon from the round scheduler), evaluates the current policy on held-out
-tasks, and takes new weights after each update. It owns no optimizer and no learner state, so the
-loop can place it apart from the learner ranks.
+the step's tasks, the horizon from the round scheduler; the tasks from per-epoch shuffles or, with
+``rollout.curriculum``, drawn by category: :mod:`agentgym_core.rl.curriculum`), evaluates the
+current policy on held-out tasks, and takes new weights after each update. It owns no optimizer
+and no learner state, so the loop can place it apart from the learner ranks.
 
 The environments of a run sample concurrently: one engine plays every environment's episodes of
 the step (each environment with its own ``max_concurrency`` instances), so they share the model's
@@ -21,6 +22,7 @@ from typing import Any
 from agentgym_core.env_pool import ServerCounts
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
 from agentgym_core.rl.config import TrainConfig
+from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
 from agentgym_core.rl.setup import EnvHandle, evaluate
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
@@ -44,8 +46,11 @@ class RolloutWorker:
     """Samples a step's trajectories, evaluates, and takes weights; see the module docstring."""
 
     def __init__(self, config: TrainConfig, envs: list[EnvHandle], backend: Any, *, scheduler: Any,
-                 receives_weights: bool, shard: tuple[int, int] = (0, 1)) -> None:
+                 receives_weights: bool, shard: tuple[int, int] = (0, 1),
+                 curriculum: TaskCurriculum | None = None) -> None:
         self.config, self.envs, self.backend = config, envs, backend
+        self.curriculum = curriculum  # None: every env's tasks in per-epoch shuffles of its train split
+        self.task_categories = {env.name: tasks_by_category(env.train_tasks, env.categories) for env in envs}
         self.receives_weights = receives_weights
         self.shard = shard  # (i, M): this worker rolls out the i-th of M contiguous slices of a step's episodes
         rollout = config.rollout
@@ -63,13 +68,16 @@ class RolloutWorker:
 
         The tasks and the sampling seed are pure functions of (seed, step, sampling_round), so a
         resumed run samples exactly what an uninterrupted one did. Round 0 is the step's own
-        schedule of tasks; later rounds (dynamic sampling) draw from schedules of their own.
+        schedule of tasks; later rounds (dynamic sampling) draw from schedules of their own. With a
+        curriculum the tasks also depend on its counts, which change only between steps: every
+        round of a step draws with the same weights.
         """
         seed, group = self.config.trainer.seed, self.config.rollout.group_size
         episodes: list[EpisodeSpec] = []
         for env, n in zip(self.envs, self.task_counts, strict=True):
             label = env.name if sampling_round == 0 else f"{env.name}:round{sampling_round}"
-            tasks = tasks_for_step(env.train_tasks, n, step, seed, label)
+            tasks = tasks_for_step(env.train_tasks, n, step, seed, label) if self.curriculum is None else \
+                self.curriculum.tasks_for_step(env.name, self.task_categories[env.name], n, step, seed, label)
             episodes += [EpisodeSpec(task_id=t, seed=None, sample_index=k, category=env.categories.get(t),
                                      env=env.name) for t in tasks for k in range(group)]
         engine = self.engine
@@ -86,6 +94,8 @@ class RolloutWorker:
         metrics = {"reruns": float(reruns), "failed_after_reruns": float(lost)}
         for env in self.envs:
             metrics.update(server_metrics(env.name, before[env.name], env.pool.snapshot(), seconds))
+            if self.curriculum is not None:  # the curriculum this step's tasks were drawn from
+                metrics.update(self.curriculum.metrics(env.name, list(self.task_categories[env.name])))
         return RolloutResult(trajectories, seconds, engine.stats.gen_seconds, engine.stats.generation_calls, metrics)
 
     def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int,

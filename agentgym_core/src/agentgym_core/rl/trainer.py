@@ -42,6 +42,7 @@ from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
 from agentgym_core.rl.checkpoint import latest_checkpoint
 from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
+from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
 from agentgym_core.rl.distributed import DistContext, broadcast_object, init_from_environment, spawn
 from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
 from agentgym_core.rl.estimator_api import AdvantageBatch
@@ -116,6 +117,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
         if estimate is not None:
             check_group_size(cfg, estimate)  # GRPO/RLOO with one sample per task would train nothing
         scheduler = pm.get("round_scheduler", alg.rounds_ctrl.type)(alg.rounds_ctrl)
+        curriculum = curriculum_for(cfg.rollout)  # None unless rollout.curriculum draws tasks by pass rate
         checkpoint = latest_checkpoint(run_dir) if resume else None
         if resume and checkpoint is None:
             raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints; "
@@ -130,13 +132,15 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             if checkpoint is not None:
                 state = learner.load(checkpoint)  # also each rank's RNG state, where that rank lives
                 scheduler.load_state_dict(state["round_scheduler"])
+                if curriculum is not None and state.get("curriculum") is not None:
+                    curriculum.load_state_dict(state["curriculum"])
                 start_step = int(state["step"])
             # A resumed run's rollout side must sample from the restored weights, not the initial ones.
             resumed_weights = learner.policy_state_dict() if checkpoint is not None else None  # collective
             worker = writer = None
             if ctx.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
-                worker = roles.rollout_worker(stack, scheduler)
+                worker = roles.rollout_worker(stack, scheduler, curriculum)
                 if resumed_weights is not None:
                     worker.load_weights(resumed_weights)
                 del resumed_weights
@@ -171,6 +175,10 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     rollout = worker.collect(step) if ctx.is_main else None
                 release_memory()  # the rollout's KV caches, before the learner's largest allocations
                 if ctx.is_main:
+                    if curriculum is not None:
+                        # Now, before the new weights are published: a pipelined rollout side (Ray) draws the
+                        # next step's tasks as soon as they are, and must see this step's outcomes.
+                        curriculum.update(rollout.trajectories)
                     staleness = staleness_metrics(rollout.trajectories, step)  # synchronous samples: version `step`
                     pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
                 # Trajectories an env error or timeout broke are the infrastructure's failure, not the
@@ -216,7 +224,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                         worker.load_weights(weights)
                     del weights
                 if not ctx.is_main:
-                    _checkpoint_if_due(cfg, learner, tokenizer, scheduler, step + 1, run_dir)
+                    _checkpoint_if_due(cfg, learner, tokenizer, scheduler, curriculum, step + 1, run_dir)
                     continue
                 pm.hook.agentgym_observe_update(step=step, metrics=update_metrics)
 
@@ -267,7 +275,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     pm.hook.agentgym_observe_evaluation(step=done, results=ev)
 
                 # ---- 9. checkpoint (atomic; "step" counts completed steps) ----------------------------------
-                _checkpoint_if_due(cfg, learner, tokenizer, scheduler, done, run_dir)
+                _checkpoint_if_due(cfg, learner, tokenizer, scheduler, curriculum, done, run_dir)
             bar.close()
 
             # ---- evaluation after training ------------------------------------------------------------------
@@ -341,13 +349,14 @@ def _save_trajectories(run_dir: Path, step: int, trajectories: list[Any], traine
             f.write(json.dumps(record) + "\n")
 
 
-def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, tokenizer: Any, scheduler: Any, done: int,
-                       run_dir: Path) -> None:
+def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, tokenizer: Any, scheduler: Any,
+                       curriculum: TaskCurriculum | None, done: int, run_dir: Path) -> None:
     """Every ``save_every`` steps and after the last (collective on several ranks; rank 0 writes)."""
     if done % cfg.trainer.save_every and done != cfg.trainer.steps:
         return
     learner.save(run_dir, done, tokenizer=tokenizer, keep=cfg.trainer.keep_checkpoints, extra_state={
-        "step": done, "round_scheduler": scheduler.state_dict(), "config": cfg.model_dump(mode="json")})
+        "step": done, "round_scheduler": scheduler.state_dict(), "config": cfg.model_dump(mode="json"),
+        "curriculum": curriculum.state_dict() if curriculum is not None else None})
 
 
 class _LocalRoles:
@@ -370,12 +379,13 @@ class _LocalRoles:
         self.rollout_model = copy.deepcopy(self.model) if self.separate_copy and self.ctx.is_main else self.model
         return Learner(self.config, self.model, tokenizer=self.tokenizer, ctx=self.ctx)
 
-    def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any) -> RolloutWorker:
+    def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any,
+                       curriculum: TaskCurriculum | None) -> RolloutWorker:
         cfg = self.config
         backend, shares = make_backend(self.pm, cfg, self.rollout_model, self.tokenizer)
         envs = stack.enter_context(open_envs(self.pm, cfg.envs, timeout_s=cfg.rollout.env_timeout_s))
         worker = RolloutWorker(cfg, envs, backend, scheduler=scheduler,
-                               receives_weights=self.separate_copy or not shares)
+                               receives_weights=self.separate_copy or not shares, curriculum=curriculum)
         stack.callback(worker.close)
         return worker
 

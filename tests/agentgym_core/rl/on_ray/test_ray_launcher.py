@@ -22,6 +22,20 @@ def test_two_learner_ranks_and_two_rollout_workers_train_what_one_process_trains
     assert (run_dir / "checkpoints" / "step_000002" / "DONE").exists()  # written by learner rank 0
 
 
+def test_the_curriculum_on_ray_draws_what_one_process_draws(ray_cluster, tiny_path, tmp_path):
+    """The workers get the driver's pass counts with each collect: two of them sample and log what the
+    local run does, and step 2 is drawn from the counts of step 1."""
+    curriculum = "rollout.curriculum.kind=pass_rate"
+    run_training(make_config(tiny_path, tmp_path / "local", curriculum))
+    run_training(make_config(tiny_path, tmp_path / "ray", curriculum, "trainer.launcher=ray",
+                             "trainer.rollout_workers=2"))
+    assert_same_run(tmp_path / "ray", tmp_path / "local")
+    keys = ("curriculum/guess/expected_mixed", "curriculum/guess/categories_weighted")
+    ours, theirs = train_lines(tmp_path / "ray"), train_lines(tmp_path / "local")
+    assert [[x[k] for k in keys] for x in ours] == [[x[k] for k in keys] for x in theirs]  # not summed over workers
+    assert ours[0][keys[0]] == 0.5 and ours[1][keys[0]] != 0.5  # unseen categories at step 1; counted by step 2
+
+
 def test_max_staleness_1_on_ray_trains_trajectories_at_most_one_version_old(ray_cluster, tiny_path, tmp_path):
     run_dir = tmp_path / "run"
     run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.rollout_workers=2",
