@@ -156,6 +156,7 @@ def forward_tokens(
     packing: bool = True,
     max_tokens: int = 4096,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
     value_head: ValueHead | SeparateCritic | None = None,
     pad_token_id: int = 0,
 ) -> TokenStats:
@@ -164,7 +165,9 @@ def forward_tokens(
     ``mask`` is (B, T) with ``T >= max(len(seq))``. Gradients flow (call under ``torch.no_grad()``
     for old/reference log-probs). ``value_head`` (see :mod:`agentgym_core.rl.critic`): a
     :class:`ValueHead` reads the policy's last hidden state (shared trunk); a :class:`SeparateCritic`
-    runs its own trunk on the same rows, so value gradients never reach ``model``.
+    runs its own trunk on the same rows, so value gradients never reach ``model``. With
+    ``entropy_grad=False`` the entropy is a metric only: computed without a graph (no memory held for
+    a backward through it).
     """
     B, T = mask.shape
     device = next(model.parameters()).device
@@ -230,7 +233,8 @@ def forward_tokens(
                 chunk = logits[row, k[part]].float() / temperature  # (n_c, V)
                 logprobs[i, local[part]] = torch.log_softmax(chunk, dim=-1).gather(-1, tok[part, None]).squeeze(-1)
                 if entropy is not None:
-                    entropy[i, local[part]] = entropy_from_logits(chunk)
+                    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                        entropy[i, local[part]] = entropy_from_logits(chunk)
             if values is not None:
                 hidden = value_hidden[row, cols - 1]  # (n, H): state before token t
                 values[i, local] = value_head(hidden)

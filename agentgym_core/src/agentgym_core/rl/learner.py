@@ -64,7 +64,7 @@ class ScoredBatch:
     mask: torch.Tensor
     token_rewards: torch.Tensor  # the environment's rewards, minus the KL penalty when it is in the reward
     rollout_logprobs: torch.Tensor
-    old: TokenStats
+    old: TokenStats | None  # None when the update's own log-probs stand in (``algorithm.old_logprobs``)
     ref_logprobs: torch.Tensor | None
     token_kl: torch.Tensor | None  # KL estimator per token (0 off the mask); None without a reference
 
@@ -174,6 +174,10 @@ class Learner:
         mask = batch.mask.to(device)
         kw = {"temperature": temperature, "packing": alg.packing, "max_tokens": alg.micro_batch_tokens,
               "pad_token_id": self.pad_token_id}
+        if not alg.recomputes_old_logprobs:  # one optimizer step: the update's own log-probs are the old ones
+            return ScoredBatch(mask=mask, token_rewards=batch.token_rewards.to(device),
+                               rollout_logprobs=batch.rollout_logprobs.to(device), old=None, ref_logprobs=None,
+                               token_kl=None)
         with self.precision:
             old = forward_tokens(self.model, batch.sequences, mask, with_entropy=True, value_head=self.value_head, **kw)
             ref_logprobs = token_kl = None

@@ -198,7 +198,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 if ctx.is_main:
                     adv = estimate(AdvantageBatch(token_rewards=scored.token_rewards, response_mask=scored.mask > 0,
                                                   group_ids=batch.group_ids.to(scored.mask.device),
-                                                  values=scored.old.values, turn_spans=batch.turn_spans,
+                                                  values=scored.old.values if scored.old is not None else None,
+                                                  turn_spans=batch.turn_spans,
                                                   turn_states=batch.turn_states), alg.advantage)
                     keep = list(range(len(batch.sequences)))
                     if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
@@ -241,11 +242,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     "infra_failed": float(infra_failed),
                     "skipped_update": float(not keep),  # every group tied: no advantage, no optimizer step
                     "sampled_tokens": float(scored.mask.sum()),
-                    "entropy": float(masked_mean(scored.old.entropy, scored.mask)) if scored.old.entropy is not None
-                    else 0.0,
+                    **_scoring_metrics(scored),
                     "kl": float(masked_mean(scored.token_kl, scored.mask)) if scored.token_kl is not None else 0.0,
-                    "rollout_logprob_gap": float(masked_mean((scored.old.logprobs - scored.rollout_logprobs).abs(),
-                                                             scored.mask)),
                     "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
                     **staleness,
                     "time_rollout": rollout.seconds,
@@ -317,13 +315,25 @@ def _evaluate(worker: Any, horizon: int, step: int, *, measure: bool) -> dict[st
     return {**result, "peak_rss_gb": peak.gb} if measure else result
 
 
+def _scoring_metrics(scored: Any) -> dict[str, float]:
+    """Entropy and the sampler-learner log-prob gap over the whole batch, from the scoring pass; without
+    one (``algorithm.old_logprobs``) the update reports them over the tokens it trained."""
+    if scored.old is None:
+        return {}
+    entropy = float(masked_mean(scored.old.entropy, scored.mask)) if scored.old.entropy is not None else 0.0
+    gap = float(masked_mean((scored.old.logprobs - scored.rollout_logprobs).abs(), scored.mask))
+    return {"entropy": entropy, "rollout_logprob_gap": gap}
+
+
 def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list[int]) -> UpdateInputs:
     idx = torch.tensor(keep, device=scored.mask.device)
+    old = scored.old
     return UpdateInputs(
         sequences=[sequences[i] for i in keep], mask=scored.mask[idx], advantages=adv.advantages[idx],
-        returns=adv.returns[idx], old_logprobs=scored.old.logprobs[idx],
+        returns=adv.returns[idx], old_logprobs=old.logprobs[idx] if old is not None else None,
         ref_logprobs=scored.ref_logprobs[idx] if scored.ref_logprobs is not None else None,
-        old_values=scored.old.values[idx] if scored.old.values is not None else None)
+        old_values=old.values[idx] if old is not None and old.values is not None else None,
+        rollout_logprobs=scored.rollout_logprobs[idx] if old is None else None)
 
 
 def _map_tensors(inputs: UpdateInputs | None, move: Any) -> UpdateInputs | None:

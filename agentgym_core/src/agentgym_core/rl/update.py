@@ -35,9 +35,10 @@ class UpdateInputs:
     mask: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
-    old_logprobs: torch.Tensor
+    old_logprobs: torch.Tensor | None  # None: the update's own log-probs, detached (one optimizer step per batch)
     ref_logprobs: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
+    rollout_logprobs: torch.Tensor | None = None  # the sampler's; for the rollout_logprob_gap metric when old is None
 
 
 def _micro_batches(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
@@ -77,8 +78,17 @@ def ppo_update(
     pad_token_id: int = 0,
     ctx: DistContext | None = None,
 ) -> dict[str, float]:
-    """Run ``ppo_epochs`` x ``mini_batches`` optimizer steps; return averaged metrics."""
+    """Run ``ppo_epochs`` x ``mini_batches`` optimizer steps; return averaged metrics.
+
+    Without ``inputs.old_logprobs`` (one optimizer step per batch, ``algorithm.old_logprobs``), the
+    ratio's denominator is the forward's own log-probs, detached, and the metrics gain ``entropy``
+    and ``rollout_logprob_gap`` over the trained tokens (the scoring pass reports them otherwise).
+    """
     ctx = ctx or DistContext()
+    current_old = inputs.old_logprobs is None
+    if current_old and config.ppo_epochs * config.mini_batches != 1:
+        raise ValueError("ppo_update without old log-probs needs exactly one optimizer step per batch "
+                         f"(ppo_epochs={config.ppo_epochs}, mini_batches={config.mini_batches})")
     B = len(inputs.sequences)
     lengths = [len(s) for s in inputs.sequences]
     # A separate critic's gradients are clipped on their own (its value loss is not the policy's step);
@@ -109,12 +119,21 @@ def ppo_update(
                 mask = inputs.mask[micro]
                 out = forward_tokens(
                     model, seqs, mask, temperature=temperature, packing=config.packing,
-                    max_tokens=config.micro_batch_tokens, with_entropy=config.entropy_coef > 0,
-                    value_head=value_head, pad_token_id=pad_token_id,
+                    max_tokens=config.micro_batch_tokens, with_entropy=config.entropy_coef > 0 or current_old,
+                    entropy_grad=config.entropy_coef > 0, value_head=value_head, pad_token_id=pad_token_id,
                 )
                 logp = out.logprobs[:, : mask.shape[1]]
+                old_logp = logp.detach() if current_old else inputs.old_logprobs[micro]
+                if current_old:  # what the scoring pass would have reported, over these tokens
+                    with torch.no_grad():
+                        if out.entropy is not None:
+                            ent_sum = float((out.entropy[:, : mask.shape[1]] * mask).sum())
+                            stats["entropy"] = stats.get("entropy", 0.0) + ent_sum / num_tokens
+                        if inputs.rollout_logprobs is not None:
+                            gap = ((old_logp - inputs.rollout_logprobs[micro]).abs() * mask).sum()
+                            stats["rollout_logprob_gap"] = stats.get("rollout_logprob_gap", 0.0) + float(gap) / num_tokens
                 pg, pg_stats = policy_loss(
-                    logp, inputs.old_logprobs[micro], inputs.advantages[micro], mask,
+                    logp, old_logp, inputs.advantages[micro], mask,
                     clip_low=config.clip_low, clip_high=config.clip_high, clip_ratio_c=config.clip_ratio_c,
                     agg=config.loss_agg, **agg_kw,
                 )
