@@ -218,7 +218,39 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 update_peak.stop()
                 release_memory()  # activations and logits of the update, before the next rollout
 
-                # ---- 6. weights to the rollout backend ---------------------------------------------------
+                # ---- 6. metrics, and the round schedule advanced on them ----------------------------------
+                # Before the new weights are published: a pipelined rollout side (Ray, max_staleness)
+                # starts the next step as soon as they are, and reads the schedule's state then.
+                if ctx.is_main:
+                    pm.hook.agentgym_observe_update(step=step, metrics=update_metrics)
+                    horizon = scheduler.horizon(step)
+                    trajectories = rollout.trajectories
+                    metrics = {
+                        **summarize(trajectories),
+                        **update_metrics,
+                        "horizon": float(horizon),
+                        "lr": learner.lr,
+                        "trajectories": float(len(trajectories)),
+                        "trained_trajectories": float(len(keep)),
+                        "infra_failed": float(infra_failed),
+                        "skipped_update": float(not keep),  # every group tied: no advantage, no optimizer step
+                        "sampled_tokens": float(scored.mask.sum()),
+                        **_scoring_metrics(scored),
+                        "kl": float(masked_mean(scored.token_kl, scored.mask)) if scored.token_kl is not None else 0.0,
+                        "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
+                        **staleness,
+                        "time_rollout": rollout.seconds,
+                        # Wall time in generation calls, and env time summed over (concurrent) trajectories.
+                        "time_generation": rollout.generation_seconds,
+                        "time_env": sum(t.env_seconds for t in trajectories),
+                        "generation_calls": float(rollout.generation_calls),
+                        **rollout.metrics,  # sampling rounds; re-runs of failed episodes; per-server throughput, errors
+                    }
+                    if place_roles is None:  # both roles in this process: its peak resident memory in each phase
+                        metrics.update(peak_rss_rollout_gb=rollout_peak.gb, peak_rss_update_gb=update_peak.gb)
+                    scheduler.update(step, metrics)  # every metric but time_step, which ends after step 7
+
+                # ---- 7. weights to the rollout backend ---------------------------------------------------
                 if ctx.distributed or (ctx.is_main and worker.receives_weights):
                     weights = learner.policy_state_dict()
                     if ctx.is_main:
@@ -227,36 +259,9 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 if not ctx.is_main:
                     _checkpoint_if_due(cfg, learner, tokenizer, scheduler, curriculum, step + 1, run_dir)
                     continue
-                pm.hook.agentgym_observe_update(step=step, metrics=update_metrics)
 
-                # ---- 7. log ---------------------------------------------------------------------------------
-                horizon = scheduler.horizon(step)
-                trajectories = rollout.trajectories
-                metrics = {
-                    **summarize(trajectories),
-                    **update_metrics,
-                    "horizon": float(horizon),
-                    "lr": learner.lr,
-                    "trajectories": float(len(trajectories)),
-                    "trained_trajectories": float(len(keep)),
-                    "infra_failed": float(infra_failed),
-                    "skipped_update": float(not keep),  # every group tied: no advantage, no optimizer step
-                    "sampled_tokens": float(scored.mask.sum()),
-                    **_scoring_metrics(scored),
-                    "kl": float(masked_mean(scored.token_kl, scored.mask)) if scored.token_kl is not None else 0.0,
-                    "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
-                    **staleness,
-                    "time_rollout": rollout.seconds,
-                    # Wall time in generation calls, and env time summed over (concurrent) trajectories.
-                    "time_generation": rollout.generation_seconds,
-                    "time_env": sum(t.env_seconds for t in trajectories),
-                    "generation_calls": float(rollout.generation_calls),
-                    "time_step": time.perf_counter() - t_step,
-                    **rollout.metrics,  # sampling rounds; re-runs of failed episodes; per-server throughput, errors
-                }
-                if place_roles is None:  # both roles in this process: its peak resident memory in each phase
-                    metrics.update(peak_rss_rollout_gb=rollout_peak.gb, peak_rss_update_gb=update_peak.gb)
-                scheduler.update(step, metrics)
+                # ---- 8. log ---------------------------------------------------------------------------------
+                metrics["time_step"] = time.perf_counter() - t_step
                 writer.write(step + 1, metrics)
                 bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
                                 turns=f"{metrics['turns']:.1f}", horizon=horizon,
@@ -264,7 +269,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 if cfg.trainer.save_trajectories:
                     _save_trajectories(run_dir, step, trajectories, batch.trajectories, adv.advantages)
 
-                # ---- 8. periodic evaluation on held-out tasks ----------------------------------------------
+                # ---- 9. periodic evaluation on held-out tasks ----------------------------------------------
                 done = step + 1
                 if cfg.trainer.eval_every and cfg.trainer.eval_tasks and done % cfg.trainer.eval_every == 0 \
                         and done < cfg.trainer.steps:
@@ -272,7 +277,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     writer.write(done, ev, kind="eval")
                     pm.hook.agentgym_observe_evaluation(step=done, results=ev)
 
-                # ---- 9. checkpoint (atomic; "step" counts completed steps) ----------------------------------
+                # ---- 10. checkpoint (atomic; "step" counts completed steps) ----------------------------------
                 _checkpoint_if_due(cfg, learner, tokenizer, scheduler, curriculum, done, run_dir)
             bar.close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import assert_same_run, make_config, ray, run_training, train_lines, trajectories
+from conftest import PLUGINS, assert_same_run, make_config, ray, run_training, train_lines, trajectories
 
 from agentgym_core.rl.ray_launcher import RemoteCallError
 
@@ -34,6 +34,31 @@ def test_the_curriculum_on_ray_draws_what_one_process_draws(ray_cluster, tiny_pa
     ours, theirs = train_lines(tmp_path / "ray"), train_lines(tmp_path / "local")
     assert [[x[k] for k in keys] for x in ours] == [[x[k] for k in keys] for x in theirs]  # not summed over workers
     assert ours[0][keys[0]] == 0.5 and ours[1][keys[0]] != 0.5  # unseen categories at step 1; counted by step 2
+
+
+def test_an_adaptive_horizon_on_ray_moves_when_the_local_run_moves(ray_cluster, tiny_path, tmp_path):
+    """The driver advances the round schedule before it publishes the new weights: the rollout side starts
+    the next step as soon as they arrive and must sample it at the horizon the step before earned. An
+    observer that takes its time over each update widens any window between the two to a second."""
+    from agentgym_core import hookimpl
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.trainer import train
+
+    class SlowObserver:
+        @hookimpl
+        def agentgym_observe_update(self, step, metrics):
+            time.sleep(1.0)
+
+    adaptive = ("algorithm.rounds_ctrl={type: adaptive, rounds: [1, 3], threshold: 0.0, window: 1, "
+                "min_steps_per_stage: 1}")
+    run_training(make_config(tiny_path, tmp_path / "local", adaptive))
+    pm = PluginManager(autoload=True, allow=PLUGINS)
+    pm.register(SlowObserver(), "slow_observer")
+    train(make_config(tiny_path, tmp_path / "ray", adaptive, "trainer.launcher=ray", "trainer.rollout_workers=2"),
+          plugin_manager=pm)
+    assert [x["horizon"] for x in train_lines(tmp_path / "local")] == [1.0, 3.0]
+    assert [x["horizon"] for x in train_lines(tmp_path / "ray")] == [1.0, 3.0]
+    assert_same_run(tmp_path / "ray", tmp_path / "local")
 
 
 def test_max_staleness_1_on_ray_trains_trajectories_at_most_one_version_old(ray_cluster, tiny_path, tmp_path):
