@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from agentgym_core.finetune.common import FinetuneResult, open_evaluation, restore, save
 from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
-from agentgym_core.memory import PhasePeak
+from agentgym_core.memory import PhasePeak, release_memory
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.forward import mixed_precision
 from agentgym_core.rl.tracking import MetricsWriter
@@ -91,6 +91,7 @@ def train_steps(
             with mixed_precision(config.model.mixed_precision, model):
                 metrics = train_step(step, optimizer)
             lr_schedule.step()
+            release_memory()  # the step's activations and logits: freed heap pages go back before the next
             peak.stop()
             metrics.update(lr=lr_schedule.get_last_lr()[0], time_step=time.perf_counter() - t0, peak_rss_gb=peak.gb)
             done = step + 1
@@ -107,6 +108,7 @@ def train_steps(
         # garbage collector breaks the optimizer <-> LR schedule reference cycle (an RL run after a
         # warm start would carry them into its rollouts).
         optimizer.state.clear()
+        release_memory()
 
         # ---- evaluation after training ---------------------------------------------------------------
         if evaluate and result.steps == total_steps:
