@@ -1,7 +1,8 @@
 """Scaling of the training loop, measured in one run: each comparison is one function of this file.
 
 * ``rollout_workers``: 1 vs 2 Ray rollout workers (trainer.launcher=ray, synchronous);
-* ``async_vs_sync``: rollout.max_staleness=1 vs 0 (Ray, one learner, one rollout worker).
+* ``async_vs_sync``: rollout.max_staleness=1 vs 0 (Ray, one learner, one rollout worker);
+* ``env_servers``: 1 vs 3 servers of an environment that answers one call at a time (``envs[].urls``).
 
 Every run trains the tiny random model on the example "guess" environment slowed to ``--env-ms``
 per step (50 ms by default; reset and step sleep, the way a real simulator or a web page takes
@@ -16,8 +17,8 @@ and U from the synchronous run next to the speed-up.
     python bench/scale.py                       # all comparisons, writes bench/results/scale.json
     python bench/scale.py --only async_vs_sync
 
-Another comparison (e.g. 1 vs 3 environment servers) is one more function with the signature
-``(args, env_url) -> dict`` added to ``COMPARISONS``.
+Another comparison is one more function with the signature ``(args, env_url) -> dict`` added to
+``COMPARISONS``.
 """
 
 from __future__ import annotations
@@ -43,12 +44,14 @@ from agentgym_core.rl.trainer import train  # noqa: E402
 PLUGINS = ["guess", "estimators", "transformers"]
 
 
-def slow_guess_env(env_ms: float) -> type:
-    """The example env with every reset and step taking ``env_ms`` milliseconds."""
+def slow_guess_env(env_ms: float, *, one_call_at_a_time: bool = False) -> type:
+    """The example env with every reset and step taking ``env_ms`` milliseconds. By default its server
+    runs calls in threads, so sleeping instances overlap; ``one_call_at_a_time`` runs them on the
+    server's event loop instead, as a single-threaded simulator process would hold its server."""
     from agentgym_env_guess.env import GuessEnv
 
     class SlowGuessEnv(GuessEnv):
-        inline_calls = False  # the server runs its calls in threads: sleeping instances overlap
+        inline_calls = one_call_at_a_time
 
         def reset(self, task_id: int, seed: int | None = None) -> Any:
             time.sleep(env_ms / 1000)
@@ -61,13 +64,16 @@ def slow_guess_env(env_ms: float) -> type:
     return SlowGuessEnv
 
 
-def run_training(args: argparse.Namespace, env_url: str, label: str, *overrides: str) -> dict[str, Any]:
-    """One training run; its throughput and per-phase times (means over the steps after the first)."""
+def run_training(args: argparse.Namespace, env_url: str | list[str], label: str, *overrides: str,
+                 concurrency: int | None = None) -> dict[str, Any]:
+    """One training run; its throughput and per-phase times (means over the steps after the first).
+    ``env_url`` is one server, or a list of them (a pool); ``concurrency`` overrides ``--concurrency``."""
+    where = f"url: '{env_url}'" if isinstance(env_url, str) else f"urls: {json.dumps(env_url)}"
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
         run_dir = Path(tmp) / "run"
         config = load_config(None, [
             f"model.path={args.model_dir}", "model.threads=1",
-            f"envs=[{{name: guess, url: '{env_url}', max_concurrency: {args.concurrency}}}]",
+            f"envs=[{{name: guess, {where}, max_concurrency: {concurrency or args.concurrency}}}]",
             f"trainer.run_dir={run_dir}", f"trainer.steps={args.steps}", "trainer.eval_tasks=0",
             "trainer.progress=false", "trainer.tensorboard=false", "trainer.save_trajectories=false",
             f"trainer.save_every={args.steps}", f"rollout.tasks_per_step={args.tasks}", "rollout.group_size=2",
@@ -95,9 +101,10 @@ def run_training(args: argparse.Namespace, env_url: str, label: str, *overrides:
     return result
 
 
-def best_of(args: argparse.Namespace, env_url: str, label: str, *overrides: str) -> dict[str, Any]:
+def best_of(args: argparse.Namespace, env_url: str | list[str], label: str, *overrides: str,
+            concurrency: int | None = None) -> dict[str, Any]:
     """The fastest of ``--repeats`` runs (other jobs on a shared machine only ever slow a run down)."""
-    runs = [run_training(args, env_url, label, *overrides) for _ in range(args.repeats)]
+    runs = [run_training(args, env_url, label, *overrides, concurrency=concurrency) for _ in range(args.repeats)]
     return max(runs, key=lambda r: r["trajectories_per_s"])
 
 
@@ -125,9 +132,32 @@ def compare_async_vs_sync(args: argparse.Namespace, env_url: str) -> dict[str, A
             "overlap_bound": step / max(rollout, update)}
 
 
+def compare_env_servers(args: argparse.Namespace, env_url: str) -> dict[str, Any]:
+    """1 vs 3 servers of the env when each server answers one call at a time (``envs[].urls``, a pool).
+
+    The servers are this process's own, the env taking ``--env-ms`` per reset and step on the server's
+    event loop; every episode of a step is in flight at once (synchronous, one rollout worker, one PPO
+    epoch), so one server queues them and three share them. ``speedup`` is of the rollout phase.
+    """
+    import contextlib
+
+    from agentgym_core.serving import serve_env
+
+    in_flight = 2 * args.tasks  # every episode of the step
+    with contextlib.ExitStack() as stack:
+        urls = [stack.enter_context(serve_env(slow_guess_env(args.env_ms, one_call_at_a_time=True), {},
+                                              max_instances=64)) for _ in range(3)]
+        one = best_of(args, urls[:1], "1 env server", "algorithm.ppo_epochs=1", concurrency=in_flight)
+        three = best_of(args, urls, "3 env servers", "algorithm.ppo_epochs=1", concurrency=in_flight)
+    return {"one_server": one, "three_servers": three,
+            "speedup": three["rollout_trajectories_per_s"] / one["rollout_trajectories_per_s"],
+            "step_speedup": three["trajectories_per_s"] / one["trajectories_per_s"]}
+
+
 COMPARISONS: dict[str, Callable[[argparse.Namespace, str], dict[str, Any]]] = {
     "rollout_workers": compare_rollout_workers,
     "async_vs_sync": compare_async_vs_sync,
+    "env_servers": compare_env_servers,
 }
 
 
