@@ -67,7 +67,7 @@ def test_one_step_with_the_current_log_probs_equals_one_step_with_a_scoring_pass
     (m_re, p_re), (m_cur, p_cur) = results["recompute"], results["current"]
     assert m_cur["pg_loss"] == pytest.approx(m_re["pg_loss"], abs=1e-6)
     assert m_cur["clip_frac"] == 0.0
-    moved = sum(float((a - b).abs().sum()) for a, b in zip(p_re, [p.detach() for p in model.parameters()]))
+    moved = sum(float((a - b).abs().sum()) for a, b in zip(p_re, [p.detach() for p in model.parameters()], strict=True))
     assert moved > 0  # the step did something ...
     for a, b in zip(p_re, p_cur, strict=True):  # ... and the same thing both ways
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
