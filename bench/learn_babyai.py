@@ -124,6 +124,13 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
     parser.add_argument("--arms", default="scaling_inter,fixed")
     parser.add_argument("--override", action="append", default=[], help="extra dotted recipe override")
     parser.add_argument("--out", default=str(RESULTS / f"learn_{env}.json"), help="results JSON (PNG next to it)")
+    parser.add_argument("--from-sft", default=None, metavar="JSON",
+                        help="no warm start: every arm starts from the SFT checkpoint of the earlier run whose results "
+                        "JSON this is, and that run's evaluation after SFT stands for this run's (same weights and "
+                        "tasks), so RL settings can be compared on one start")
+    parser.add_argument("--label", default=None,
+                        help="prefix of the arms' names and run directories (default: none), e.g. to keep a run "
+                        "with other settings beside the first")
     parser.add_argument("--combine", nargs="+", default=None, metavar="JSON",
                         help="no training: merge the arms of earlier runs' JSON files (arms run as separate "
                         "processes, e.g. side by side) into --out, its PNG and the summary table")
@@ -145,26 +152,38 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
     report: list[dict] = []
     started = time.perf_counter()
     load = os.getloadavg()[0]
+    earlier = _earlier_sft(args.from_sft, args.eval_tasks) if args.from_sft else None
     for arm in args.arms.split(","):
-        if arm == "scaling_inter":  # the recipe: warm start + staged horizons
+        if arm == "scaling_inter" and earlier is None:  # the recipe: warm start + staged horizons
             overrides = ["algorithm.rounds_ctrl.type=scaling_inter_stepwise", f"algorithm.rounds_ctrl.rounds={rounds}",
                          f"algorithm.rounds_ctrl.steps_scaling_inter={per_stage}"]
             if args.expert_tasks:
                 overrides.append(f"warm_start.expert.n={args.expert_tasks}")
-        elif arm == "fixed":  # the same SFT weights (no second warm start), the longest horizon throughout
-            sft = sorted((RESULTS / f"learn_{env}" / "scaling_inter" / "warm_start" / "checkpoints").glob("step_*"))
-            if not sft:
-                raise SystemExit("the fixed arm starts from the scaling_inter arm's warm start: run that arm first")
-            overrides = ["algorithm.rounds_ctrl.type=fixed", f"algorithm.rounds_ctrl.rounds=[{rounds[-1]}]",
-                         "warm_start=null", f"model.path={sft[-1] / 'model'}"]
-            first = report[0] if report else None
-            if first and first["eval_before"]:  # same weights, tasks and horizon: evaluated already
+        elif arm in ("scaling_inter", "fixed"):  # an SFT checkpoint's weights (no second warm start)
+            if earlier is not None:
+                sft_model = earlier["model"]
+            else:
+                sft = sorted((RESULTS / f"learn_{env}" / "scaling_inter" / "warm_start" / "checkpoints").glob("step_*"))
+                if not sft:
+                    raise SystemExit("the fixed arm starts from the scaling_inter arm's warm start: run that arm first")
+                sft_model = sft[-1] / "model"
+            overrides = ["warm_start=null", f"model.path={sft_model}"]
+            if arm == "fixed":  # the longest horizon throughout
+                overrides += ["algorithm.rounds_ctrl.type=fixed", f"algorithm.rounds_ctrl.rounds=[{rounds[-1]}]"]
+            else:
+                overrides += ["algorithm.rounds_ctrl.type=scaling_inter_stepwise",
+                              f"algorithm.rounds_ctrl.rounds={rounds}",
+                              f"algorithm.rounds_ctrl.steps_scaling_inter={per_stage}"]
+            evaluated = earlier["eval_sft"] if earlier else (report[0]["eval_before"] if report else None)
+            if evaluated:  # same weights, tasks and horizon: evaluated already
                 overrides.append("trainer.eval_before=false")
         else:
             raise SystemExit(f"unknown arm {arm!r}: scaling_inter or fixed")
-        row = run_arm(arm, args, overrides)
-        if arm == "fixed" and row["eval_before"] is None and report:
-            row["eval_before"] = report[0]["eval_before"]
+        row = run_arm(f"{args.label}_{arm}" if args.label else arm, args, overrides)
+        if row["eval_before"] is None:
+            row["eval_before"] = earlier["eval_sft"] if earlier else (report[0]["eval_before"] if report else None)
+        if earlier is not None:
+            row["eval_sft"], row["sft_from"] = earlier["eval_sft"], args.from_sft
         report.append(row)
         Path(args.out).write_text(json.dumps(
             {**headline(report), "command": f"python bench/learn_{env}.py " + " ".join(sys.argv[1:]),
@@ -173,6 +192,21 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
 
     print(f"total {(time.perf_counter() - started) / 60:.1f} min")
     summarize(report, args.eval_tasks, Path(args.out), TITLES[env])
+
+
+def _earlier_sft(path: str, eval_tasks: int) -> dict:
+    """The SFT checkpoint and the evaluation after SFT of the earlier run whose results JSON is ``path``."""
+    run = json.loads(Path(path).read_text())
+    first = run["arms"][0]
+    evaluated = first.get("eval_sft") or first.get("eval_before")
+    root = Path(__file__).resolve().parents[1]
+    sft = sorted((root / first["config"]).parent.glob("warm_start/checkpoints/step_*"))
+    if not sft or not evaluated:
+        raise SystemExit(f"{path}: its first arm has no SFT checkpoint under {Path(first['config']).parent}/warm_start "
+                         "or no evaluation after SFT; run it without --from-sft first")
+    if evaluated["tasks"] != eval_tasks:
+        raise SystemExit(f"{path} evaluated {evaluated['tasks']} tasks after SFT; pass --eval-tasks {evaluated['tasks']}")
+    return {"model": sft[-1] / "model", "eval_sft": evaluated}
 
 
 def headline(report: list[dict]) -> dict:
