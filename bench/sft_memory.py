@@ -6,13 +6,21 @@ steps on BabyAI expert episodes and reads the peak RSS of every part (each forwa
 optimizer step: Linux's high-water mark, reset per part) and the RSS left after each step once
 ``release_memory()`` has run (the floor the next step starts from). The step is
 :func:`agentgym_core.finetune.sft.sft_update` taken apart, under one autocast context as the
-fine-tuning loop runs it. ``--compare-onednn-cache N`` runs the same steps twice, each in a fresh
-process: with oneDNN's own primitive cache and with ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=N`` (the
-variable is read once, when oneDNN first runs), and reports both with their ratios.
+fine-tuning loop runs it. Each ``--compare-*`` option adds a run of the same steps with one thing
+changed; every run is a fresh process, the first is the baseline, and the others are reported with
+their ratios to it:
+
+* ``--compare-env VAR=VALUE`` (repeatable, one run each): an environment variable read when the
+  process starts, e.g. ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0`` (oneDNN's primitive cache off) or
+  ``MALLOC_MMAP_THRESHOLD_=N`` (glibc serves blocks of N bytes and more from their own mappings);
+* ``--compare-micro-batch-tokens N``: forwards of at most N tokens instead of ``--micro-batch-tokens``;
+* ``--compare-no-autocast-cache``: bf16 autocast without its cache of the weights' bf16 casts, which
+  otherwise lives for the whole step (``model.autocast_cache``).
+
 Writes bench/results/sft_memory.json.
 
-    python bench/sft_memory.py --compare-onednn-cache 0        # 2k-token micro-batches, 3 steps
-    python bench/sft_memory.py --micro-batch-tokens 1024
+    python bench/sft_memory.py --compare-env ONEDNN_PRIMITIVE_CACHE_CAPACITY=0   # 2k-token micro-batches
+    python bench/sft_memory.py --compare-micro-batch-tokens 1024 --compare-no-autocast-cache
 """
 
 from __future__ import annotations
@@ -40,8 +48,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="episodes per optimizer step")
     parser.add_argument("--micro-batch-tokens", type=int, default=2048)
     parser.add_argument("--max-tokens", type=int, default=1000, help="longest episode used (tokens)")
-    parser.add_argument("--compare-onednn-cache", type=int, default=None, metavar="N",
-                        help="also run with ONEDNN_PRIMITIVE_CACHE_CAPACITY=N (0: no cache) and compare")
+    parser.add_argument("--compare-env", action="append", default=[], metavar="VAR=VALUE",
+                        help="also run with this environment variable set and compare (repeatable)")
+    parser.add_argument("--compare-micro-batch-tokens", type=int, default=None, metavar="N",
+                        help="also run with micro-batches of at most N tokens and compare")
+    parser.add_argument("--compare-no-autocast-cache", action="store_true",
+                        help="also run without autocast's cache of bf16 weight casts and compare")
+    parser.add_argument("--autocast-cache", type=int, default=1, help=argparse.SUPPRESS)  # internal: 0 or 1
     parser.add_argument("--expert-tasks", type=int, default=100, help="BabyAI training tasks the expert plays")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(RESULTS / "sft_memory.json"))
@@ -54,26 +67,45 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from common import write_json
 
-    settings = {"oneDNN cache default": None}
-    if args.compare_onednn_cache is not None:
-        settings[f"oneDNN cache {args.compare_onednn_cache}"] = str(args.compare_onednn_cache)
-    runs = {}
+    # label -> (environment changes, extra arguments); the first is the baseline
+    settings: dict[str, tuple[dict[str, str], list[str]]] = {"baseline": ({}, [])}
+    for assignment in args.compare_env:
+        name, equals, value = assignment.partition("=")
+        if not equals or not name:
+            raise SystemExit(f"--compare-env {assignment!r}: write VAR=VALUE")
+        settings[assignment] = ({name: value}, [])
+    if args.compare_micro_batch_tokens is not None:
+        settings[f"micro-batches of {args.compare_micro_batch_tokens} tokens"] = (
+            {}, ["--micro-batch-tokens", str(args.compare_micro_batch_tokens)])
+    if args.compare_no_autocast_cache:
+        settings["no autocast cache"] = ({}, ["--autocast-cache", "0"])
+    runs, load = {}, os.getloadavg()[0]  # what else ran: the times are those of a shared CPU when it is high
     with tempfile.TemporaryDirectory() as tmp:
-        for label, capacity in settings.items():
-            env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
-            if capacity is not None:
-                env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = capacity
+        for label, (changes, extra) in settings.items():
+            env = os.environ | changes
             out = Path(tmp) / "run.json"
             print(f"{label}:", flush=True)
-            subprocess.run([sys.executable, __file__, *sys.argv[1:], "--one-setting", str(out)], env=env, check=True)
-            runs[label] = {"onednn_cache_capacity": capacity, **json.loads(out.read_text())}
-    result = {"settings": {k: v for k, v in vars(args).items() if k != "one_setting"}, "runs": runs}
-    if len(runs) == 2:
-        base, other = runs.values()
-        result["peak_ratio"] = other["peak_gb"] / base["peak_gb"]
-        result["time_ratio"] = other["seconds"] / base["seconds"]
-        print(f"peak x{result['peak_ratio']:.3f}, time x{result['time_ratio']:.2f} ({', '.join(runs)})")
+            subprocess.run([sys.executable, __file__, *_measure_arguments(args), *extra, "--one-setting", str(out)], env=env,
+                           check=True)
+            runs[label] = {"environment": changes, "arguments": extra, **json.loads(out.read_text())}
+    result = {"settings": {k: v for k, v in vars(args).items() if k not in ("one_setting", "autocast_cache")},
+              "load_avg_1m_start": load, "runs": runs, "ratios_to_baseline": {}}
+    base = runs["baseline"]
+    for label, run in runs.items():
+        if label != "baseline":
+            ratios = {"peak": run["peak_gb"] / base["peak_gb"], "time": run["seconds"] / base["seconds"]}
+            result["ratios_to_baseline"][label] = ratios
+            print(f"{label}: peak {run['peak_gb']:.2f} GB (x{ratios['peak']:.3f}), "
+                  f"{run['seconds']:.0f} s (x{ratios['time']:.2f}) vs baseline {base['peak_gb']:.2f} GB, "
+                  f"{base['seconds']:.0f} s")
     print(f"wrote {write_json(args.out, result)}")
+
+
+def _measure_arguments(args: argparse.Namespace) -> list[str]:
+    """The options a measuring process needs (the comparisons are the parent's)."""
+    return ["--steps", str(args.steps), "--batch-size", str(args.batch_size), "--max-tokens", str(args.max_tokens),
+            "--expert-tasks", str(args.expert_tasks), "--threads", str(args.threads),
+            "--micro-batch-tokens", str(args.micro_batch_tokens)]
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -117,7 +149,7 @@ def measure(args: argparse.Namespace) -> dict:
         lengths = [len(e.token_ids) for e in batch]
         model.train()
         parts = []
-        with mixed_precision("auto", model):  # one context for the whole step, as the fine-tuning loop has
+        with mixed_precision("auto", model, cache=bool(args.autocast_cache)):  # one context per step, as the loop
             for rows in token_budget_chunks(range(len(batch)), lengths, args.micro_batch_tokens):
                 with PhasePeak() as forward_peak:
                     stats = forward_tokens(model, [batch[r].token_ids for r in rows], mask[rows],

@@ -158,3 +158,32 @@ def test_gradient_checkpointing_is_switched_on_and_keeps_the_numbers(tmp_path):
         (-(stats.logprobs * mask).sum()).backward()
         grads.append(torch.cat([p.grad.flatten() for p in loaded.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-5)
+
+
+def test_model_autocast_cache_false_casts_anew_at_every_use_and_gives_the_same_gradients():
+    """model.autocast_cache reaches the learner's autocast context; without the cache every use of a
+    weight is cast again, which rounds the same way, so the loss and the gradients are bit-identical."""
+    from agentgym_core.rl.forward import forward_tokens, mixed_precision
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    cached = Learner(_config("model.mixed_precision=bf16"), tiny_chat_model(seed=0)[0])
+    uncached = Learner(_config("model.mixed_precision=bf16", "model.autocast_cache=false"), tiny_chat_model(seed=0)[0])
+    flags = []
+    for learner in (cached, uncached):
+        with learner.precision:
+            flags.append((torch.is_autocast_enabled("cpu"), torch.is_autocast_cache_enabled()))
+    assert flags == [(True, True), (True, False)]
+
+    g = torch.Generator().manual_seed(0)
+    sequences = [torch.randint(0, 100, (n,), generator=g).tolist() for n in (30, 18)]
+    mask = torch.zeros(2, 30)
+    mask[0, 10:30], mask[1, 5:18] = 1, 1
+    grads = []
+    for learner, cache in ((cached, True), (uncached, False)):
+        model = learner.model
+        with mixed_precision("bf16", model, cache=cache):
+            for _ in range(2):  # two micro-batches: the second reuses the cached casts, or casts again
+                forward_tokens(model, sequences, mask).logprobs.sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        model.zero_grad(set_to_none=True)
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))

@@ -184,7 +184,7 @@ def run_dpo(
                          "(`agentgym collect --policy MODEL --samples 4`) so that some succeed and some fail")
     used = sorted({i for pair in pairs for i in pair})
     ref = torch.zeros(len(examples))
-    with mixed_precision(config.model.mixed_precision, model):  # the reference as the policy will be computed
+    with mixed_precision(config.model.mixed_precision, model, cache=config.model.autocast_cache):  # the reference as the policy will be computed
         ref[used] = _reference_logprobs(model, [examples[i] for i in used], opts, pad_id)
 
     # ---- one optimizer step: a seeded per-epoch shuffle's slice of the pairs -------------------------

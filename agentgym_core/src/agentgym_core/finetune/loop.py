@@ -88,7 +88,7 @@ def train_steps(
         peak = PhasePeak().start()  # each step logs the peak resident memory of the steps so far
         for step in bar:
             t0 = time.perf_counter()
-            with mixed_precision(config.model.mixed_precision, model):
+            with mixed_precision(config.model.mixed_precision, model, cache=config.model.autocast_cache):
                 metrics = train_step(step, optimizer)
             lr_schedule.step()
             release_memory()  # the step's activations and logits: freed heap pages go back before the next

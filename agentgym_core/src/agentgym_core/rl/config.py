@@ -83,6 +83,11 @@ class ModelConfig(_Section):
         "same batch). Sampling is unaffected; "
         "old log-probs are recomputed under the same autocast, so PPO ratios stay consistent.",
     )
+    autocast_cache: bool = Field(
+        True, description="Under bf16 autocast, keep each weight's bf16 cast for the whole optimizer step instead "
+        "of casting it again at every use (autocast's own default). The cache is a bf16 copy of the trained "
+        "weights; without it one SFT step of the CPU recipe peaked at 0.95x the memory in the same time "
+        "(bench/sft_memory.py --compare-no-autocast-cache), so the CPU recipes turn it off.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
 

@@ -159,7 +159,7 @@ class Learner:
         """Autocast on one process; under FSDP2 the mixed-precision policy casts instead."""
         if self.ctx.distributed:
             return contextlib.nullcontext()
-        return mixed_precision(self.config.model.mixed_precision, self.model)
+        return mixed_precision(self.config.model.mixed_precision, self.model, cache=self.config.model.autocast_cache)
 
     # ---- 1. score a batch -----------------------------------------------------------------------------
     @torch.no_grad()
