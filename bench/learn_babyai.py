@@ -154,6 +154,8 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
     load = os.getloadavg()[0]
     earlier = _earlier_sft(args.from_sft, args.eval_tasks) if args.from_sft else None
     for arm in args.arms.split(","):
+        # the evaluation after SFT made already (same weights, tasks and horizon), if any
+        evaluated = earlier["eval_sft"] if earlier else (report[0]["eval_before"] if report else None)
         if arm == "scaling_inter" and earlier is None:  # the recipe: warm start + staged horizons
             overrides = ["algorithm.rounds_ctrl.type=scaling_inter_stepwise", f"algorithm.rounds_ctrl.rounds={rounds}",
                          f"algorithm.rounds_ctrl.steps_scaling_inter={per_stage}"]
@@ -174,14 +176,13 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
                 overrides += ["algorithm.rounds_ctrl.type=scaling_inter_stepwise",
                               f"algorithm.rounds_ctrl.rounds={rounds}",
                               f"algorithm.rounds_ctrl.steps_scaling_inter={per_stage}"]
-            evaluated = earlier["eval_sft"] if earlier else (report[0]["eval_before"] if report else None)
-            if evaluated:  # same weights, tasks and horizon: evaluated already
+            if evaluated:
                 overrides.append("trainer.eval_before=false")
         else:
             raise SystemExit(f"unknown arm {arm!r}: scaling_inter or fixed")
         row = run_arm(f"{args.label}_{arm}" if args.label else arm, args, overrides)
         if row["eval_before"] is None:
-            row["eval_before"] = earlier["eval_sft"] if earlier else (report[0]["eval_before"] if report else None)
+            row["eval_before"] = evaluated
         if earlier is not None:
             row["eval_sft"], row["sft_from"] = earlier["eval_sft"], args.from_sft
         report.append(row)
