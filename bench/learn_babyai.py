@@ -10,12 +10,20 @@ One run of the README's recipe (examples/babyai_grpo_cpu.yaml), in two arms of e
 
 Every evaluation is greedy, on the same held-out test tasks (round-robin over the levels, as
 ``agentgym eval --limit N`` takes them) with the same final horizon, so the figures compare:
-base model -> after SFT -> after SFT+RL (each arm). Writes bench/results/learn_babyai.json and,
-with matplotlib (``pip install -e .[bench]``), bench/results/learn_babyai.png: training success and
-reward per step of both arms, with the held-out evaluations marked.
+base model -> after SFT -> after SFT+RL (each arm), and the arms with each other at equal RL steps
+(paired over tasks). The fixed arm interacts more per step (every episode may run to the longest
+horizon), so ``--match-env-steps`` then also evaluates it at its saved checkpoint whose environment
+steps in training come closest to the ScalingInter arm's total: the comparison at equal interaction.
+Writes bench/results/learn_babyai.json and, with matplotlib (``pip install -e .[bench]``),
+bench/results/learn_babyai.png: training success and reward per step of both arms, and success
+against environment steps, with the held-out evaluations marked.
 
     python bench/learn_babyai.py                    # the defaults: about 75 min on the 2-core CPU
     python bench/learn_babyai.py --steps 4 --eval-tasks 8 --expert-tasks 100   # a quick look
+    python bench/learn_babyai.py --steps 16 --eval-tasks 120 --override trainer.save_every=4 \
+        --out bench/results/learn_babyai_vs_fixed.json         # both arms, checkpoints every 4 steps
+    python bench/learn_babyai.py --eval-tasks 120 --override trainer.save_every=4 \
+        --match-env-steps bench/results/learn_babyai_vs_fixed.json   # + the fixed arm at equal env steps
 """
 
 from __future__ import annotations
@@ -53,17 +61,86 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
     if warm.exists():
         sft_steps = [json.loads(x) for x in warm.read_text().splitlines() if '"train"' in x]
         sft_minutes = sum(x["time_step"] for x in sft_steps) / 60
-    pick = lambda e: None if not e else {k: e[k] for k in ("success", "reward", "turns", "tasks", "horizon",  # noqa: E731
-                                                            "per_task") if k in e}
     return {
         "arm": name, "minutes": minutes, "sft_update_minutes": sft_minutes,
-        "eval_base": pick(results.get("eval_base")), "eval_sft": pick(results.get("eval_sft")),
-        "eval_before": pick(results.get("eval_before")), "eval_after": pick(results.get("eval_after")),
+        "eval_base": _pick(results.get("eval_base")), "eval_sft": _pick(results.get("eval_sft")),
+        "eval_before": _pick(results.get("eval_before")), "eval_after": _pick(results.get("eval_after")),
         "train": [{k: x.get(k) for k in ("step", "success", "reward", "turns", "horizon", "kl", "time_step",
-                                         "time_rollout", "update_seconds", "update_tokens_per_s")} for x in curve],
+                                         "time_rollout", "update_seconds", "update_tokens_per_s", "trajectories",
+                                         "trained_trajectories")} for x in curve],
+        "env_steps": env_steps(run_dir),
         "config": _repo_relative(run_dir / "config.yaml"),
         "rl_checkpoint": _repo_relative(max((run_dir / "checkpoints").glob("step_*"), default=run_dir)),
     }
+
+
+def env_steps(run_dir: Path) -> dict[str, float]:
+    """RL step -> environment steps taken in training up to the end of that step (turns x trajectories of
+    every step so far), from the run's metrics log; a step logged twice (a resumed run) counts once."""
+    per_step: dict[int, float] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line) if line.strip() else {}
+        if row.get("kind") == "train" and row.get("trajectories") is not None:
+            per_step[int(row["step"])] = row["turns"] * row["trajectories"]
+    total, out = 0.0, {}
+    for step in sorted(per_step):
+        total += per_step[step]
+        out[str(step)] = total
+    return out
+
+
+def evaluate_checkpoint(args: argparse.Namespace, arm: dict, step: int) -> dict:
+    """Greedy held-out evaluation of ``arm``'s step-``step`` checkpoint on the tasks and horizon of the
+    arms' evaluations: the trainer's own evaluation before RL, in a run that then stops (no step)."""
+    from agentgym_core.pipeline import run_rl_recipe as train
+    from agentgym_core.plugins import get_plugin_manager
+    from agentgym_core.rl.config import load_config
+
+    arm_dir = Path(__file__).resolve().parents[1] / Path(arm["config"]).parent
+    model = arm_dir / "checkpoints" / f"step_{step:06d}" / "model"
+    if not model.is_dir():
+        raise SystemExit(f"{model} is missing: run with --override trainer.save_every=N so that step {step} is saved")
+    run_dir = arm_dir.parent / f"{arm['arm']}_step{step}_eval"
+    config = load_config(args.recipe, [
+        f"trainer.run_dir={run_dir}", f"trainer.eval_tasks={args.eval_tasks}", f"trainer.seed={args.seed}",
+        "trainer.progress=true", "trainer.eval_before=true", "warm_start=null", f"model.path={model}",
+        *args.override,
+    ])
+    results = train(config, plugin_manager=get_plugin_manager(), stop_after=0)
+    return _pick(results["eval_before"])
+
+
+def closest_checkpoint(saved: list[int], taken: dict[str, float], budget: float) -> int:
+    """The saved step whose environment steps in training come closest to ``budget`` (the earlier on a tie)."""
+    return min(sorted(saved), key=lambda k: abs(taken[str(k)] - budget))
+
+
+def match_env_steps(args: argparse.Namespace, report: list[dict]) -> None:
+    """Every arm after the first, also at the saved checkpoint whose training environment steps come
+    closest to the first arm's total: a comparison at equal interaction, beside the one at equal RL steps."""
+    from agentgym_core.paired import paired_difference
+
+    first = report[0]
+    budget = max(first["env_steps"].values())
+    for row in report[1:]:
+        arm_dir = Path(__file__).resolve().parents[1] / Path(row["config"]).parent
+        saved = sorted(int(p.name.split("_")[1]) for p in (arm_dir / "checkpoints").glob("step_*"))
+        if not saved:
+            raise SystemExit(f"{arm_dir}/checkpoints holds no checkpoint")
+        step = closest_checkpoint(saved, row["env_steps"], budget)
+        done = row.get("at_matched_env_steps") or {}
+        if done.get("step") != step:
+            done = {"step": step, "env_steps": row["env_steps"][str(step)], "first_arm_env_steps": budget,
+                    "eval": evaluate_checkpoint(args, row, step)}
+        done["paired_vs_first_arm"] = paired_difference(first["eval_after"]["per_task"], done["eval"]["per_task"])
+        row["at_matched_env_steps"] = done
+
+
+def _pick(evaluation: dict | None) -> dict | None:
+    """The evaluation's figures kept in the results JSON."""
+    if not evaluation:
+        return None
+    return {k: evaluation[k] for k in ("success", "reward", "turns", "tasks", "horizon", "per_task") if k in evaluation}
 
 
 def _repo_relative(path: Path) -> str:
@@ -83,22 +160,33 @@ def plot(report: list[dict], path: Path, title: str) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    with_env_steps = all(row.get("env_steps") for row in report)
+    fig, axes = plt.subplots(1, 3 if with_env_steps else 2, figsize=(16 if with_env_steps else 11, 4))
     for row in report:
         steps = [x["step"] for x in row["train"]]
-        for ax, key in zip(axes, ("success", "reward"), strict=True):
+        for ax, key in zip(axes, ("success", "reward"), strict=False):
             line, = ax.plot(steps, [x[key] for x in row["train"]], marker=".", label=f"{row['arm']} (train)")
             ax.scatter([0, steps[-1] if steps else 0],
                        [row["eval_before"][key] if row["eval_before"] else float("nan"),
                         row["eval_after"][key] if row["eval_after"] else float("nan")],
                        marker="s", color=line.get_color(), label=f"{row['arm']} (held-out)")
+        if with_env_steps:  # the same training success against the interaction it cost
+            taken = [row["env_steps"].get(str(k), float("nan")) for k in steps]
+            line, = axes[2].plot(taken, [x["success"] for x in row["train"]], marker=".", label=f"{row['arm']} (train)")
+            held = [(0.0, row["eval_before"]), (taken[-1] if taken else 0.0, row["eval_after"])]
+            if row.get("at_matched_env_steps"):
+                held.append((row["at_matched_env_steps"]["env_steps"], row["at_matched_env_steps"]["eval"]))
+            axes[2].scatter([x for x, e in held if e], [e["success"] for _, e in held if e], marker="s",
+                            color=line.get_color(), label=f"{row['arm']} (held-out)")
     base = report[0].get("eval_base")
-    for ax, key in zip(axes, ("success", "reward"), strict=True):
+    for ax, key in zip(axes, ("success", "reward", "success"), strict=False):
         if base:
             ax.axhline(base[key], color="grey", linestyle="--", label="base model (held-out)")
         ax.set_xlabel("RL step (after the SFT warm start)")
         ax.set_ylabel(key)
         ax.grid(alpha=0.3)
+    if with_env_steps:
+        axes[2].set_xlabel("environment steps in training")
     axes[0].legend(fontsize=7)
     fig.suptitle(f"SmolLM2-135M on {title}, CPU: RL after SFT (arms: {', '.join(r['arm'] for r in report)})")
     fig.tight_layout()
@@ -134,7 +222,23 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
     parser.add_argument("--combine", nargs="+", default=None, metavar="JSON",
                         help="no training: merge the arms of earlier runs' JSON files (arms run as separate "
                         "processes, e.g. side by side) into --out, its PNG and the summary table")
+    parser.add_argument("--match-env-steps", default=None, metavar="JSON",
+                        help="no training: in this earlier run's results JSON (its --eval-tasks and --override "
+                        "too), evaluate every arm after the first also at its saved checkpoint closest to the first "
+                        "arm's total environment steps in training (e.g. fixed 8 turns against ScalingInter's "
+                        "4 -> 8), and write the comparison back into it")
     args = parser.parse_args()
+    if args.match_env_steps:
+        out = Path(args.match_env_steps)
+        run = json.loads(out.read_text())
+        report = run["arms"]
+        for row in report:  # results written before env_steps was recorded: read it from the run's log
+            if not row.get("env_steps"):
+                row["env_steps"] = env_steps(Path(__file__).resolve().parents[1] / Path(row["config"]).parent)
+        match_env_steps(args, report)
+        out.write_text(json.dumps({**run, **headline(report), "arms": report}, indent=2))
+        summarize(report, args.eval_tasks, out, TITLES[env])
+        return
     if args.combine:
         runs = [json.loads(Path(f).read_text()) for f in args.combine]
         report = [arm for run in runs for arm in run["arms"]]
@@ -220,12 +324,24 @@ def headline(report: list[dict]) -> dict:
     if not (sft and after and sft.get("per_task") and after.get("per_task")):
         return {"n_tasks": None, "sft_success": None, "rl_success": None, "diff_ci95": None}
     paired = paired_difference(sft["per_task"], after["per_task"])
-    for row in report:  # every arm against the same SFT evaluation
+    for row in report:  # every arm against the same SFT evaluation, and the others against the first arm
         if row.get("eval_after") and row["eval_after"].get("per_task"):
             row["paired_vs_sft"] = paired_difference(sft["per_task"], row["eval_after"]["per_task"])
+            if row is not first:
+                row["paired_vs_first_arm"] = paired_difference(after["per_task"], row["eval_after"]["per_task"])
     return {"n_tasks": paired["n_tasks"], "sft_success": paired["before"], "rl_success": paired["after"],
             "diff": paired["diff"], "diff_ci95": paired["ci95"], "rl_checkpoint": first["rl_checkpoint"],
             "arm": first["arm"]}
+
+
+def _change_text(paired: dict) -> str:
+    return (f"{100 * paired['diff']:+.1f} points, 95% CI [{100 * paired['ci95'][0]:+.1f}, "
+            f"{100 * paired['ci95'][1]:+.1f}] (+{paired['gained']} / -{paired['lost']} tasks)")
+
+
+def _env_steps_text(row: dict, step: int | None) -> str:
+    taken = (row.get("env_steps") or {}).get(str(step))
+    return "" if taken is None else f", {taken:.0f} environment steps in training"
 
 
 def summarize(report: list[dict], eval_tasks: int, out: Path, title: str) -> None:
@@ -236,10 +352,16 @@ def summarize(report: list[dict], eval_tasks: int, out: Path, title: str) -> Non
     print(f"  after SFT             {fmt(first.get('eval_sft') or first.get('eval_before'))}")
     for row in report:
         paired = row.get("paired_vs_sft")
-        change = "" if not paired else (f"   change {100 * paired['diff']:+.1f} points, 95% CI "
-                                        f"[{100 * paired['ci95'][0]:+.1f}, {100 * paired['ci95'][1]:+.1f}] "
-                                        f"(+{paired['gained']} / -{paired['lost']} tasks)")
-        print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({row['minutes']:.1f} min){change}")
+        change = "" if not paired else f"   change {_change_text(paired)}"
+        print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({row['minutes']:.1f} min){change}"
+              f"{_env_steps_text(row, row['train'][-1]['step'] if row['train'] else None)}")
+        if row.get("paired_vs_first_arm"):
+            print(f"    vs {first['arm']} at equal RL steps: {_change_text(row['paired_vs_first_arm'])}")
+        matched = row.get("at_matched_env_steps")
+        if matched:
+            print(f"    at step {matched['step']} ({matched['env_steps']:.0f} environment steps, {first['arm']} "
+                  f"{matched['first_arm_env_steps']:.0f}): {fmt(matched['eval'])}, vs {first['arm']}: "
+                  f"{_change_text(matched['paired_vs_first_arm'])}")
     print(f"results in {out}")
     if plot(report, out.with_suffix(".png"), title):
         print(f"curves: {out.with_suffix('.png')}")
