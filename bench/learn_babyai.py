@@ -130,10 +130,20 @@ def match_env_steps(args: argparse.Namespace, report: list[dict]) -> None:
         step = closest_checkpoint(saved, row["env_steps"], budget)
         done = row.get("at_matched_env_steps") or {}
         if done.get("step") != step:
+            last = row["train"][-1]["step"] if row["train"] else None
             done = {"step": step, "env_steps": row["env_steps"][str(step)], "first_arm_env_steps": budget,
-                    "eval": evaluate_checkpoint(args, row, step)}
+                    "eval": row["eval_after"] if step == last else evaluate_checkpoint(args, row, step)}
         done["paired_vs_first_arm"] = paired_difference(first["eval_after"]["per_task"], done["eval"]["per_task"])
         row["at_matched_env_steps"] = done
+
+
+def _with_env_steps(report: list[dict]) -> list[dict]:
+    """``report``, each arm with its environment steps (results written before they were recorded: read
+    from the arm's metrics log)."""
+    for row in report:
+        if not row.get("env_steps"):
+            row["env_steps"] = env_steps(Path(__file__).resolve().parents[1] / Path(row["config"]).parent)
+    return report
 
 
 def _pick(evaluation: dict | None) -> dict | None:
@@ -231,18 +241,17 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
     if args.match_env_steps:
         out = Path(args.match_env_steps)
         run = json.loads(out.read_text())
-        report = run["arms"]
-        for row in report:  # results written before env_steps was recorded: read it from the run's log
-            if not row.get("env_steps"):
-                row["env_steps"] = env_steps(Path(__file__).resolve().parents[1] / Path(row["config"]).parent)
+        report = _with_env_steps(run["arms"])
         match_env_steps(args, report)
         out.write_text(json.dumps({**run, **headline(report), "arms": report}, indent=2))
         summarize(report, args.eval_tasks, out, TITLES[env])
         return
     if args.combine:
         runs = [json.loads(Path(f).read_text()) for f in args.combine]
-        report = [arm for run in runs for arm in run["arms"]]
-        Path(args.out).write_text(json.dumps({"combined": args.combine, "runs": runs, "arms": report}, indent=2))
+        report = _with_env_steps([arm for run in runs for arm in run["arms"]])
+        Path(args.out).write_text(json.dumps(
+            {**headline(report), "combined": args.combine, "commands": [run.get("command") for run in runs],
+             "total_minutes": sum(run.get("total_minutes") or 0.0 for run in runs), "arms": report}, indent=2))
         summarize(report, args.eval_tasks, Path(args.out), TITLES[env])
         return
 
