@@ -365,7 +365,8 @@ def summarize(report: list[dict], eval_tasks: int, out: Path, title: str) -> Non
         print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({row['minutes']:.1f} min){change}"
               f"{_env_steps_text(row, row['train'][-1]['step'] if row['train'] else None)}")
         if row.get("paired_vs_first_arm"):
-            print(f"    vs {first['arm']} at equal RL steps: {_change_text(row['paired_vs_first_arm'])}")
+            steps = [r["train"][-1]["step"] if r["train"] else 0 for r in (row, first)]
+            print(f"    vs {first['arm']} ({steps[0]} vs {steps[1]} RL steps): {_change_text(row['paired_vs_first_arm'])}")
         matched = row.get("at_matched_env_steps")
         if matched:
             print(f"    at step {matched['step']} ({matched['env_steps']:.0f} environment steps, {first['arm']} "
