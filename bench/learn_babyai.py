@@ -10,10 +10,12 @@ One run of the README's recipe (examples/babyai_grpo_cpu.yaml), in two arms of e
 
 Every evaluation is greedy, on the same held-out test tasks (round-robin over the levels, as
 ``agentgym eval --limit N`` takes them) with the same final horizon, so the figures compare:
-base model -> after SFT -> after SFT+RL (each arm), and the arms with each other at equal RL steps
-(paired over tasks). The fixed arm interacts more per step (every episode may run to the longest
-horizon), so ``--match-env-steps`` then also evaluates it at its saved checkpoint whose environment
-steps in training come closest to the ScalingInter arm's total: the comparison at equal interaction.
+base model -> after SFT -> after SFT+RL (each arm), and the arms with each other (paired over tasks)
+at the RL steps each ran: equal in one invocation; arms run separately (``--from-sft``, ``--resume``)
+and merged with ``--combine`` may differ, and the summary prints both counts. The fixed arm
+interacts more per step (every episode may run to the longest horizon), so ``--match-env-steps``
+then also evaluates it at its saved checkpoint whose environment steps in training come closest to
+the ScalingInter arm's total: the comparison at equal interaction.
 Writes bench/results/learn_babyai.json and, with matplotlib (``pip install -e .[bench]``),
 bench/results/learn_babyai.png: training success and reward per step of both arms, and success
 against environment steps, with the held-out evaluations marked.
@@ -35,8 +37,9 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: the results JSON name paths relative to it
 RESULTS = Path(__file__).parent / "results"
-EXAMPLES = Path(__file__).parents[1] / "examples"
+EXAMPLES = ROOT / "examples"
 TITLES = {"babyai": "BabyAI", "textcraft": "TextCraft"}
 
 
@@ -96,7 +99,7 @@ def evaluate_checkpoint(args: argparse.Namespace, arm: dict, step: int) -> dict:
     from agentgym_core.plugins import get_plugin_manager
     from agentgym_core.rl.config import load_config
 
-    arm_dir = Path(__file__).resolve().parents[1] / Path(arm["config"]).parent
+    arm_dir = _arm_dir(arm)
     model = arm_dir / "checkpoints" / f"step_{step:06d}" / "model"
     if not model.is_dir():
         raise SystemExit(f"{model} is missing: run with --override trainer.save_every=N so that step {step} is saved")
@@ -123,7 +126,7 @@ def match_env_steps(args: argparse.Namespace, report: list[dict]) -> None:
     first = report[0]
     budget = max(first["env_steps"].values())
     for row in report[1:]:
-        arm_dir = Path(__file__).resolve().parents[1] / Path(row["config"]).parent
+        arm_dir = _arm_dir(row)
         saved = sorted(int(p.name.split("_")[1]) for p in (arm_dir / "checkpoints").glob("step_*"))
         if not saved:
             raise SystemExit(f"{arm_dir}/checkpoints holds no checkpoint")
@@ -142,8 +145,13 @@ def _with_env_steps(report: list[dict]) -> list[dict]:
     from the arm's metrics log)."""
     for row in report:
         if not row.get("env_steps"):
-            row["env_steps"] = env_steps(Path(__file__).resolve().parents[1] / Path(row["config"]).parent)
+            row["env_steps"] = env_steps(_arm_dir(row))
     return report
+
+
+def _arm_dir(row: dict) -> Path:
+    """The run directory of the arm whose results are ``row`` (its config is saved there)."""
+    return ROOT / Path(row["config"]).parent
 
 
 def _pick(evaluation: dict | None) -> dict | None:
@@ -155,9 +163,8 @@ def _pick(evaluation: dict | None) -> dict | None:
 
 def _repo_relative(path: Path) -> str:
     """``path`` relative to the checkout (the JSON is committed: no machine's absolute paths in it)."""
-    root = Path(__file__).resolve().parents[1]
     try:
-        return str(path.resolve().relative_to(root))
+        return str(path.resolve().relative_to(ROOT))
     except ValueError:
         return str(path)
 
@@ -313,8 +320,7 @@ def _earlier_sft(path: str, eval_tasks: int) -> dict:
     run = json.loads(Path(path).read_text())
     first = run["arms"][0]
     evaluated = first.get("eval_sft") or first.get("eval_before")
-    root = Path(__file__).resolve().parents[1]
-    sft = sorted((root / first["config"]).parent.glob("warm_start/checkpoints/step_*"))
+    sft = sorted(_arm_dir(first).glob("warm_start/checkpoints/step_*"))
     if not sft or not evaluated:
         raise SystemExit(f"{path}: its first arm has no SFT checkpoint under {Path(first['config']).parent}/warm_start "
                          "or no evaluation after SFT; run it without --from-sft first")
