@@ -133,9 +133,8 @@ def match_env_steps(args: argparse.Namespace, report: list[dict]) -> None:
         step = closest_checkpoint(saved, row["env_steps"], budget)
         done = row.get("at_matched_env_steps") or {}
         if done.get("step") != step:
-            last = row["train"][-1]["step"] if row["train"] else None
             done = {"step": step, "env_steps": row["env_steps"][str(step)], "first_arm_env_steps": budget,
-                    "eval": row["eval_after"] if step == last else evaluate_checkpoint(args, row, step)}
+                    "eval": row["eval_after"] if step == _last_step(row) else evaluate_checkpoint(args, row, step)}
         done["paired_vs_first_arm"] = paired_difference(first["eval_after"]["per_task"], done["eval"]["per_task"])
         row["at_matched_env_steps"] = done
 
@@ -147,6 +146,11 @@ def _with_env_steps(report: list[dict]) -> list[dict]:
         if not row.get("env_steps"):
             row["env_steps"] = env_steps(_arm_dir(row))
     return report
+
+
+def _last_step(row: dict) -> int:
+    """The last RL step the arm whose results are ``row`` trained (0: none)."""
+    return row["train"][-1]["step"] if row["train"] else 0
 
 
 def _arm_dir(row: dict) -> Path:
@@ -368,11 +372,13 @@ def summarize(report: list[dict], eval_tasks: int, out: Path, title: str) -> Non
     for row in report:
         paired = row.get("paired_vs_sft")
         change = "" if not paired else f"   change {_change_text(paired)}"
-        print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({row['minutes']:.1f} min){change}"
-              f"{_env_steps_text(row, row['train'][-1]['step'] if row['train'] else None)}")
+        # minutes of all its RL steps, from the curve: a resumed arm's invocation timed only the steps it ran
+        step_minutes = sum(x["time_step"] or 0.0 for x in row["train"]) / 60
+        print(f"  after SFT+RL {row['arm']:<9} {fmt(row['eval_after'])}   ({_last_step(row)} steps, "
+              f"{step_minutes:.1f} min of steps){change}{_env_steps_text(row, _last_step(row))}")
         if row.get("paired_vs_first_arm"):
-            steps = [r["train"][-1]["step"] if r["train"] else 0 for r in (row, first)]
-            print(f"    vs {first['arm']} ({steps[0]} vs {steps[1]} RL steps): {_change_text(row['paired_vs_first_arm'])}")
+            print(f"    vs {first['arm']} ({_last_step(row)} vs {_last_step(first)} RL steps): "
+                  f"{_change_text(row['paired_vs_first_arm'])}")
         matched = row.get("at_matched_env_steps")
         if matched:
             print(f"    at step {matched['step']} ({matched['env_steps']:.0f} environment steps, {first['arm']} "
