@@ -11,6 +11,26 @@ def test_registered_estimators_conform(name):
     check_estimator(pm.get("advantage_estimator", name))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce_pp", "gigpo"])
+def test_registered_estimators_conform_on_cuda(name):
+    """The trainer's batches live on the learner's device: every estimator keeps its tensors there."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    pm = PluginManager(autoload=True, allow=["estimators"])
+    check_estimator(pm.get("advantage_estimator", name), device="cuda")
+
+
+def test_checker_catches_outputs_on_another_device():
+    def elsewhere(batch: AdvantageBatch, config) -> AdvantageOutput:
+        # Builds its result on a fixed device, not the batch's (on a GPU run: CPU tensors beside CUDA ones).
+        a = (batch.token_rewards * batch.mask).to("meta")
+        return AdvantageOutput(a, a)
+
+    with pytest.raises(EstimatorCheckError, match="advantages is on meta, the batch on cpu"):
+        check_estimator(elsewhere)
+
+
 def test_checker_catches_reward_on_masked_token():
     def broken(batch: AdvantageBatch, config) -> AdvantageOutput:
         # Ignores the mask: advantages leak onto environment tokens.

@@ -22,7 +22,7 @@ class EstimatorCheckError(AssertionError):
     """An estimator broke the contract; the message says which rule and how to fix it."""
 
 
-def _example(with_env_tokens: bool) -> AdvantageBatch:
+def _example(with_env_tokens: bool, device: torch.device) -> AdvantageBatch:
     """Two tasks x two samples, 2-3 policy turns each; env spans optional (same policy tokens)."""
     rows = [  # per row: lengths of policy turns
         [3, 2], [2, 4, 1], [1, 2], [3, 3, 2],
@@ -50,14 +50,19 @@ def _example(with_env_tokens: bool) -> AdvantageBatch:
     spans = [[(end - n + 1, end + 1) for end, n in zip(ends, turns, strict=True)]
              for ends, turns in zip(turn_ends, rows, strict=True)]
     states: list[list[str | None]] = [["s0", "a"], ["s0", "c", None], ["s1", "b"], ["s1", "b", "d"]]
-    return AdvantageBatch(token_rewards=rewards, response_mask=mask.bool(),
-                          group_ids=torch.tensor([0, 0, 1, 1]), values=values, turn_spans=spans, turn_states=states)
+    return AdvantageBatch(token_rewards=rewards.to(device), response_mask=mask.bool().to(device),
+                          group_ids=torch.tensor([0, 0, 1, 1], device=device), values=values.to(device),
+                          turn_spans=spans, turn_states=states)
 
 
-def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) -> None:
+def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None, *,
+                    device: str | torch.device = "cpu") -> None:
     """Raise :class:`EstimatorCheckError` unless ``estimate`` honours the estimator contract.
 
-    Rules: returns an :class:`AdvantageOutput` of (B, T) finite tensors; zero off the policy mask;
+    ``device``: where the example batch lives (the trainer's batches live on the learner's device:
+    check with ``device="cuda"`` on a GPU machine).
+
+    Rules: returns an :class:`AdvantageOutput` of (B, T) finite tensors on the batch's device; zero off the policy mask;
     inputs are not mutated; deterministic; inserting environment tokens between turns does not
     change any policy token's advantage (environment tokens are not steps); the outcome reward on
     the last policy token changes the advantages (it is not masked away); a ``min_group_size``
@@ -78,7 +83,8 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) 
         fail(f"declares min_group_size={needed}, but the conformance example has groups of 2 samples",
              "Declare the smallest group the estimator gives non-zero advantages for (2 for a leave-one-out baseline).")
 
-    batch = _example(with_env_tokens=True)
+    device = torch.device(device)
+    batch = _example(with_env_tokens=True, device=device)
     before = {k: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)) for k, v in vars(batch).items()}
     out = estimate(batch, config)
     if not isinstance(out, AdvantageOutput):
@@ -88,6 +94,9 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) 
         if not isinstance(t, torch.Tensor) or t.shape != batch.token_rewards.shape:
             fail(f"{field} has shape {getattr(t, 'shape', None)}, expected {tuple(batch.token_rewards.shape)}",
                  "Return one value per token of the padded (B, T) batch.")
+        if t.device != batch.token_rewards.device:
+            fail(f"{field} is on {t.device}, the batch on {batch.token_rewards.device}",
+                 "Create tensors with device=batch.token_rewards.device (or *_like of an input).")
         if not torch.isfinite(t).all():
             fail(f"{field} contains NaN or inf", "Guard divisions by a std or a count with eps / clamp.")
         if (t[~batch.response_mask] != 0).any():
@@ -101,7 +110,7 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None) 
     if not torch.equal(again.advantages, out.advantages):
         fail("is not deterministic", "Do not sample or keep state between calls.")
 
-    compact = _example(with_env_tokens=False)
+    compact = _example(with_env_tokens=False, device=device)
     out_compact = estimate(compact, config)
     a_env = [out.advantages[i][batch.response_mask[i]] for i in range(4)]
     a_cmp = [out_compact.advantages[i][compact.response_mask[i]] for i in range(4)]

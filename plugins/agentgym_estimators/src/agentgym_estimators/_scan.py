@@ -43,6 +43,6 @@ def group_sum_count(scores: torch.Tensor, group_ids: torch.Tensor) -> tuple[torc
     """Per-row sum of scores in the row's group and the group's size, both (B,)."""
     _, inverse = torch.unique(group_ids, return_inverse=True)  # (B,)
     n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
-    sums = torch.zeros(n_groups, dtype=scores.dtype).index_add_(0, inverse, scores)
-    counts = torch.zeros(n_groups, dtype=scores.dtype).index_add_(0, inverse, torch.ones_like(scores))
+    sums = scores.new_zeros(n_groups).index_add_(0, inverse, scores)  # on the scores' device (the learner's)
+    counts = scores.new_zeros(n_groups).index_add_(0, inverse, torch.ones_like(scores))
     return sums[inverse], counts[inverse]
