@@ -246,8 +246,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                         "generation_calls": float(rollout.generation_calls),
                         **rollout.metrics,  # sampling rounds; re-runs of failed episodes; per-server throughput, errors
                     }
-                    if place_roles is None:  # both roles in this process: its peak resident memory in each phase
-                        metrics.update(peak_rss_rollout_gb=rollout_peak.gb, peak_rss_update_gb=update_peak.gb)
+                    if place_roles is None:  # both roles in this process: its peak memory in each phase
+                        metrics.update(**rollout_peak.as_metrics("_rollout"), **update_peak.as_metrics("_update"))
                     scheduler.update(step, metrics)  # every metric but time_step, which ends after step 7
 
                 # ---- 7. weights to the rollout backend ---------------------------------------------------
@@ -314,10 +314,10 @@ def _evaluate_before(cfg: TrainConfig, worker: RolloutWorker, writer: MetricsWri
 
 
 def _evaluate(worker: Any, horizon: int, step: int, *, measure: bool) -> dict[str, Any]:
-    """A held-out evaluation; with ``measure``, its peak resident memory as ``peak_rss_gb``."""
+    """A held-out evaluation; with ``measure``, its peak memory as ``peak_rss_gb`` (and ``peak_gpu_gb`` on CUDA)."""
     with PhasePeak() as peak:
         result = worker.evaluate(horizon, step=step)
-    return {**result, "peak_rss_gb": peak.gb} if measure else result
+    return {**result, **peak.as_metrics()} if measure else result
 
 
 def _scoring_metrics(scored: Any) -> dict[str, float]:
@@ -391,6 +391,8 @@ class _LocalRoles:
     def learner(self, stack: contextlib.ExitStack) -> Learner:
         if self.model is None:
             self.model, self.tokenizer = load_policy(self.config.model, device=self.ctx.device)
+        else:  # a model handed in follows model.device as a loaded one does (tests pass CPU models)
+            self.model.to(self.ctx.device)
         self.rollout_model = copy.deepcopy(self.model) if self.separate_copy and self.ctx.is_main else self.model
         return Learner(self.config, self.model, tokenizer=self.tokenizer, ctx=self.ctx)
 
