@@ -62,3 +62,17 @@ _PHASES = textwrap.dedent("""
 def test_each_phase_measures_its_own_peak_resident_memory():
     done = subprocess.run([sys.executable, "-c", _PHASES], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_phase_without_cuda_reports_no_gpu_peak():
+    """Without CUDA in use, phases report resident memory only (and never initialise CUDA to find out)."""
+    import torch
+
+    from agentgym_core.memory import PhasePeak
+
+    if torch.cuda.is_initialized():
+        pytest.skip("this process already uses CUDA")
+    with PhasePeak() as peak:
+        torch.ones(1000).sum()
+    assert peak.gpu_gb is None and set(peak.as_metrics("_update")) == {"peak_rss_update_gb"}
+    assert not torch.cuda.is_initialized()

@@ -11,6 +11,10 @@ glibc to return every free page (``malloc_trim(0)``); the trainer calls it betwe
 :class:`PhasePeak` measures a phase's own peak resident memory: Linux keeps the process's high-water
 mark (``VmHWM``) and resets it to the current RSS on a write of ``5`` to ``/proc/self/clear_refs``, so
 each phase's peak is read without a sampling thread.
+
+On a CUDA device the same phases also measure the GPU: the most memory PyTorch's caching allocator
+held (reserved) during the phase, the GPU's counterpart of RSS, from ``torch.cuda.max_memory_reserved``
+after ``reset_peak_memory_stats``; :func:`release_memory` also hands its cached free blocks back.
 """
 
 from __future__ import annotations
@@ -45,13 +49,25 @@ def _malloc_trim() -> ctypes._CFuncPtr | None:
     return trim
 
 
+def _cuda_in_use():
+    """``torch.cuda`` when this process has initialised CUDA, else None (never imports torch or starts CUDA)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda
+
+
 def release_memory() -> bool:
-    """Free unreachable reference cycles, then return the C heap's free pages to the OS.
+    """Free unreachable reference cycles, then return the C heap's free pages to the OS (and, where CUDA
+    is in use, the caching allocator's free blocks to the GPU).
 
     Returns whether the heap was trimmed (False where the C library is not glibc: garbage is still
     collected). Costs a full garbage collection, tens of milliseconds in a training process.
     """
     gc.collect()
+    cuda = _cuda_in_use()
+    if cuda is not None:
+        cuda.empty_cache()
     trim = _malloc_trim()
     if trim is None:
         return False
@@ -84,18 +100,26 @@ class PhasePeak:
     """Peak RSS of a block of code: ``with PhasePeak() as peak: ...`` (or ``start()`` .. ``stop()``), then ``peak.gb``.
 
     Resets the high-water mark on entry, so phases measure apart; where the OS cannot reset it
-    (not Linux), ``gb`` is the peak since the process started, an upper bound.
+    (not Linux), ``gb`` is the peak since the process started, an upper bound. Where the process uses
+    CUDA, ``gpu_gb`` is the phase's peak of GPU memory reserved by PyTorch on the current device
+    (None without CUDA).
     """
 
     def __init__(self) -> None:
         self.bytes = 0
+        self.gpu_bytes: int | None = None
 
     def start(self) -> PhasePeak:
         reset_peak_rss()
+        cuda = _cuda_in_use()
+        if cuda is not None:
+            cuda.reset_peak_memory_stats()
         return self
 
     def stop(self) -> None:
         self.bytes = peak_rss_bytes()
+        cuda = _cuda_in_use()
+        self.gpu_bytes = None if cuda is None else int(cuda.max_memory_reserved())
 
     def __enter__(self) -> PhasePeak:
         return self.start()
@@ -106,3 +130,14 @@ class PhasePeak:
     @property
     def gb(self) -> float:
         return self.bytes / 1e9
+
+    @property
+    def gpu_gb(self) -> float | None:
+        return None if self.gpu_bytes is None else self.gpu_bytes / 1e9
+
+    def as_metrics(self, suffix: str = "") -> dict[str, float]:
+        """``{"peak_rss{suffix}_gb": ...}``, with ``"peak_gpu{suffix}_gb"`` where CUDA is in use."""
+        found = {f"peak_rss{suffix}_gb": self.gb}
+        if self.gpu_gb is not None:
+            found[f"peak_gpu{suffix}_gb"] = self.gpu_gb
+        return found

@@ -86,7 +86,9 @@ def test_rl_step_on_cuda(tmp_path):
     from learner_ranks import run, train_lines
 
     run(str(tmp_path / "run"), ["trainer.steps=1", "model.device=cuda"])
-    assert train_lines(tmp_path / "run")[0]["sampled_tokens"] > 0
+    line = train_lines(tmp_path / "run")[0]
+    assert line["sampled_tokens"] > 0
+    assert 0 < line["peak_gpu_rollout_gb"] < 1 and 0 < line["peak_gpu_update_gb"] < 1  # a tiny model's phases
 
 
 @pytest.mark.gpu

@@ -73,7 +73,7 @@ def train_steps(
         def evaluate_now(step: int) -> dict[str, Any] | None:  # with the evaluation's peak resident memory
             with PhasePeak() as peak:
                 found = evaluate_held_out(step)
-            return None if found is None else {**found, "peak_rss_gb": peak.gb}
+            return None if found is None else {**found, **peak.as_metrics()}
 
         # ---- evaluation before training --------------------------------------------------------------
         if evaluate and config.trainer.eval_before and start == 0:
@@ -93,7 +93,7 @@ def train_steps(
             lr_schedule.step()
             release_memory()  # the step's activations and logits: freed heap pages go back before the next
             peak.stop()
-            metrics.update(lr=lr_schedule.get_last_lr()[0], time_step=time.perf_counter() - t0, peak_rss_gb=peak.gb)
+            metrics.update(lr=lr_schedule.get_last_lr()[0], time_step=time.perf_counter() - t0, **peak.as_metrics())
             done = step + 1
             writer.write(done, metrics)
             bar.set_postfix(**postfix(metrics))
