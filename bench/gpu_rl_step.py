@@ -12,8 +12,9 @@ The run is the user's command, ``python -m agentgym_core train <recipe> <overrid
 process, with the transformers rollout backend (vLLM is not installed there) and smaller rollouts
 than the recipe's so that a few steps fit a short device lease. Its ``metrics.jsonl`` gives each
 step's time split and the peak GPU memory of the rollout and of the update (PyTorch's reserved
-bytes), set beside the README's estimate: 16 bytes per parameter for float32 weights, gradients and
-AdamW moments, plus 2 for the bf16 KL reference.
+bytes, and what its tensors took at their peak: the gap is the caching allocator's fragmentation;
+``PYTORCH_CUDA_ALLOC_CONF`` is recorded), set beside the README's estimate: 16 bytes per parameter
+for float32 weights, gradients and AdamW moments, plus 2 for the bf16 KL reference.
 
     python bench/gpu_rl_step.py [--steps 3] [--tokenizer DIR] [--out bench/results/gpu_rl_step.json]
 
@@ -115,7 +116,8 @@ def main() -> None:
     steps = [x for x in read_metrics(run_dir) if x.get("kind") == "train"]
     keys = ("time_step", "time_rollout", "time_generation", "update_seconds", "update_tokens",
             "update_tokens_per_s", "sampled_tokens", "turns", "trajectories", "peak_gpu_rollout_gb",
-            "peak_gpu_update_gb", "peak_rss_rollout_gb", "peak_rss_update_gb")
+            "peak_gpu_update_gb", "peak_gpu_allocated_rollout_gb", "peak_gpu_allocated_update_gb",
+            "peak_rss_rollout_gb", "peak_rss_update_gb")
     rows = [{"step": x["step"], **{k: x[k] for k in keys if k in x}} for x in steps]
     params = shape["parameters"]
     estimate = {name: b * params / 1e9 for name, b in BYTES_PER_PARAMETER.items()}
@@ -125,7 +127,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
         "recipe": str(RECIPE.relative_to(ROOT)), "overrides": overrides[1:],  # the model path is a temporary folder
         "model": shape, "build_seconds": build_seconds, "returncode": returncode,
-        "run_seconds": run_seconds,
+        "run_seconds": run_seconds, "allocator": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "default",
         # start-up (imports, env servers, loading) and the final checkpoint: the run's time outside its steps
         "outside_steps_seconds": run_seconds - logged_step_seconds,
         "steps": rows,
@@ -138,7 +140,9 @@ def main() -> None:
     for r in rows:
         print(f"step {r['step']}: {r.get('time_step', 0):6.1f} s (rollout {r.get('time_rollout', 0):5.1f}, update "
               f"{r.get('update_seconds', 0):5.1f}, {r.get('update_tokens_per_s', 0):7.0f} tokens/s), GPU peak "
-              f"rollout {r.get('peak_gpu_rollout_gb', 0):.1f} GB, update {r.get('peak_gpu_update_gb', 0):.1f} GB")
+              f"rollout {r.get('peak_gpu_rollout_gb', 0):.1f} GB ({r.get('peak_gpu_allocated_rollout_gb', 0):.1f} "
+              f"allocated), update {r.get('peak_gpu_update_gb', 0):.1f} GB "
+              f"({r.get('peak_gpu_allocated_update_gb', 0):.1f} allocated)")
     print(f"estimate {summary['estimate_gb']['total']:.1f} GB of weights, gradients, AdamW and reference; "
           f"update peak {peak_update} GB; run {run_seconds:.0f} s ({summary['outside_steps_seconds']:.0f} s "
           f"outside steps), return code {returncode}")

@@ -102,12 +102,14 @@ class PhasePeak:
     Resets the high-water mark on entry, so phases measure apart; where the OS cannot reset it
     (not Linux), ``gb`` is the peak since the process started, an upper bound. Where the process uses
     CUDA, ``gpu_gb`` is the phase's peak of GPU memory reserved by PyTorch on the current device
-    (None without CUDA).
+    and ``gpu_allocated_gb`` the peak its tensors took (None without CUDA); a wide gap between the
+    two is the caching allocator's fragmentation.
     """
 
     def __init__(self) -> None:
         self.bytes = 0
         self.gpu_bytes: int | None = None
+        self.gpu_allocated_bytes: int | None = None
 
     def start(self) -> PhasePeak:
         reset_peak_rss()
@@ -120,6 +122,7 @@ class PhasePeak:
         self.bytes = peak_rss_bytes()
         cuda = _cuda_in_use()
         self.gpu_bytes = None if cuda is None else int(cuda.max_memory_reserved())
+        self.gpu_allocated_bytes = None if cuda is None else int(cuda.max_memory_allocated())
 
     def __enter__(self) -> PhasePeak:
         return self.start()
@@ -135,9 +138,15 @@ class PhasePeak:
     def gpu_gb(self) -> float | None:
         return None if self.gpu_bytes is None else self.gpu_bytes / 1e9
 
+    @property
+    def gpu_allocated_gb(self) -> float | None:
+        return None if self.gpu_allocated_bytes is None else self.gpu_allocated_bytes / 1e9
+
     def as_metrics(self, suffix: str = "") -> dict[str, float]:
-        """``{"peak_rss{suffix}_gb": ...}``, with ``"peak_gpu{suffix}_gb"`` where CUDA is in use."""
+        """``{"peak_rss{suffix}_gb": ...}``, with ``"peak_gpu{suffix}_gb"`` (reserved) and
+        ``"peak_gpu_allocated{suffix}_gb"`` where CUDA is in use."""
         found = {f"peak_rss{suffix}_gb": self.gb}
-        if self.gpu_gb is not None:
+        if self.gpu_gb is not None and self.gpu_allocated_gb is not None:
             found[f"peak_gpu{suffix}_gb"] = self.gpu_gb
+            found[f"peak_gpu_allocated{suffix}_gb"] = self.gpu_allocated_gb
         return found

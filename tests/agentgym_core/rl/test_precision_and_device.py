@@ -89,6 +89,7 @@ def test_rl_step_on_cuda(tmp_path):
     line = train_lines(tmp_path / "run")[0]
     assert line["sampled_tokens"] > 0
     assert 0 < line["peak_gpu_rollout_gb"] < 1 and 0 < line["peak_gpu_update_gb"] < 1  # a tiny model's phases
+    assert 0 < line["peak_gpu_allocated_update_gb"] <= line["peak_gpu_update_gb"]  # tensors within what is reserved
 
 
 @pytest.mark.gpu
