@@ -103,23 +103,52 @@ def test_new_weights_drop_the_caches(tiny_backend):
 
 @pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=1.0, max_new_tokens=8, seed=5)])
 def test_rows_read_one_by_one_or_padded_together_sample_the_same(tiny_backend, params):
-    """prefill='per_row' (the CPU default) and 'batched' differ only in how joining rows are computed."""
-    runs = {}
-    for mode in ("per_row", "batched"):
-        tiny_backend.prefill = mode
+    """prefill='per_row' (the CPU default), 'batched' in one pass and 'batched' in passes bounded by
+    prefill_chunk_tokens differ only in how joining rows are computed."""
+    runs, widest_pass = {}, {}
+    modes = {"per_row": ("per_row", None), "batched": ("batched", None), "batched_in_chunks": ("batched", 1)}
+    forward = tiny_backend.model.forward
+    for name, (mode, chunk) in modes.items():
+        rows_read: list[int] = []
+
+        def counting(*args, _seen=rows_read, **kwargs):
+            ids = kwargs.get("input_ids")
+            if ids is not None and ids.shape[1] > 1:  # a prefill pass (decode steps feed one column)
+                _seen.append(ids.shape[0])
+            return forward(*args, **kwargs)
+
+        tiny_backend.prefill, tiny_backend.prefill_chunk_tokens = mode, chunk
+        tiny_backend.model.forward = counting
         try:
             tiny_backend.sessions.clear()
-            runs[mode] = _multi_turn(tiny_backend, params, sessions=True)
+            runs[name] = _multi_turn(tiny_backend, params, sessions=True)
         finally:
-            tiny_backend.prefill = "auto"
+            tiny_backend.prefill, tiny_backend.prefill_chunk_tokens = "auto", 16384
+            del tiny_backend.model.forward
             for i in range(3):
                 tiny_backend.release_session(("t", i))
-    (hist_a, replies_a, _), (hist_b, replies_b, _) = runs["per_row"], runs["batched"]
-    assert hist_a == hist_b
-    for turn_a, turn_b in zip(replies_a, replies_b, strict=True):
-        for a, b in zip(turn_a, turn_b, strict=True):
-            assert a.token_ids == b.token_ids
-            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        widest_pass[name] = max(rows_read)
+    assert widest_pass == {"per_row": 1, "batched": 3, "batched_in_chunks": 1}  # the bound split the passes
+    hist_a, replies_a, _ = runs["per_row"]
+    for other in ("batched", "batched_in_chunks"):
+        hist_b, replies_b, _ = runs[other]
+        assert hist_a == hist_b
+        for turn_a, turn_b in zip(replies_a, replies_b, strict=True):
+            for a, b in zip(turn_a, turn_b, strict=True):
+                assert a.token_ids == b.token_ids
+                assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_prefill_groups_keep_each_padded_pass_under_the_bound():
+    from agentgym_backend_transformers.decoding import prefill_groups
+
+    lengths, reuse = [100, 120, 30, 500, 110], [90, 0, 20, 0, 100]
+    assert prefill_groups(lengths, reuse, None) == [[0, 1, 2, 3, 4]]
+    # rows x (widest cached + widest new): [0, 1] is 2 x (90 + 120) = 420; adding row 2 makes 3 x 210 = 630
+    assert prefill_groups(lengths, reuse, 500) == [[0, 1], [2], [3], [4]]  # row 3 (500 columns) alone
+    assert prefill_groups(lengths, reuse, 10**6) == [[0, 1, 2, 3, 4]]
+    assert prefill_groups(lengths, reuse, 1) == [[0], [1], [2], [3], [4]]
+    assert prefill_groups([], [], 8) == []
 
 
 def test_an_unknown_prefill_mode_is_refused(tiny_backend):
@@ -127,3 +156,5 @@ def test_an_unknown_prefill_mode_is_refused(tiny_backend):
 
     with pytest.raises(ValueError, match="per_row"):
         TransformersBackend(tiny_backend.model, tiny_backend.tokenizer, prefill="rows")
+    with pytest.raises(ValueError, match="prefill_chunk_tokens=0"):
+        TransformersBackend(tiny_backend.model, tiny_backend.tokenizer, prefill_chunk_tokens=0)

@@ -53,6 +53,7 @@ class TransformersBackend:
     def __init__(
         self, model: Any, tokenizer: Any, *, max_batch_size: int = 64, session_cache_mb: float = 1024.0,
         share_prefixes: bool = True, prefill: str = "auto", kv_cache_dtype: str = "model",
+        prefill_chunk_tokens: int | None = 16384,
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat_template; the backend renders turns with the model's own template")
@@ -73,6 +74,9 @@ class TransformersBackend:
         if prefill not in ("auto", "batched", "per_row"):
             raise ValueError(f"prefill={prefill!r}: use 'auto', 'batched' or 'per_row'")
         self.prefill = prefill  # how joining rows are read: per_row (no padding computed) or batched
+        if prefill_chunk_tokens is not None and prefill_chunk_tokens < 1:
+            raise ValueError(f"prefill_chunk_tokens={prefill_chunk_tokens}: use a positive number of columns (or None)")
+        self.prefill_chunk_tokens = prefill_chunk_tokens  # batched: padded columns per forward pass (None: no bound)
         self.kv_dtype = kv_storage_dtype(model, kv_cache_dtype)  # None: the model's own
         if self.kv_dtype is not None:
             allow_reduced_precision_kv()
@@ -85,6 +89,7 @@ class TransformersBackend:
         return cls(
             model, tokenizer, max_batch_size=config.max_batch_size, session_cache_mb=config.session_cache_mb,
             share_prefixes=config.share_prefixes, prefill=config.prefill, kv_cache_dtype=config.kv_cache_dtype,
+            prefill_chunk_tokens=config.prefill_chunk_tokens,
         )
 
     @property
@@ -190,7 +195,8 @@ def kv_storage_dtype(model: Any, kv_cache_dtype: str) -> torch.dtype | None:
     return dtype
 
 
-LIVE_MODULE_OPTIONS = ("max_batch_size", "session_cache_mb", "share_prefixes", "prefill", "kv_cache_dtype")
+LIVE_MODULE_OPTIONS = ("max_batch_size", "session_cache_mb", "share_prefixes", "prefill", "prefill_chunk_tokens",
+                       "kv_cache_dtype")
 """Options that apply to a module the trainer lends (the others say how to load one)."""
 
 

@@ -41,6 +41,12 @@ class TransformersBackendConfig(BaseModel):
         "computed; faster on a CPU, where cost follows tokens), 'batched' in one padded forward pass; "
         "'auto' = per_row on CPU, batched on CUDA.",
     )
+    prefill_chunk_tokens: int = Field(
+        default=16384, ge=1,
+        description="'batched' prefill: the most padded columns (rows x (widest cached prefix + widest new "
+        "suffix)) one forward pass reads; prompts joining together are read in groups under it, a wider one "
+        "alone. Bounds a pass's activations and copies when many long prompts join at once.",
+    )
     kv_cache_dtype: Literal["model", "float32", "bfloat16", "float16"] = Field(
         default="model",
         description="dtype the KV caches (the decode batch's, kept sessions, shared prefixes) are stored in; "

@@ -7,9 +7,12 @@ and feeds the remaining rows' tokens through the model. So a trajectory whose en
 while others are still decoding joins at the next step instead of waiting for the whole batch
 (continuous batching at the step level), and the batch stays full.
 
-Rows joining at the same step are read in one padded forward pass (``prefill='batched'``) or one
-forward pass each (``'per_row'``, the CPU default: there a forward pass costs what its tokens cost,
-padding included), then laid side by side.
+Rows joining at the same step are read in padded forward passes (``prefill='batched'``) of at most
+``prefill_chunk_tokens`` padded columns each, or one forward pass each (``'per_row'``, the CPU
+default: there a forward pass costs what its tokens cost, padding included), then laid side by side.
+The bound matters after the session cache has dropped rows (or at the first turn of long prompts):
+every such row is then read in full, and one pass over all of them holds the activations of every
+row at once, and lays out the cached prefixes as a second copy beside the sessions' own.
 
 Row layout inside the batch: ``[pad | cached prefix | pad | new suffix | decoded tokens]``, every
 pad column masked out; positions are explicit per row, and cached keys carry their rotary
@@ -52,7 +55,7 @@ from agentgym_core.rollout.backend import Sample, SamplingParams
 if TYPE_CHECKING:
     from agentgym_backend_transformers.backend import TransformersBackend
 
-__all__ = ["DecodeBatch", "filter_logits"]
+__all__ = ["DecodeBatch", "filter_logits", "prefill_groups"]
 
 MIN_SHARED_PREFIX = 16  # tokens: a shorter common prefix is not worth its own forward pass
 MAX_KEPT_PREFIXES = 8  # prompt prefixes a batch keeps (least recently used go first)
@@ -209,15 +212,24 @@ class DecodeBatch:
         stats.reused_tokens += sum(reuse)
         stats.prefilled_tokens += sum(len(row.prompt) for row in joining) - sum(reuse)
         placed = self._plain and len(joining) > 1 and self._prefill_per_row()
-        if placed:  # straight into the batch's own buffers
-            cache, attention, logits = self._prefill_rows(joining, cached, reuse)
-        else:
-            cache, attention, logits = self._prefill_batched(joining, cached, reuse)
-        del cached
-        for b in keep_prompts:  # rows no kept prefix covered: later arrivals may share their prompt
-            self._keep_prefix(SessionKV(token_ids=list(joining[b].prompt), layers=_row_kv(cache, attention, b)))
-        after = torch.tensor([len(row.prompt) for row in joining], dtype=torch.long, device=attention.device)
-        self._merge(joining, cache, attention, after, logits, placed=placed)
+        # Padded passes read at most prefill_chunk_tokens columns each (per row: one pass already); caches
+        # of other layer kinds (sliding windows) are read in one pass, as their batches are not merged.
+        chunk = getattr(backend, "prefill_chunk_tokens", None) if self._plain else None
+        groups = [list(range(len(joining)))] if placed else prefill_groups(
+            [len(row.prompt) for row in joining], reuse, chunk)
+        for group in groups:
+            rows = [joining[b] for b in group]
+            args = (rows, [cached[b] for b in group], [reuse[b] for b in group])
+            # placed: straight into the batch's own buffers
+            cache, attention, logits = self._prefill_rows(*args) if placed else self._prefill_batched(*args)
+            for j, b in enumerate(group):
+                if b in keep_prompts:  # rows no kept prefix covered: later arrivals may share their prompt
+                    self._keep_prefix(SessionKV(token_ids=list(rows[j].prompt), layers=_row_kv(cache, attention, j)))
+            after = torch.tensor([len(row.prompt) for row in rows], dtype=torch.long, device=attention.device)
+            self._merge(rows, cache, attention, after, logits, placed=placed)
+            del cache, attention, logits, args
+            for b in group:  # a session's cache is in the batch now: let its own copy go
+                cached[b] = None
 
     def _prefill_per_row(self) -> bool:
         mode = getattr(self.backend, "prefill", "auto")
@@ -417,6 +429,27 @@ class DecodeBatch:
         if layers[0][0].shape[1] != len(token_ids):  # never keep a cache that does not match its tokens
             raise RuntimeError(f"session cache of {layers[0][0].shape[1]} columns for {len(token_ids)} tokens")
         self.backend.sessions.put(session, SessionKV(token_ids=token_ids, layers=layers))
+
+
+def prefill_groups(prompt_lengths: Sequence[int], reuse: Sequence[int], chunk_tokens: int | None) -> list[list[int]]:
+    """Rows joining together, in order, split into padded forward passes of at most ``chunk_tokens``
+    columns (rows x (widest cached prefix + widest new suffix), as :meth:`DecodeBatch._prefill_batched`
+    lays them out); a row wider than that alone goes in a pass of its own. ``None``: one pass."""
+    if chunk_tokens is None:
+        return [list(range(len(prompt_lengths)))]
+    groups: list[list[int]] = []
+    group: list[int] = []
+    width_c = width_s = 0
+    for b, (n, c) in enumerate(zip(prompt_lengths, reuse, strict=True)):
+        wc, ws = max(width_c, c), max(width_s, n - c)
+        if group and (len(group) + 1) * (wc + ws) > chunk_tokens:
+            groups.append(group)
+            group, wc, ws = [], c, n - c
+        group.append(b)
+        width_c, width_s = wc, ws
+    if group:
+        groups.append(group)
+    return groups
 
 
 def _row_kv(cache: Any, attention: torch.Tensor, b: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
