@@ -69,6 +69,41 @@ def test_crafting_the_goal_wins(env):
         env.step("inventory")
 
 
+def test_intermediate_reward_pays_each_item_of_the_recipe_tree_once():
+    env = TextCraftEnv(intermediate_reward=0.1)
+    env.reset(_task("dark oak sign"), seed=3)
+    rewards = [env.step(action).reward for action in (
+        "get 2 dark oak logs",  # a raw material: no credit
+        "craft 4 dark oak planks using 1 dark oak logs",  # on the way to the goal: credit
+        "craft 4 dark oak planks using 1 dark oak logs",  # the same item again: none
+        "craft 4 stick using 2 dark oak planks",  # the goal's other ingredient: credit
+        "inventory",
+    )]
+    assert rewards == [0.0, 0.1, 0.0, 0.1, 0.0]
+    final = env.step("craft 3 dark oak sign using 6 dark oak planks, 1 stick")
+    assert (final.reward, final.success) == (1.0, True)  # the goal pays 1, as without partial credit
+    env.reset(_task("dark oak sign"), seed=3)  # a new episode pays again
+    env.step("get 1 dark oak logs")
+    assert env.step("craft 4 dark oak planks using 1 dark oak logs").reward == 0.1
+    env.close()
+
+
+def test_intermediate_reward_pays_nothing_off_the_goal_s_tree_and_nothing_by_default(env):
+    env.reset(_task("dark oak sign"), seed=3)
+    env.step("get 1 dark oak logs")
+    assert env.step("craft 4 dark oak planks using 1 dark oak logs").reward == 0.0  # the default: goal only
+    other = TextCraftEnv(intermediate_reward=0.1)
+    other.reset(_task("dark oak sign"), seed=3)
+    other.step("get 1 ink sac")
+    dye = other.step("craft 1 black dye using 1 ink sac")
+    assert (dye.observation, dye.reward) == ("Crafted 1 black dye", 0.0)  # black dye: not in this tree
+    other.step("get 1 oak logs")  # any planks make the sign's stick, so oak planks are on the way
+    assert other.step("craft 4 oak planks using 1 oak logs").reward == 0.1
+    with pytest.raises(ValidationError, match="intermediate_reward"):
+        TextCraftEnv(agentgym_style=True, intermediate_reward=0.1)
+    other.close()
+
+
 @pytest.mark.parametrize(
     ("action", "expected"),
     [

@@ -12,7 +12,10 @@ goal::
     Goal: craft dark oak sign.
 
 Reward is 1 (and ``success``) on the step that puts the goal item in the inventory; the episode
-is truncated with ``success=False`` after ``max_steps`` actions.
+is truncated with ``success=False`` after ``max_steps`` actions. With ``intermediate_reward: r``
+the first craft of each other item in the goal's recipe tree also pays ``r`` (partial credit: two
+failed episodes that got to different depths of the tree score differently, so a GRPO group in
+which every episode fails can still carry a signal); success is still the goal alone.
 """
 
 from __future__ import annotations
@@ -20,11 +23,11 @@ from __future__ import annotations
 import random
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentgym_core import Env, EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
 from agentgym_core.compat import AgentGymCompat
-from agentgym_env_textcraft.actions import Get, InvalidAction, Inventory, parse_action
+from agentgym_env_textcraft.actions import Craft, Get, InvalidAction, Inventory, parse_action
 from agentgym_env_textcraft.agentgym_style import AgentGymCraftingGame, agentgym_recipes, item_name
 from agentgym_env_textcraft.game import CraftingGame
 from agentgym_env_textcraft.recipes import load_recipe_book
@@ -73,6 +76,21 @@ class TextCraftConfig(BaseModel):
         "lists and wording, no step limit, and steps still answered after the goal is crafted (see "
         "agentgym_env_textcraft.agentgym_style). The AgentGym compatibility routes turn it on.",
     )
+    intermediate_reward: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Reward for the first craft, in an episode, of each item the goal's recipe tree needs on the "
+        "way (not the goal, which pays 1): partial credit for failed episodes that got further. 0 (the default): "
+        "only the goal pays, as in AgentGym's TextCraft. Success is the goal alone either way.",
+    )
+
+    @model_validator(mode="after")
+    def _partial_credit_is_this_package_s(self) -> TextCraftConfig:
+        if self.agentgym_style and self.intermediate_reward:
+            raise ValueError("intermediate_reward is not part of AgentGym's TextCraft server, which agentgym_style "
+                             "reproduces: leave it 0 there")
+        return self
 
 
 class TextCraftEnv(Env):
@@ -104,6 +122,7 @@ class TextCraftEnv(Env):
         self._steps = 0
         self._done = False
         self._agentgym: AgentGymCraftingGame | None = None
+        self._unpaid: set[str] = set()  # intermediate items whose first craft still pays intermediate_reward
 
     # -- what the agent is told -------------------------------------------------------------
     @property
@@ -130,6 +149,8 @@ class TextCraftEnv(Env):
         self._goal = goal
         self._steps = 0
         self._done = False
+        tree = self._book.recipe_tree(goal.item)
+        self._unpaid = {r.output for r in tree} - {goal.item} if self.config.intermediate_reward else set()
         observation = "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(commands), goal.item)
         info = {"task_id": task_id, "goal": goal.item, "depth": goal.depth, "category": goal.category,
                 "state_key": self._game.state_key()}
@@ -155,9 +176,13 @@ class TextCraftEnv(Env):
         success = obtained == self._goal.item
         truncated = not success and self._steps >= self.config.max_steps
         self._done = success or truncated
+        partial = 0.0
+        if isinstance(parsed, Craft) and obtained in self._unpaid:
+            self._unpaid.discard(obtained)
+            partial = self.config.intermediate_reward
         return StepResult(
             observation=observation,
-            reward=1.0 if success else 0.0,
+            reward=1.0 if success else partial,
             terminated=success,
             truncated=truncated,
             success=True if success else (False if truncated else None),
