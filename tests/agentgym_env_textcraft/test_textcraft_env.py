@@ -97,8 +97,12 @@ def test_intermediate_reward_pays_nothing_off_the_goal_s_tree_and_nothing_by_def
     other.step("get 1 ink sac")
     dye = other.step("craft 1 black dye using 1 ink sac")
     assert (dye.observation, dye.reward) == ("Crafted 1 black dye", 0.0)  # black dye: not in this tree
-    other.step("get 1 oak logs")  # any planks make the sign's stick, so oak planks are on the way
-    assert other.step("craft 4 oak planks using 1 oak logs").reward == 0.1
+    other.step("get 2 oak logs")  # any planks make the sign's stick: oak planks supply "planks", once
+    assert [other.step("craft 4 oak planks using 1 oak logs").reward for _ in range(2)] == [0.1, 0.0]
+    other.step("get 1 spruce logs")
+    assert other.step("craft 4 spruce planks using 1 spruce logs").reward == 0.0  # "planks" already paid
+    other.step("get 1 dark oak logs")  # the sign names dark oak planks itself: a slot of their own
+    assert other.step("craft 4 dark oak planks using 1 dark oak logs").reward == 0.1
     with pytest.raises(ValidationError, match="intermediate_reward"):
         TextCraftEnv(agentgym_style=True, intermediate_reward=0.1)
     other.close()

@@ -13,9 +13,11 @@ goal::
 
 Reward is 1 (and ``success``) on the step that puts the goal item in the inventory; the episode
 is truncated with ``success=False`` after ``max_steps`` actions. With ``intermediate_reward: r``
-the first craft of each other item in the goal's recipe tree also pays ``r`` (partial credit: two
+the first craft of each ingredient in the goal's recipe tree also pays ``r`` (partial credit: two
 failed episodes that got to different depths of the tree score differently, so a GRPO group in
-which every episode fails can still carry a signal); success is still the goal alone.
+which every episode fails can still carry a signal); success is still the goal alone. A generic
+ingredient (``planks`` for a stick) pays once, for whichever kind is crafted first, so crafting
+every kind of planks earns no more than crafting one.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from agentgym_core.compat import AgentGymCompat
 from agentgym_env_textcraft.actions import Craft, Get, InvalidAction, Inventory, parse_action
 from agentgym_env_textcraft.agentgym_style import AgentGymCraftingGame, agentgym_recipes, item_name
 from agentgym_env_textcraft.game import CraftingGame
-from agentgym_env_textcraft.recipes import load_recipe_book
+from agentgym_env_textcraft.recipes import RecipeBook, load_recipe_book
 from agentgym_env_textcraft.tasks import Goal, goal_of, task_catalog
 
 __all__ = ["INSTRUCTION", "TextCraftConfig", "TextCraftEnv"]
@@ -93,6 +95,21 @@ class TextCraftConfig(BaseModel):
         return self
 
 
+def ingredient_slots(book: RecipeBook, goal: str) -> dict[str, str]:
+    """Each craftable item on the way to ``goal`` -> the ingredient it supplies in the goal's recipe tree:
+    itself where a recipe of the tree names it, else the generic ingredient (tag) it is a kind of."""
+    tree = book.recipe_tree(goal)
+    named = {ing.name for recipe in tree for ing in recipe.inputs if not ing.is_tag}
+    slots = {name: name for name in named if name in book.item_recipes}
+    for recipe in tree:
+        for ing in recipe.inputs:
+            if ing.is_tag:
+                for member in book.recipes_for(ing.name):
+                    slots.setdefault(member.output, ing.name)
+    slots.pop(goal, None)
+    return slots
+
+
 class TextCraftEnv(Env):
     """TextCraft as an agentgym environment (in-process; serve it with ``agentgym serve textcraft``)."""
 
@@ -122,7 +139,8 @@ class TextCraftEnv(Env):
         self._steps = 0
         self._done = False
         self._agentgym: AgentGymCraftingGame | None = None
-        self._unpaid: set[str] = set()  # intermediate items whose first craft still pays intermediate_reward
+        self._slots: dict[str, str] = {}  # craftable item -> the ingredient of the goal's tree it supplies
+        self._unpaid: set[str] = set()  # ingredients whose first craft still pays intermediate_reward
 
     # -- what the agent is told -------------------------------------------------------------
     @property
@@ -149,8 +167,8 @@ class TextCraftEnv(Env):
         self._goal = goal
         self._steps = 0
         self._done = False
-        tree = self._book.recipe_tree(goal.item)
-        self._unpaid = {r.output for r in tree} - {goal.item} if self.config.intermediate_reward else set()
+        self._slots = ingredient_slots(self._book, goal.item) if self.config.intermediate_reward else {}
+        self._unpaid = set(self._slots.values())
         observation = "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(commands), goal.item)
         info = {"task_id": task_id, "goal": goal.item, "depth": goal.depth, "category": goal.category,
                 "state_key": self._game.state_key()}
@@ -177,8 +195,9 @@ class TextCraftEnv(Env):
         truncated = not success and self._steps >= self.config.max_steps
         self._done = success or truncated
         partial = 0.0
-        if isinstance(parsed, Craft) and obtained in self._unpaid:
-            self._unpaid.discard(obtained)
+        slot = self._slots.get(obtained) if isinstance(parsed, Craft) and obtained else None
+        if slot in self._unpaid:
+            self._unpaid.discard(slot)
             partial = self.config.intermediate_reward
         return StepResult(
             observation=observation,
