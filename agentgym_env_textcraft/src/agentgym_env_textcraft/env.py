@@ -35,7 +35,7 @@ from agentgym_env_textcraft.game import CraftingGame
 from agentgym_env_textcraft.recipes import RecipeBook, load_recipe_book
 from agentgym_env_textcraft.tasks import Goal, goal_of, task_catalog
 
-__all__ = ["INSTRUCTION", "TextCraftConfig", "TextCraftEnv"]
+__all__ = ["INSTRUCTION", "TextCraftConfig", "TextCraftEnv", "ingredient_slots"]
 
 INSTRUCTION = """\
 You are crafting items in Minecraft. The first message lists crafting commands of the form \
@@ -82,9 +82,10 @@ class TextCraftConfig(BaseModel):
         default=0.0,
         ge=0.0,
         le=1.0,
-        description="Reward for the first craft, in an episode, of each item the goal's recipe tree needs on the "
-        "way (not the goal, which pays 1): partial credit for failed episodes that got further. 0 (the default): "
-        "only the goal pays, as in AgentGym's TextCraft. Success is the goal alone either way.",
+        description="Reward for the first craft, in an episode, of each ingredient the goal's recipe tree needs on "
+        "the way (a generic one such as planks once, whichever kind; not the goal, which pays 1): partial credit for "
+        "failed episodes that got further. 0 (the default): only the goal pays, as in AgentGym's TextCraft. Success "
+        "is the goal alone either way.",
     )
 
     @model_validator(mode="after")
