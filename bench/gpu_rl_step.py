@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import save_random_qwen2, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "examples" / "babyai_grpo_1p5b_gpu.yaml"
 QWEN2_5_1_5B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
@@ -41,28 +43,12 @@ BYTES_PER_PARAMETER = {"float32 weights, gradients, AdamW moments": 16, "bf16 KL
 
 
 def build_model(tokenizer_dir: str | None, out: Path) -> dict:
-    """Save a randomly initialised Qwen2.5-1.5B-shaped model (bf16) and its tokenizer to ``out``."""
+    """Save a randomly initialised Qwen2.5-1.5B-shaped model (bf16, on the GPU) and its tokenizer to ``out``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
 
-    if tokenizer_dir:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    else:  # the tokenizer inside the embedded default's GGUF file
-        from agentgym_core.models import resolve_model
-
-        default = resolve_model("smollm2-135m-instruct")
-        tokenizer = AutoTokenizer.from_pretrained(default.directory, gguf_file=default.gguf_file, local_files_only=True)
-    config = Qwen2Config(**QWEN2_5_1_5B, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    parameters = sum(p.numel() for p in model.parameters())
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    del model
+    found = save_random_qwen2(out, QWEN2_5_1_5B, tokenizer_dir=tokenizer_dir, device="cuda", dtype=torch.bfloat16)
     torch.cuda.empty_cache()
-    return {"parameters": parameters, "vocab_size": len(tokenizer), **QWEN2_5_1_5B}
+    return {**found, **QWEN2_5_1_5B}
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -146,9 +132,7 @@ def main() -> None:
     print(f"estimate {summary['estimate_gb']['total']:.1f} GB of weights, gradients, AdamW and reference; "
           f"update peak {peak_update} GB; run {run_seconds:.0f} s ({summary['outside_steps_seconds']:.0f} s "
           f"outside steps), return code {returncode}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {write_json(args.out, summary)}")
     if returncode != 0:
         sys.exit(1)
 

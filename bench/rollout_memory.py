@@ -28,26 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import save_random_qwen2, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "examples" / "babyai_grpo_1p5b_gpu.yaml"
 MODES = ["{prefill: batched, prefill_chunk_tokens: 1000000}", "{prefill: batched}", "{prefill: per_row}"]
 SHAPE = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, tie_word_embeddings=True)
-
-
-def build_model(out: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
-
-    from agentgym_core.models import resolve_model
-
-    default = resolve_model("smollm2-135m-instruct")
-    tokenizer = AutoTokenizer.from_pretrained(default.directory, gguf_file=default.gguf_file, local_files_only=True)
-    config = Qwen2Config(**SHAPE, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
 
 
 def main() -> None:
@@ -58,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="rollout_memory_"))
-    build_model(work / "model")
+    save_random_qwen2(work / "model", SHAPE)
     rows = []
     for k, mode in enumerate(args.modes):
         run_dir = work / f"run_{k}"
@@ -80,9 +67,7 @@ def main() -> None:
                "load_avg_1m": os.getloadavg()[0], "settings": rows}
     base = rows[0]["peak_rss_rollout_gb"]
     summary["peak_over_first"] = {r["backend_options"]: r["peak_rss_rollout_gb"] / base for r in rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {write_json(args.out, summary)}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "NAMED_MODELS", "ModelNotFoundError", "ResolvedModel", "detach_dequantized_gguf", "load_pretrained", "resolve_model",
+    "NAMED_MODELS", "ModelNotFoundError", "ResolvedModel", "detach_dequantized_gguf", "load_pretrained", "load_tokenizer",
+    "resolve_model",
 ]
 
 
@@ -108,23 +109,36 @@ def resolve_model(spec: str | Path) -> ResolvedModel:
     )
 
 
+def _load_kwargs(resolved: ResolvedModel) -> dict[str, Any]:
+    """transformers' ``from_pretrained`` arguments for a resolved model: never download; its GGUF file."""
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if resolved.gguf_file:
+        kwargs["gguf_file"] = resolved.gguf_file
+    return kwargs
+
+
+def load_tokenizer(spec: str | Path | ResolvedModel) -> Any:
+    """The tokenizer of a named model, .gguf file or Hugging Face directory, without loading its weights."""
+    from transformers import AutoTokenizer
+
+    resolved = spec if isinstance(spec, ResolvedModel) else resolve_model(spec)
+    return AutoTokenizer.from_pretrained(resolved.directory, **_load_kwargs(resolved))
+
+
 def load_pretrained(
     spec: str | Path | ResolvedModel, *, device: str = "cpu", dtype: str = "auto"
 ) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` with transformers; ``dtype`` 'auto' = float32 on CPU, bfloat16 on CUDA."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     resolved = spec if isinstance(spec, ResolvedModel) else resolve_model(spec)
     if dtype == "auto":
         torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     else:
         torch_dtype = getattr(torch, dtype)
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    if resolved.gguf_file:
-        kwargs["gguf_file"] = resolved.gguf_file
-    tokenizer = AutoTokenizer.from_pretrained(resolved.directory, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **kwargs)
+    tokenizer = load_tokenizer(resolved)
+    model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **_load_kwargs(resolved))
     model.to(device).eval()
     # A GGUF file is dequantized to float on load, but transformers keeps its GGUF quantizer and then
     # refuses save_pretrained, so every checkpoint of a run on the default model would fail.
