@@ -146,7 +146,7 @@ class PhasePeak:
         """``{"peak_rss{suffix}_gb": ...}``, with ``"peak_gpu{suffix}_gb"`` (reserved) and
         ``"peak_gpu_allocated{suffix}_gb"`` where CUDA is in use."""
         found = {f"peak_rss{suffix}_gb": self.gb}
-        if self.gpu_gb is not None and self.gpu_allocated_gb is not None:
-            found[f"peak_gpu{suffix}_gb"] = self.gpu_gb
-            found[f"peak_gpu_allocated{suffix}_gb"] = self.gpu_allocated_gb
+        if self.gpu_bytes is not None:  # set together with gpu_allocated_bytes
+            found[f"peak_gpu{suffix}_gb"] = self.gpu_bytes / 1e9
+            found[f"peak_gpu_allocated{suffix}_gb"] = (self.gpu_allocated_bytes or 0) / 1e9
         return found
