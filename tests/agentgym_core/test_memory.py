@@ -76,3 +76,42 @@ def test_a_phase_without_cuda_reports_no_gpu_peak():
         torch.ones(1000).sum()
     assert peak.gpu_gb is None and set(peak.as_metrics("_update")) == {"peak_rss_update_gb"}
     assert not torch.cuda.is_initialized()
+
+
+# The same heap as above: blocks freed below a live one stay resident until trimmed; here nothing but
+# the trimmer's thread trims, while the main thread sleeps.
+_TRIMMER = textwrap.dedent("""
+    import time
+    from pathlib import Path
+    import torch
+    from agentgym_core.memory import HeapTrimmer, release_memory
+
+    def rss_mb():
+        return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20
+
+    release_memory()
+    big = torch.ones(30 * 2**20, dtype=torch.uint8)
+    del big
+    blocks = [torch.ones(8 * 2**20, dtype=torch.uint8) for _ in range(40)]
+    keep = torch.ones(8 * 2**20, dtype=torch.uint8)
+    with HeapTrimmer(None):  # off: no thread, nothing returned
+        assert not HeapTrimmer.running()
+        del blocks
+        time.sleep(0.3)
+        kept = rss_mb()
+    with HeapTrimmer(0.05):
+        with HeapTrimmer(10.0):  # nested (a warm start's loop inside a recipe): the same thread
+            assert HeapTrimmer.running()
+        assert HeapTrimmer.running()
+        time.sleep(0.5)
+        after = rss_mb()
+    assert not HeapTrimmer.running()
+    assert after < kept - 250, f"the trimmer freed only {kept - after:.0f} of 320 MB"
+    assert int(keep.sum()) == keep.numel()
+""")
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_the_heap_trimmer_returns_free_heap_pages_while_the_phase_runs():
+    done = subprocess.run([sys.executable, "-c", _TRIMMER], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

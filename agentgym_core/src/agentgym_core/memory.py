@@ -7,6 +7,8 @@ so after a rollout the process can stay hundreds of MB above what it uses, and a
 large blocks are mmapped afresh adds its peak on top. :func:`release_memory` collects garbage
 cycles (an optimizer and its LR schedule, for one, only go in a full collection) and then asks
 glibc to return every free page (``malloc_trim(0)``); the trainer calls it between phases.
+:class:`HeapTrimmer` also trims while a phase runs, once a second from a background thread
+(``model.heap_trim_interval_s``), so memory freed within a long phase does not stay resident.
 
 :class:`PhasePeak` measures a phase's own peak resident memory: Linux keeps the process's high-water
 mark (``VmHWM``) and resets it to the current RSS on a write of ``5`` to ``/proc/self/clear_refs``, so
@@ -26,9 +28,10 @@ import gc
 import platform
 import resource
 import sys
+import threading
 from pathlib import Path
 
-__all__ = ["PhasePeak", "peak_rss_bytes", "release_memory", "reset_peak_rss"]
+__all__ = ["HeapTrimmer", "PhasePeak", "peak_rss_bytes", "release_memory", "reset_peak_rss", "trim_heap"]
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -68,11 +71,76 @@ def release_memory() -> bool:
     cuda = _cuda_in_use()
     if cuda is not None:
         cuda.empty_cache()
+    return trim_heap()
+
+
+def trim_heap() -> bool:
+    """Return the C heap's free pages to the OS (glibc's ``malloc_trim(0)``, no garbage collection):
+    a few milliseconds. False where the C library is not glibc."""
     trim = _malloc_trim()
     if trim is None:
         return False
     trim(0)
     return True
+
+
+class HeapTrimmer:
+    """Trims the C heap (:func:`trim_heap`) every ``interval_s`` seconds from a background thread while
+    active: ``with HeapTrimmer(1.0): ...``.
+
+    Within a phase, memory freed in the heap's middle (a micro-batch's activations, a KV-cache buffer
+    outgrown) stays resident until something reuses it, and different sizes seldom fit, so a long
+    phase's RSS climbs above what it holds. Trimming once a second returns those pages while the
+    phase runs; memory reused after a trim is faulted in again (zeroed pages), which is the cost.
+    ``interval_s`` None or 0, or a C library other than glibc: does nothing. Contexts may nest (the
+    fine-tuning loop inside an RL recipe's warm start): one thread serves them all, at the interval of
+    the first.
+    """
+
+    _lock = threading.Lock()
+    _users = 0
+    _stop: threading.Event | None = None
+    _thread: threading.Thread | None = None
+
+    def __init__(self, interval_s: float | None) -> None:
+        self.interval_s = interval_s
+        self._active = False
+
+    def __enter__(self) -> HeapTrimmer:
+        if not self.interval_s or _malloc_trim() is None:
+            return self
+        cls = type(self)
+        with cls._lock:
+            cls._users += 1
+            self._active = True
+            if cls._thread is None:
+                stop = threading.Event()
+                interval = float(self.interval_s)
+
+                def run() -> None:
+                    while not stop.wait(interval):
+                        trim_heap()
+
+                cls._stop, cls._thread = stop, threading.Thread(target=run, name="agentgym-heap-trim", daemon=True)
+                cls._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._active:
+            return
+        cls = type(self)
+        with cls._lock:
+            self._active = False
+            cls._users -= 1
+            if cls._users == 0 and cls._thread is not None and cls._stop is not None:
+                cls._stop.set()
+                cls._thread.join()
+                cls._stop = cls._thread = None
+
+    @classmethod
+    def running(cls) -> bool:
+        """Whether a trimming thread is running now."""
+        return cls._thread is not None
 
 
 def reset_peak_rss() -> bool:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from agentgym_core.finetune.common import FinetuneResult, open_evaluation, restore, save
 from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
-from agentgym_core.memory import PhasePeak, release_memory
+from agentgym_core.memory import HeapTrimmer, PhasePeak, release_memory
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.forward import mixed_precision
 from agentgym_core.rl.tracking import MetricsWriter
@@ -69,7 +69,7 @@ def train_steps(
     writer = MetricsWriter(run_dir, tensorboard=config.trainer.tensorboard, resume_step=start if resume else None)
     result = FinetuneResult(run_dir=run_dir, steps=start)
 
-    with open_evaluation(pm, config, model, tokenizer) as evaluate_held_out:
+    with HeapTrimmer(config.model.heap_trim_interval_s), open_evaluation(pm, config, model, tokenizer) as evaluate_held_out:
         def evaluate_now(step: int) -> dict[str, Any] | None:  # with the evaluation's peak resident memory
             with PhasePeak() as peak:
                 found = evaluate_held_out(step)

@@ -88,6 +88,11 @@ class ModelConfig(_Section):
         "of casting it again at every use (autocast's own default). The cache is a bf16 copy of the trained "
         "weights; without it one SFT step of the CPU recipe peaked at 0.95x the memory in the same time "
         "(bench/sft_memory.py --compare-no-autocast-cache), so the CPU recipes turn it off.")
+    heap_trim_interval_s: float | None = Field(
+        1.0, ge=0.0, description="While training (and evaluating) runs, return the C heap's free pages to the OS "
+        "every this many seconds from a background thread (glibc's malloc_trim, ~3 ms each): memory a phase "
+        "frees in the heap's middle (a micro-batch's activations, an outgrown KV-cache buffer) otherwise stays "
+        "resident and the process's RSS climbs over a long run. None or 0: only between phases.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from agentgym_core.memory import PhasePeak, release_memory
+from agentgym_core.memory import HeapTrimmer, PhasePeak, release_memory
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
@@ -127,6 +127,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
         roles = place_roles(cfg, pm, ctx) if place_roles is not None else _LocalRoles(cfg, pm, ctx, model, tokenizer)
         results: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
+            stack.enter_context(HeapTrimmer(cfg.model.heap_trim_interval_s))  # RSS follows what phases hold
             learner = roles.learner(stack)  # the KL reference: these initial weights
             start_step = 0
             if checkpoint is not None:
