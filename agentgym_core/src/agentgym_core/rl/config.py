@@ -401,6 +401,11 @@ class TrainerConfig(_Section):
                                   "deleted. One SmolLM2-135M checkpoint is 1.6 GB (542 MB weights + 1,076 MB AdamW "
                                   "state; bench/checkpoint_size.py).")
     save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
+    optimizer_state_to_disk: bool = Field(
+        False, description="Keep the optimizer's state (AdamW's two moments: twice the trainable weights in float32, "
+        "1.08 GB for SmolLM2-135M) in a file in run_dir between updates, so rollouts and evaluations do not hold it "
+        "in memory: written after each update, read back before the next one or a checkpoint. One learner process "
+        "(trainer.learners=1).")
     tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")

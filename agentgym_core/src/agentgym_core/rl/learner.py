@@ -51,6 +51,7 @@ from agentgym_core.rl.critic import build_critic
 from agentgym_core.rl.distributed import DistContext, gather_object
 from agentgym_core.rl.forward import TokenStats, bf16_autocast, forward_tokens, mixed_precision
 from agentgym_core.rl.losses import kl_penalty
+from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
 from agentgym_core.rl.setup import build_optimizer
 from agentgym_core.rl.update import UpdateInputs, ppo_update
 
@@ -116,6 +117,9 @@ class Learner:
             if alg.critic.enabled:
                 raise ConfigError("trainer.learners > 1 with a critic (GAE) is not supported yet: "
                                   "use grpo/rloo/reinforce_pp, or trainer.learners=1")
+            if config.trainer.optimizer_state_to_disk:
+                raise ConfigError("trainer.optimizer_state_to_disk needs one learner process (trainer.learners=1); "
+                                  "sharded optimizer states are not written to disk")
         self.reference: torch.nn.Module | None = None
         if alg.kl.coef > 0 and not config.model.lora.enabled:  # LoRA: the reference is the model with adapters off
             # Copied before the masters are made: a frozen reference keeps the dtype it was loaded in.
@@ -136,6 +140,10 @@ class Learner:
         self.optimizer, self.lr_schedule = build_optimizer(
             policy_params, list(self.value_head.parameters()) if self.value_head else [], config.optim,
             config.trainer.steps)
+        self.state_on_disk: OptimizerStateOnDisk | None = None  # AdamW's moments between updates
+        if config.trainer.optimizer_state_to_disk:
+            self.state_on_disk = OptimizerStateOnDisk(
+                self.optimizer, Path(config.trainer.run_dir) / "optimizer_state_between_updates.pt")
 
     # ---- set-up -----------------------------------------------------------------------------------
     def _shard(self) -> None:
@@ -198,11 +206,17 @@ class Learner:
     # ---- 2. update ------------------------------------------------------------------------------------
     def update(self, inputs: UpdateInputs, *, temperature: float, generator: torch.Generator) -> dict[str, float]:
         """The PPO update of one step over ``inputs`` (identical on every rank); metrics summed over ranks."""
+        if self.state_on_disk is not None:
+            self.state_on_disk.restore()
         with self.precision:
-            return ppo_update(self.model, self.optimizer, inputs, self.config.algorithm, temperature=temperature,
-                              generator=generator, value_head=self.value_head,
-                              norm_length=self.config.rollout.max_total_tokens, pad_token_id=self.pad_token_id,
-                              ctx=self.ctx)
+            metrics = ppo_update(self.model, self.optimizer, inputs, self.config.algorithm, temperature=temperature,
+                                 generator=generator, value_head=self.value_head,
+                                 norm_length=self.config.rollout.max_total_tokens, pad_token_id=self.pad_token_id,
+                                 ctx=self.ctx)
+        if self.state_on_disk is not None:  # out of memory until the next update (rollouts, evaluations)
+            self.state_on_disk.changed()
+            self.state_on_disk.store()
+        return metrics
 
     def step_schedule(self) -> None:
         with warnings.catch_warnings():  # a step whose groups all tie makes no optimizer step
@@ -239,8 +253,15 @@ class Learner:
         """The optimizer state keyed by parameter name, whole (collective on several ranks)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-        return get_optimizer_state_dict(self._trainable(), self.optimizer,
-                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        stored = self.state_on_disk is not None and self.state_on_disk.stored
+        if stored:
+            self.state_on_disk.restore()
+        try:
+            return get_optimizer_state_dict(self._trainable(), self.optimizer,
+                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        finally:
+            if stored:
+                self.state_on_disk.store()  # the file still holds it: nothing written
 
     def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
         """Checkpoint ``step`` (collective; rank 0 writes). Model in HF format, optimizer by parameter name,
@@ -278,6 +299,9 @@ class Learner:
         else:  # checkpoints written before optimizer states were keyed by name (one process only)
             self.optimizer.load_state_dict(state["optimizer"])
         self.lr_schedule.load_state_dict(state["lr_schedule"])
+        if self.state_on_disk is not None:  # restored into memory: to the file until the first update
+            self.state_on_disk.changed()
+            self.state_on_disk.store()
         # Last, so nothing above draws from the restored streams: the next update's dropout masks are
         # the ones an uninterrupted run would draw, on every rank (Ray actors and spawned ranks alike).
         set_rng_state(rank_rng_state(state, self.ctx.rank, self.ctx.world_size))

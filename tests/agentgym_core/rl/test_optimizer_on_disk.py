@@ -1,0 +1,102 @@
+"""trainer.optimizer_state_to_disk: AdamW's moments leave memory between updates and come back unchanged."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
+
+
+def _steps(model, optimizer, n, on_disk=None):
+    for k in range(n):
+        if on_disk is not None:
+            on_disk.restore()
+        loss = model(torch.full((2, 4), float(k + 1))).pow(2).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if on_disk is not None:
+            on_disk.changed()
+            on_disk.store()
+
+
+def test_stored_state_leaves_memory_and_training_continues_exactly_as_in_memory(tmp_path):
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    stored = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    stored.load_state_dict(plain.state_dict())
+    opt_plain = torch.optim.AdamW(plain.parameters(), lr=0.1)
+    opt_stored = torch.optim.AdamW(stored.parameters(), lr=0.1)
+    on_disk = OptimizerStateOnDisk(opt_stored, tmp_path / "run" / "state.pt")
+
+    on_disk.store()  # before any step: nothing to move, no file
+    assert not on_disk.stored and not on_disk.path.exists()
+    _steps(plain, opt_plain, 3)
+    _steps(stored, opt_stored, 3, on_disk)
+    assert on_disk.stored and len(opt_stored.state) == 0 and on_disk.path.exists()
+    on_disk.restore()
+    for a, b in zip(plain.parameters(), stored.parameters(), strict=True):
+        assert torch.equal(a, b)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(opt_plain.state[a][key], opt_stored.state[b][key])
+
+
+def test_a_second_store_without_a_step_writes_nothing_and_the_file_goes_with_the_object(tmp_path, monkeypatch):
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    on_disk = OptimizerStateOnDisk(optimizer, tmp_path / "state.pt")
+    _steps(model, optimizer, 1, on_disk)
+    path = on_disk.path
+    writes = []
+    monkeypatch.setattr(torch, "save", lambda *a, **k: writes.append(a))
+    on_disk.restore()  # a checkpoint reads the state, then it goes back out: the file already holds it
+    on_disk.store()
+    assert writes == [] and on_disk.stored and len(optimizer.state) == 0
+    on_disk.restore()
+    assert set(optimizer.state[model.weight]) == {"step", "exp_avg", "exp_avg_sq"}
+    del on_disk
+    gc.collect()
+    assert not path.exists()
+
+
+def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_the_state(tmp_path, pm, tiny_config):
+    from agentgym_core.rl.checkpoint import latest_checkpoint, load_trainer_state
+    from agentgym_core.rl.trainer import train
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    weights = {}
+    for setting in ("false", "true"):
+        model, tokenizer = tiny_chat_model(seed=0)
+        run_dir = tmp_path / setting
+        config = tiny_config(run_dir, **{"trainer.optimizer_state_to_disk": setting, "trainer.eval_tasks": 0})
+        train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
+        weights[setting] = {k: v.clone() for k, v in model.state_dict().items()}
+        state = load_trainer_state(latest_checkpoint(run_dir))["optimizer_by_name"]["state"]
+        assert any("exp_avg" in entry for entry in state.values())  # the checkpoint has the moments
+        assert not (run_dir / "optimizer_state_between_updates.pt").exists()  # gone with the learner
+    assert all(torch.equal(weights["false"][k], weights["true"][k]) for k in weights["false"])
+
+    # Interrupted after step 2 and resumed (a fresh process): the moments go from the checkpoint to the
+    # file, back for step 3's update, and the weights end where the uninterrupted run's did.
+    config = tiny_config(tmp_path / "cut", **{"trainer.optimizer_state_to_disk": "true", "trainer.eval_tasks": 0})
+    model, tokenizer = tiny_chat_model(seed=0)
+    train(config, plugin_manager=pm, model=model, tokenizer=tokenizer, stop_after=2)
+    model, tokenizer = tiny_chat_model(seed=0)
+    train(config, resume=True, plugin_manager=pm, model=model, tokenizer=tokenizer)
+    assert all(torch.allclose(weights["false"][k], v, atol=1e-6) for k, v in model.state_dict().items())
+
+
+def test_several_learner_ranks_refuse_the_state_on_disk(tmp_path, tiny_config):
+    from agentgym_core.rl.config import ConfigError
+    from agentgym_core.rl.distributed import DistContext
+    from agentgym_core.rl.learner import Learner
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    ctx = DistContext(device=torch.device("cpu"), rank=0, world_size=2)
+    with pytest.raises(ConfigError, match="trainer.learners=1"):
+        Learner(tiny_config(tmp_path, **{"trainer.optimizer_state_to_disk": "true"}), model,
+                tokenizer=tokenizer, ctx=ctx)
