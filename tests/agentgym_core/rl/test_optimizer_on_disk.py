@@ -49,6 +49,8 @@ def test_a_second_store_without_a_step_writes_nothing_and_the_file_goes_with_the
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     on_disk = OptimizerStateOnDisk(optimizer, tmp_path / "state.pt")
     _steps(model, optimizer, 1, on_disk)
+    on_disk.restore()  # waits for the background write
+    on_disk.store()
     path = on_disk.path
     writes = []
     monkeypatch.setattr(torch, "save", lambda *a, **k: writes.append(a))
@@ -60,6 +62,22 @@ def test_a_second_store_without_a_step_writes_nothing_and_the_file_goes_with_the
     del on_disk
     gc.collect()
     assert not path.exists()
+
+
+def test_a_failed_write_keeps_the_state_in_memory_and_says_so(tmp_path):
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    (tmp_path / "not_a_folder").write_text("")
+    on_disk = OptimizerStateOnDisk(optimizer, tmp_path / "not_a_folder" / "state.pt")
+    _steps(model, optimizer, 1)
+    expected = {k: v.clone() for k, v in optimizer.state[model.weight].items()}
+    on_disk.changed()
+    with pytest.warns(RuntimeWarning, match="stays in memory"):
+        on_disk.store()
+        on_disk.restore()
+    assert on_disk.failed and all(torch.equal(optimizer.state[model.weight][k], v) for k, v in expected.items())
+    on_disk.store()  # from now on a no-op: the state stays where it is
+    assert not on_disk.stored and model.weight in optimizer.state
 
 
 def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_the_state(tmp_path, pm, tiny_config):
