@@ -115,3 +115,12 @@ _TRIMMER = textwrap.dedent("""
 def test_the_heap_trimmer_returns_free_heap_pages_while_the_phase_runs():
     done = subprocess.run([sys.executable, "-c", _TRIMMER], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_trim_interval_that_would_trim_continuously_is_refused_with_what_to_use():
+    from agentgym_core.rl.config import ConfigError, load_config
+
+    envs = "envs=[{name: babyai}]"
+    assert load_config(None, [envs, "model.heap_trim_interval_s=0"]).model.heap_trim_interval_s == 0
+    with pytest.raises(ConfigError, match="at least 0.05"):
+        load_config(None, [envs, "model.heap_trim_interval_s=0.001"])

@@ -21,6 +21,7 @@ after ``reset_peak_memory_stats``; :func:`release_memory` also hands its cached 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -104,7 +105,7 @@ class HeapTrimmer:
 
     def __init__(self, interval_s: float | None) -> None:
         self.interval_s = interval_s
-        self._active = False
+        self._entered = 0  # this object's entries still open (it may be entered again while open)
 
     def __enter__(self) -> HeapTrimmer:
         if not self.interval_s or _malloc_trim() is None:
@@ -112,25 +113,26 @@ class HeapTrimmer:
         cls = type(self)
         with cls._lock:
             cls._users += 1
-            self._active = True
+            self._entered += 1
             if cls._thread is None:
                 stop = threading.Event()
                 interval = float(self.interval_s)
 
                 def run() -> None:
                     while not stop.wait(interval):
-                        trim_heap()
+                        with contextlib.suppress(Exception):  # an optimisation: never let it end the thread
+                            trim_heap()
 
                 cls._stop, cls._thread = stop, threading.Thread(target=run, name="agentgym-heap-trim", daemon=True)
                 cls._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if not self._active:
+        if not self._entered:
             return
         cls = type(self)
         with cls._lock:
-            self._active = False
+            self._entered -= 1
             cls._users -= 1
             if cls._users == 0 and cls._thread is not None and cls._stop is not None:
                 cls._stop.set()

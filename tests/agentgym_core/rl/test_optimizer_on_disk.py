@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import gc
+import json
+import threading
 
 import pytest
 import torch
 
 from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
+
+
+def _train_lines(run_dir):
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [x for x in lines if x["kind"] == "train"]
 
 
 def _steps(model, optimizer, n, on_disk=None):
@@ -28,8 +35,11 @@ def test_stored_state_leaves_memory_and_training_continues_exactly_as_in_memory(
     plain = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
     stored = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
     stored.load_state_dict(plain.state_dict())
-    opt_plain = torch.optim.AdamW(plain.parameters(), lr=0.1)
-    opt_stored = torch.optim.AdamW(stored.parameters(), lr=0.1)
+    def groups(model):  # two groups, as the policy and a value head have
+        return [{"params": model[0].parameters(), "lr": 0.1}, {"params": model[1].parameters(), "lr": 0.01}]
+
+    opt_plain = torch.optim.AdamW(groups(plain))
+    opt_stored = torch.optim.AdamW(groups(stored))
     on_disk = OptimizerStateOnDisk(opt_stored, tmp_path / "run" / "state.pt")
 
     on_disk.store()  # before any step: nothing to move, no file
@@ -64,6 +74,41 @@ def test_a_second_store_without_a_step_writes_nothing_and_the_file_goes_with_the
     assert not path.exists()
 
 
+def test_storing_frees_the_moments_once_written_and_a_restore_during_the_write_reads_nothing(tmp_path, monkeypatch):
+    import weakref
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    on_disk = OptimizerStateOnDisk(optimizer, tmp_path / "state.pt")
+    _steps(model, optimizer, 1)
+    moment = weakref.ref(optimizer.state[model.weight]["exp_avg"])
+    on_disk.changed()
+    on_disk.store()
+    on_disk._wait()
+    gc.collect()
+    assert moment() is None  # written and freed: nothing in memory holds it
+
+    # A checkpoint right after an update restores while the write still runs: it takes the tensors being
+    # written instead of reading the file back (the write is held up here until the restore has begun).
+    release = threading.Event()
+    save = torch.save
+    monkeypatch.setattr(torch, "save", lambda *a, **k: (release.wait(10), save(*a, **k)))
+    loads = []
+    load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: (loads.append(a), load(*a, **k))[1])
+    on_disk.restore()  # from the file (the first write ended long ago)
+    assert len(loads) == 1
+    loads.clear()
+    _steps(model, optimizer, 1)
+    on_disk.changed()
+    on_disk.store()  # the write starts and waits
+    threading.Timer(0.2, release.set).start()
+    on_disk.restore()
+    assert loads == [] and set(optimizer.state[model.weight]) == {"step", "exp_avg", "exp_avg_sq"}
+    on_disk.close()
+    assert not on_disk.path.exists() and model.weight in optimizer.state
+
+
 def test_a_failed_write_keeps_the_state_in_memory_and_says_so(tmp_path):
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -80,11 +125,17 @@ def test_a_failed_write_keeps_the_state_in_memory_and_says_so(tmp_path):
     assert not on_disk.stored and model.weight in optimizer.state
 
 
-def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_the_state(tmp_path, pm, tiny_config):
+def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_the_state(tmp_path, pm, tiny_config,
+                                                                                        monkeypatch):
     from agentgym_core.rl.checkpoint import latest_checkpoint, load_trainer_state
     from agentgym_core.rl.trainer import train
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
+    calls = []
+    for name in ("store", "restore"):
+        original = getattr(OptimizerStateOnDisk, name)
+        monkeypatch.setattr(OptimizerStateOnDisk, name,
+                            lambda self, _o=original, _n=name: (calls.append((_n, self.stored)), _o(self))[1])
     weights = {}
     for setting in ("false", "true"):
         model, tokenizer = tiny_chat_model(seed=0)
@@ -94,7 +145,12 @@ def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_th
         weights[setting] = {k: v.clone() for k, v in model.state_dict().items()}
         state = load_trainer_state(latest_checkpoint(run_dir))["optimizer_by_name"]["state"]
         assert any("exp_avg" in entry for entry in state.values())  # the checkpoint has the moments
-        assert not (run_dir / "optimizer_state_between_updates.pt").exists()  # gone with the learner
+        assert not list(run_dir.glob("optimizer_state_between_updates*"))  # deleted with the learner
+    # The run with the option moved the state out after its updates and back before the next one.
+    trained_steps = sum(1 for x in _train_lines(tmp_path / "true") if x.get("trained_trajectories"))
+    assert trained_steps >= 1
+    assert sum(1 for name, stored in calls if name == "store" and not stored) >= trained_steps
+    assert sum(1 for name, stored in calls if name == "restore" and stored) >= trained_steps
     assert all(torch.equal(weights["false"][k], weights["true"][k]) for k in weights["false"])
 
     # Interrupted after step 2 and resumed (a fresh process): the moments go from the checkpoint to the

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 import agentgym_core.rl.forward as forward
 from agentgym_core.finetune_options import WarmStartConfig
@@ -89,10 +97,19 @@ class ModelConfig(_Section):
         "weights; without it one SFT step of the CPU recipe peaked at 0.95x the memory in the same time "
         "(bench/sft_memory.py --compare-no-autocast-cache), so the CPU recipes turn it off.")
     heap_trim_interval_s: float | None = Field(
-        1.0, ge=0.0, description="While training (and evaluating) runs, return the C heap's free pages to the OS "
-        "every this many seconds from a background thread (glibc's malloc_trim, ~3 ms each): memory a phase "
-        "frees in the heap's middle (a micro-batch's activations, an outgrown KV-cache buffer) otherwise stays "
-        "resident and the process's RSS climbs over a long run. None or 0: only between phases.")
+        1.0, ge=0.0, description="Every N seconds while a run's phases (SFT, rollouts, updates, evaluations) "
+        "go on, return the C heap's free pages to the OS from a background thread (glibc's malloc_trim, a few ms "
+        "each), in every process that holds a model (Ray actors too): memory freed in the heap's middle within "
+        "a phase (a micro-batch's activations, an outgrown KV-cache buffer) otherwise stays resident and RSS "
+        "climbs over a long run. 0 or None: only between phases; at least 0.05 otherwise.")
+
+    @field_validator("heap_trim_interval_s")
+    @classmethod
+    def _trim_not_continuously(cls, value: float | None) -> float | None:
+        if value and value < 0.05:
+            raise ValueError(f"{value} s would trim almost continuously: use 0 (off) or at least 0.05")
+        return value
+
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
 
@@ -404,7 +421,9 @@ class TrainerConfig(_Section):
     optimizer_state_to_disk: bool = Field(
         False, description="Keep the optimizer's state (AdamW's two moments: twice the trainable weights in float32, "
         "1.08 GB for SmolLM2-135M) in a file in run_dir between updates, so rollouts and evaluations do not hold it "
-        "in memory: written after each update, read back before the next one or a checkpoint. One learner process "
+        "in memory: written in the background after each update (freed a few seconds later), read back before "
+        "the next update or a checkpoint, deleted at the end. Disk: up to twice the state while a write replaces "
+        "the last. A failed write keeps the state in memory, with a warning. One learner process "
         "(trainer.learners=1).")
     tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")

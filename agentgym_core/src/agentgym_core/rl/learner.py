@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,8 +143,10 @@ class Learner:
             config.trainer.steps)
         self.state_on_disk: OptimizerStateOnDisk | None = None  # AdamW's moments between updates
         if config.trainer.optimizer_state_to_disk:
-            self.state_on_disk = OptimizerStateOnDisk(
-                self.optimizer, Path(config.trainer.run_dir) / "optimizer_state_between_updates.pt")
+            # One file per learner object: a second learner on the same run_dir (a retry in one process)
+            # never reads or deletes this one's.
+            name = f"optimizer_state_between_updates.{os.getpid()}.{id(self):x}.pt"
+            self.state_on_disk = OptimizerStateOnDisk(self.optimizer, Path(config.trainer.run_dir) / name)
 
     # ---- set-up -----------------------------------------------------------------------------------
     def _shard(self) -> None:
@@ -242,6 +245,11 @@ class Learner:
                     full.pop(f"{name}.weight", None)
         return full
 
+    def close(self) -> None:
+        """Delete what the learner keeps on disk between updates (``trainer.optimizer_state_to_disk``)."""
+        if self.state_on_disk is not None:
+            self.state_on_disk.close()
+
     # ---- 4. checkpoints -----------------------------------------------------------------------------------
     def _trainable(self) -> torch.nn.Module:
         modules = {"policy": self.model}
@@ -282,6 +290,8 @@ class Learner:
         :func:`~agentgym_core.rl.checkpoint.rank_rng_state`) from ``checkpoint``; returns its state."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
+        if self.state_on_disk is not None:  # loaded into memory below, then stored afresh
+            self.state_on_disk.restore()
         state = load_trainer_state(checkpoint)
         if self.ctx.distributed:  # every rank reads the full weights and keeps its own shard of them
             from torch.distributed.checkpoint.state_dict import set_model_state_dict

@@ -14,6 +14,7 @@ in memory, as without this option, and a warning says why.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -35,10 +36,11 @@ class OptimizerStateOnDisk:
 
     def __init__(self, optimizer: torch.optim.Optimizer, path: Path) -> None:
         self.optimizer = optimizer
-        self.path = Path(path)
+        self.path = Path(path).resolve()
         self.stored = False  # the state is in the file (or being written there), not in optimizer.state
         self._file_current = False  # the file holds (or will hold) exactly the state last stored
         self._writing: threading.Thread | None = None
+        self._pending: dict[int, dict] | None = None  # the state being written (freed when the write ends)
         self._unwritten: dict[int, dict] | None = None  # a failed write's state, still in memory
         self.failed = False  # a write failed: the state stays in memory from then on
         self._finalizer = weakref.finalize(self, _remove, self.path)  # the file goes with it
@@ -58,34 +60,38 @@ class OptimizerStateOnDisk:
         if not state:  # no step yet: nothing to move
             return
         if not self._file_current:
-            by_index = {i: state[p] for i, p in enumerate(self._params()) if p in state}
-            self._writing = threading.Thread(target=self._write, args=(by_index,), name="agentgym-optimizer-state",
-                                             daemon=True)
+            self._pending = {i: state[p] for i, p in enumerate(self._params()) if p in state}
+            self._writing = threading.Thread(target=self._write, name="agentgym-optimizer-state", daemon=True)
             self._writing.start()
             self._file_current = True
         state.clear()
         self.stored = True
 
-    def _write(self, by_index: dict[int, dict]) -> None:
+    def _write(self) -> None:
+        partial = self.path.with_name(self.path.name + ".partial")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            partial = self.path.with_name(self.path.name + ".partial")
-            torch.save(by_index, partial)
+            torch.save(self._pending, partial)
             os.replace(partial, self.path)
+            self._pending = None  # the tensors go (unless restore() took them back meanwhile)
         except Exception as exc:  # noqa: BLE001 -- any failure: keep the state in memory and say so
-            self._unwritten = by_index
+            self._unwritten, self._pending = self._pending, None
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
             warnings.warn(f"trainer.optimizer_state_to_disk: writing {self.path} failed ({exc!r}); the optimizer "
                           "state stays in memory for the rest of the run", RuntimeWarning, stacklevel=1)
 
     def restore(self) -> None:
-        """Read the state back into memory (the file stays, matching it, until :meth:`changed`)."""
+        """Bring the state back into memory: from the write still under way (no read), else from the file,
+        which stays, matching it, until :meth:`changed`."""
         if not self.stored:
             return
-        if self._writing is not None:
-            self._writing.join()
-            self._writing = None
+        in_flight = self._pending  # taken before the write can end and drop it
+        self._wait()
         if self._unwritten is not None:
             by_index, self._unwritten, self.failed = self._unwritten, None, True
+        elif in_flight is not None:
+            by_index = in_flight
         else:
             by_index = torch.load(self.path, weights_only=True)
         params = self._params()
@@ -93,7 +99,19 @@ class OptimizerStateOnDisk:
             self.optimizer.state[params[i]] = entry
         self.stored = False
 
+    def _wait(self) -> None:
+        if self._writing is not None:
+            self._writing.join()
+            self._writing = None
+
+    def close(self) -> None:
+        """Bring the state back into memory and delete the file (the learner is done with it)."""
+        self.restore()
+        self._wait()
+        self._finalizer()
+
 
 def _remove(path: Path) -> None:
     for leftover in (path, path.with_name(path.name + ".partial")):
-        leftover.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            leftover.unlink(missing_ok=True)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentgym_core.memory import HeapTrimmer
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import ActorResources, TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
@@ -102,6 +103,7 @@ class LearnerRank:
         torch.manual_seed(self.config.trainer.seed)
         model, self.tokenizer = load_policy(self.config.model, device=ctx.device)
         self.learner = Learner(self.config, model, tokenizer=self.tokenizer, ctx=ctx)
+        self.trimmer = HeapTrimmer(self.config.model.heap_trim_interval_s).__enter__()  # as a local learner
 
     def score(self, batch: Any, temperature: float) -> Any:
         scored = self.learner.score(batch, temperature=temperature)
@@ -136,6 +138,10 @@ class LearnerRank:
     def close(self) -> None:
         import torch.distributed as dist
 
+        if getattr(self, "learner", None) is not None:
+            self.learner.close()
+        if getattr(self, "trimmer", None) is not None:
+            self.trimmer.__exit__(None, None, None)
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -156,6 +162,7 @@ class RolloutActor:
         self.scheduler = pm.get("round_scheduler", config.algorithm.rounds_ctrl.type)(config.algorithm.rounds_ctrl)
         self.curriculum = curriculum_for(config.rollout)  # its counts come from the driver with each collect
         self._stack = contextlib.ExitStack()
+        self._stack.enter_context(HeapTrimmer(config.model.heap_trim_interval_s))  # as a local rollout worker
         backend, _ = make_backend(pm, config, None, None)
         envs = self._stack.enter_context(open_envs(pm, config.envs, timeout_s=config.rollout.env_timeout_s))
         self.worker = RolloutWorker(config, envs, backend, scheduler=self.scheduler, receives_weights=True,

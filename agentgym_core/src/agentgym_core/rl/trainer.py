@@ -395,7 +395,9 @@ class _LocalRoles:
         else:  # a model handed in follows model.device as a loaded one does (tests pass CPU models)
             self.model.to(self.ctx.device)
         self.rollout_model = copy.deepcopy(self.model) if self.separate_copy and self.ctx.is_main else self.model
-        return Learner(self.config, self.model, tokenizer=self.tokenizer, ctx=self.ctx)
+        learner = Learner(self.config, self.model, tokenizer=self.tokenizer, ctx=self.ctx)
+        stack.callback(learner.close)
+        return learner
 
     def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any,
                        curriculum: TaskCurriculum | None) -> RolloutWorker:
