@@ -105,8 +105,20 @@ def test_storing_frees_the_moments_once_written_and_a_restore_during_the_write_r
     threading.Timer(0.2, release.set).start()
     on_disk.restore()
     assert loads == [] and set(optimizer.state[model.weight]) == {"step", "exp_avg", "exp_avg_sq"}
-    on_disk.close()
+    on_disk.close()  # state in memory: it stays
     assert not on_disk.path.exists() and model.weight in optimizer.state
+
+
+def test_closing_drops_a_stored_state_without_reading_it_back(tmp_path, monkeypatch):
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    on_disk = OptimizerStateOnDisk(optimizer, tmp_path / "state.pt")
+    _steps(model, optimizer, 2, on_disk)  # ends stored (a write may still run)
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("close() read the state back"))
+    on_disk.close()
+    assert not on_disk.path.exists() and len(optimizer.state) == 0
+    with pytest.raises(RuntimeError, match="load a checkpoint"):
+        on_disk.restore()
 
 
 def test_a_failed_write_keeps_the_state_in_memory_and_says_so(tmp_path):

@@ -246,7 +246,8 @@ class Learner:
         return full
 
     def close(self) -> None:
-        """Delete what the learner keeps on disk between updates (``trainer.optimizer_state_to_disk``)."""
+        """Delete what the learner keeps on disk between updates (``trainer.optimizer_state_to_disk``); the
+        learner updates no more after it."""
         if self.state_on_disk is not None:
             self.state_on_disk.close()
 

@@ -5,7 +5,8 @@ needed only inside an update. On one learner process (``trainer.optimizer_state_
 learner writes them to a file after each update and drops them from memory, and reads them back
 before the next update or checkpoint; the file stays valid until an optimizer step changes the
 state, so a checkpoint between two updates reads it without writing it again. The file lives in the
-run directory (not ``/tmp``, often memory-backed) and is deleted when the learner is.
+run directory (not ``/tmp``, often memory-backed) and is deleted when the learner closes (without
+reading it back: the run's last checkpoint holds the state).
 
 The write runs in a background thread, overlapping the next rollout's first seconds (a 1 GB write
 took 1-3 s here); the tensors are freed when it ends. Should it fail (a full disk), the state stays
@@ -43,6 +44,7 @@ class OptimizerStateOnDisk:
         self._pending: dict[int, dict] | None = None  # the state being written (freed when the write ends)
         self._unwritten: dict[int, dict] | None = None  # a failed write's state, still in memory
         self.failed = False  # a write failed: the state stays in memory from then on
+        self.closed = False  # close() ran: the file is gone
         self._finalizer = weakref.finalize(self, _remove, self.path)  # the file goes with it
 
     def _params(self) -> list[torch.nn.Parameter]:
@@ -86,6 +88,9 @@ class OptimizerStateOnDisk:
         which stays, matching it, until :meth:`changed`."""
         if not self.stored:
             return
+        if self.closed:
+            raise RuntimeError(f"the optimizer state stored in {self.path} was dropped when the learner closed; "
+                               "load a checkpoint to train on")
         in_flight = self._pending  # taken before the write can end and drop it
         self._wait()
         if self._unwritten is not None:
@@ -105,10 +110,12 @@ class OptimizerStateOnDisk:
             self._writing = None
 
     def close(self) -> None:
-        """Bring the state back into memory and delete the file (the learner is done with it)."""
-        self.restore()
+        """Delete the file: the learner is done. A state still in memory stays; a stored one is dropped,
+        not read back (the run's last checkpoint holds it), and :meth:`restore` then refuses."""
         self._wait()
         self._finalizer()
+        self._pending = self._unwritten = None
+        self.closed = True
 
 
 def _remove(path: Path) -> None:
