@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -124,3 +125,27 @@ def test_a_trim_interval_that_would_trim_continuously_is_refused_with_what_to_us
     assert load_config(None, [envs, "model.heap_trim_interval_s=0"]).model.heap_trim_interval_s == 0
     with pytest.raises(ConfigError, match="at least 0.05"):
         load_config(None, [envs, "model.heap_trim_interval_s=0.001"])
+
+
+def test_expandable_cuda_segments_are_preferred_unless_the_user_configured_the_allocator(monkeypatch):
+    """The variable is set for the transformers backend; a user's setting (even empty) and vLLM are left alone."""
+    import torch
+
+    from agentgym_core.memory import CUDA_ALLOCATOR_VARIABLES, prefer_expandable_cuda_segments
+
+    if torch.cuda.is_initialized():
+        pytest.skip("this process already uses CUDA")
+    for name in CUDA_ALLOCATOR_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert prefer_expandable_cuda_segments("vllm") is False  # its sleep mode's pool refuses expandable segments
+    assert not any(name in os.environ for name in CUDA_ALLOCATOR_VARIABLES)
+    assert prefer_expandable_cuda_segments("transformers") is True
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+
+    for name, value in [("PYTORCH_CUDA_ALLOC_CONF", ""), ("PYTORCH_ALLOC_CONF", "garbage_collection_threshold:0.6")]:
+        for other in CUDA_ALLOCATOR_VARIABLES:
+            monkeypatch.delenv(other, raising=False)
+        monkeypatch.setenv(name, value)
+        assert prefer_expandable_cuda_segments("transformers") is False
+        assert os.environ[name] == value
+        assert all(os.environ.get(o) is None for o in CUDA_ALLOCATOR_VARIABLES if o != name)

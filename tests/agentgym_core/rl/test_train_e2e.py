@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -21,7 +22,8 @@ def _train_lines(run_dir):
     return [x for x in lines if x["kind"] == "train"]
 
 
-def test_three_step_grpo_run_through_http(tmp_path, pm, tiny_config):
+def test_three_step_grpo_run_through_http(tmp_path, pm, tiny_config, monkeypatch):
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     model, tokenizer = _tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     config = tiny_config(tmp_path / "run", **{"algorithm.packing": "true"})  # the packed update path
@@ -55,6 +57,7 @@ def test_three_step_grpo_run_through_http(tmp_path, pm, tiny_config):
     reloaded = AutoModelForCausalLM.from_pretrained(ckpt / "model")
     assert torch.allclose(reloaded.model.embed_tokens.weight, model.model.embed_tokens.weight)
     assert len(list((tmp_path / "run" / "checkpoints").glob("step_*"))) == 2  # keep_checkpoints
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in os.environ  # a CPU run leaves the CUDA allocator's settings alone
 
 
 def test_resume_after_interruption_repeats_next_step_metrics(tmp_path, pm, tiny_config):

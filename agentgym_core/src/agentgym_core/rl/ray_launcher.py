@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentgym_core.memory import HeapTrimmer
+from agentgym_core.memory import HeapTrimmer, prefer_expandable_cuda_segments
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import ActorResources, TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
@@ -98,7 +98,10 @@ class LearnerRank:
         if self.world_size > 1:  # each actor sees its own GPUs as cuda:0..; LOCAL_RANK 0 picks its first
             os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
                               MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
-        ctx = init_from_environment(resolve_device(self.config.model.device))
+        device = resolve_device(self.config.model.device)
+        if device.type == "cuda":  # an actor's process is not the driver's: its allocator is set up here
+            prefer_expandable_cuda_segments(self.config.rollout.backend)
+        ctx = init_from_environment(device)
         random.seed(self.config.trainer.seed)
         torch.manual_seed(self.config.trainer.seed)
         model, self.tokenizer = load_policy(self.config.model, device=ctx.device)
@@ -151,6 +154,8 @@ class RolloutActor:
     clients (an env without a URL gets a server on this actor's loopback)."""
 
     def __init__(self, config: TrainConfig, index: int, count: int) -> None:
+        import torch
+
         from agentgym_core.plugins import get_plugin_manager
         from agentgym_core.rl.plugin_options import bind_plugin_options
         from agentgym_core.rl.rollout_worker import RolloutWorker
@@ -163,6 +168,8 @@ class RolloutActor:
         self.curriculum = curriculum_for(config.rollout)  # its counts come from the driver with each collect
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(HeapTrimmer(config.model.heap_trim_interval_s))  # as a local rollout worker
+        if torch.cuda.is_available():  # before the backend starts CUDA in this actor's process
+            prefer_expandable_cuda_segments(config.rollout.backend)
         backend, _ = make_backend(pm, config, None, None)
         envs = self._stack.enter_context(open_envs(pm, config.envs, timeout_s=config.rollout.env_timeout_s))
         self.worker = RolloutWorker(config, envs, backend, scheduler=self.scheduler, receives_weights=True,

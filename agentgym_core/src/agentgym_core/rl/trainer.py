@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from agentgym_core.memory import HeapTrimmer, PhasePeak, release_memory
+from agentgym_core.memory import HeapTrimmer, PhasePeak, prefer_expandable_cuda_segments, release_memory
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
@@ -79,6 +79,8 @@ def train(
     under ``torchrun`` every rank calls ``train`` and rank 0 returns the results.
     """
     ranks_running = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if resolve_device(config.model.device).type == "cuda":  # before anything starts CUDA; spawned ranks inherit it
+        prefer_expandable_cuda_segments(config.rollout.backend)
     if config.trainer.launcher == "ray":
         if model is not None:
             raise ValueError("trainer.launcher=ray places the learner ranks and rollout workers as Ray actors, which "
