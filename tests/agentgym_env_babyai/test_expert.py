@@ -73,3 +73,51 @@ def test_unsolvable_rescue_ends_as_a_recorded_failure():
     # KeyInBox seed 5 (task 225): the box is out of sight from the start, so no rescue applies.
     result = solve(BabyAIEnv(), 225)
     assert result.success is False and result.error and result.error.startswith("AssertionError")
+
+
+def test_the_lookahead_copy_is_deep_and_falls_back_for_what_pickle_refuses():
+    from agentgym_env_babyai.expert import _copy
+
+    replica = BabyAIEnv()
+    replica.reset(18)
+    before = (tuple(replica.game.agent_pos), replica.game.agent_dir, replica.game.step_count)
+    for local_function in (None, lambda: None):  # pickle refuses a local function: deepcopy then
+        replica.attached = local_function
+        trial = _copy(replica)
+        assert trial is not replica and trial.game is not replica.game
+        trial.step("turn left")
+        assert (trial.game.agent_dir, trial.game.step_count) != before[1:]
+        assert (tuple(replica.game.agent_pos), replica.game.agent_dir, replica.game.step_count) == before
+
+
+def _records(path):
+    import json
+
+    def without_timing(record):
+        record.pop("timing", None)
+        record["turns"] = [{k: v for k, v in t.items() if "seconds" not in k} for t in record["turns"]]
+        return record
+
+    return [without_timing(json.loads(line)) for line in path.read_text().splitlines()]
+
+
+def test_the_expert_plays_the_same_episodes_in_worker_processes(tmp_path, monkeypatch):
+    """Two worker processes give the episodes one process gives, in the same order."""
+    from agentgym_core.finetune import collect as collect_module
+    from agentgym_core.finetune.collect import collect
+    from agentgym_core.finetune.config import CollectConfig
+    from agentgym_core.plugins import PluginManager
+
+    pm = PluginManager(autoload=True, allow=["babyai"])
+    in_processes = []
+    play_in_processes = collect_module._play_in_processes
+    monkeypatch.setattr(collect_module, "_play_in_processes",
+                        lambda *a: in_processes.append(1) or play_in_processes(*a))
+    results = {}
+    for workers in (1, 2):
+        out = tmp_path / f"workers_{workers}.jsonl"
+        result = collect(CollectConfig(env="babyai", policy="expert", n=6, shuffle=True, seed=3, max_turns=12,
+                                       workers=workers, out=str(out)), plugin_manager=pm, progress=False)
+        results[workers] = (result.trajectories, result.successes, _records(out))
+    assert in_processes == [1]  # the second collection really ran in workers
+    assert results[1][0] == 6 and results[1][2] and results[1] == results[2]

@@ -45,10 +45,18 @@ class ExpertSpec:
 
 
 def lazy_player(module: str, attribute: str) -> Callable[[Any, int], Any]:
-    """A player imported on first use, so registering an expert costs no import of its solver."""
+    """A player imported on first use, so registering an expert costs no import of its solver (and the
+    player pickles by name, so collection can send it to worker processes)."""
+    return _LazyPlayer(module, attribute)
 
-    def play(env: Any, task_id: int) -> Any:
-        return getattr(importlib.import_module(module), attribute)(env, task_id)
 
-    play.__qualname__ = f"lazy_player({module}.{attribute})"
-    return play
+@dataclass(frozen=True)
+class _LazyPlayer:
+    module: str
+    attribute: str
+
+    def __call__(self, env: Any, task_id: int) -> Any:
+        return getattr(importlib.import_module(self.module), self.attribute)(env, task_id)
+
+    def __repr__(self) -> str:
+        return f"lazy_player({self.module}.{self.attribute})"

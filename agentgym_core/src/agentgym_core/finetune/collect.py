@@ -6,9 +6,12 @@ so SFT, DPO and the viewer read it as they read any training or evaluation log.
 
 from __future__ import annotations
 
+import multiprocessing
+import pickle
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +20,7 @@ from typing import Any
 from agentgym_core.env import Env
 from agentgym_core.finetune.config import CollectConfig
 from agentgym_core.finetune.data import TokenizerChat, load_tokenizer
-from agentgym_core.finetune.experts import expert_trajectory, get_expert, play_expert
+from agentgym_core.finetune.experts import RecordingEnv, expert_trajectory, get_expert, play_expert
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.chat import ChatFormat
@@ -60,6 +63,57 @@ def _env_factory(config: CollectConfig, pm: PluginManager, env_kwargs: dict[str,
         return (lambda: HTTPEnv(client=client, env=config.env)), client.tasks(), None
     env_cls = pm.env_class(config.env).configured(**env_kwargs)
     return (lambda: env_cls(**env_kwargs)), env_cls.tasks(), env_cls
+
+
+def _play_here(expert: Any, make_env: Callable[[], Env], tasks: list[int],
+               config: CollectConfig) -> Iterator[tuple[RecordingEnv, str | None]]:
+    """The expert's episodes, one after another on one environment of this process."""
+    env = make_env()
+    try:
+        for task in tasks:
+            yield play_expert(expert, env, task, max_turns=config.max_turns, timeout_s=config.expert_timeout_s)
+    finally:
+        env.close()
+
+
+def _picklable(value: Any) -> bool:
+    """Whether ``value`` can go to a worker process (an env class or expert defined inside a function cannot)."""
+    try:
+        pickle.dumps(value)
+    except Exception:  # pickle raises several types (PicklingError, AttributeError, TypeError)
+        return False
+    return True
+
+
+def _play_in_processes(config: CollectConfig, worker_setup: tuple[type[Env], dict[str, Any], Any],
+                       tasks: list[int]) -> Iterator[tuple[RecordingEnv, str | None]]:
+    """The same episodes played by ``config.workers`` processes, yielded in task order.
+
+    Experts are CPU-bound Python (BabyAI's bot searches paths in pure Python: 0.5 s a task), so one
+    process uses one core. Each worker gets the environment class, its options and the expert (by
+    reference to their modules) and builds its own environment ("spawn": a fork would copy a parent
+    that may already run torch threads); episodes come back as recordings, which the parent
+    tokenises in order.
+    """
+    context = multiprocessing.get_context("spawn")
+    workers = min(config.workers, len(tasks))
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_expert_worker,
+                             initargs=worker_setup) as pool:
+        yield from pool.map(_play_in_worker, tasks, [config.max_turns] * len(tasks),
+                            [config.expert_timeout_s] * len(tasks))
+
+
+_worker: dict[str, Any] = {}  # a collection worker process's expert and environment
+
+
+def _start_expert_worker(env_class: type[Env], env_kwargs: dict[str, Any], expert: Any) -> None:
+    env_cls = env_class.configured(**env_kwargs)
+    _worker.update(expert=expert, env=env_cls(**env_kwargs))
+
+
+def _play_in_worker(task: int, max_turns: int, timeout_s: float) -> tuple[RecordingEnv, str | None]:
+    recording, error = play_expert(_worker["expert"], _worker["env"], task, max_turns=max_turns, timeout_s=timeout_s)
+    return recording.detached(), error
 
 
 def collect(
@@ -120,16 +174,14 @@ def collect(
             if tokenizer is None:
                 tokenizer = load_tokenizer(config.tokenizer)
             chat = ChatFormat(TokenizerChat(tokenizer))
-            env = make_env()
-            try:
-                for task in tasks:
-                    recording, error = play_expert(expert, env, task, max_turns=config.max_turns,
-                                                   timeout_s=config.expert_timeout_s)
-                    traj = expert_trajectory(recording, chat, env_name=config.env, category=categories.get(task),
-                                             error=error, thought=expert.thought)
-                    record(traj, log)
-            finally:
-                env.close()
+            worker_setup = (pm.env_class(config.env), env_kwargs, expert)
+            in_processes = config.workers > 1 and env_cls is not None and len(tasks) > 1 and _picklable(worker_setup)
+            played = (_play_in_processes(config, worker_setup, tasks) if in_processes
+                      else _play_here(expert, make_env, tasks, config))
+            for task, (recording, error) in zip(tasks, played, strict=True):
+                traj = expert_trajectory(recording, chat, env_name=config.env, category=categories.get(task),
+                                         error=error, thought=expert.thought)
+                record(traj, log)
         else:
             if backend is None:
                 options: dict[str, Any] = {"model": config.policy}

@@ -133,6 +133,9 @@ class CollectConfig(_Section):
     )
     max_turns: int = Field(30, ge=1, description="Turn budget per trajectory.")
     expert_timeout_s: float = Field(30.0, gt=0, description="Expert policy: wall-clock limit of one episode.")
+    workers: int = Field(
+        1, ge=1, description="Expert policy: processes playing tasks at once, each with its own in-process "
+        "environment (not with env_url); the same episodes in the same order as one process.")
     temperature: float = Field(1.0, ge=0.0, description="Model policy: sampling temperature (0 = greedy).")
     max_new_tokens: int = Field(128, ge=1, description="Model policy: per-turn cap on sampled tokens.")
     max_total_tokens: int = Field(4096, ge=64, description="Model policy: token budget per trajectory.")

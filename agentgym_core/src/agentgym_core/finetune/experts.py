@@ -15,6 +15,7 @@ The expert's tokens were not sampled: their ``logprobs`` are 0.0 (no importance 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import threading
 import time
@@ -101,6 +102,25 @@ class RecordingEnv(Env):
 
     def close(self) -> None:
         self.inner.close()
+
+    def detached(self) -> RecordingEnv:
+        """This recording without the live environment (what :func:`expert_trajectory` reads stays), so it
+        can be pickled back from a worker process."""
+        copy = RecordingEnv.__new__(RecordingEnv)
+        copy.__dict__.update(self.__dict__)
+        copy.inner = _Played(name=self.inner.name, instruction=self.inner.instruction)
+        return copy
+
+
+@dataclasses.dataclass(frozen=True)
+class _Played:
+    """What a detached recording keeps of its environment."""
+
+    name: str
+    instruction: str
+
+    def close(self) -> None:
+        pass
 
 
 def expert_reply(action: str, thought: str | None = None) -> str:

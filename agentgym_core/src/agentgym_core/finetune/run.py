@@ -96,7 +96,7 @@ def _collect_expert_demos(train_config: Any, out: Path, plugin_manager: PluginMa
     partial = out.with_suffix(".partial.jsonl")
     partial.unlink(missing_ok=True)
     collect(CollectConfig(env=env.name, policy="expert", split=env.train_split, n=demos.n, shuffle=True,
-                          seed=train_config.trainer.seed, max_turns=demos.max_turns,
+                          seed=train_config.trainer.seed, max_turns=demos.max_turns, workers=demos.workers,
                           env_url=(env.server_urls or [None])[0],  # the expert plays one episode at a time
                           env_kwargs=env.env_kwargs, out=str(partial)),
             plugin_manager=plugin_manager, tokenizer=tokenizer, progress=train_config.trainer.progress)
