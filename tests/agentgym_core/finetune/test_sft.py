@@ -118,6 +118,39 @@ def test_sft_resume_matches_uninterrupted(tmp_path, guess_expert_log):
         assert torch.allclose(p, q, atol=1e-6)
 
 
+def test_sft_with_the_optimizer_state_on_disk_trains_the_same_weights_and_resumes(tmp_path, guess_expert_log,
+                                                                                  monkeypatch):
+    """trainer.optimizer_state_to_disk: moments out of memory for every forward and backward, same training."""
+    from agentgym_core.finetune import loop
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    run_sft(_config(tmp_path / "memory", guess_expert_log), model=model, tokenizer=tokenizer)
+
+    optimizers = []
+    build = loop.OptimizerStateOnDisk
+    monkeypatch.setattr(loop, "OptimizerStateOnDisk", lambda optimizer, path: (optimizers.append(optimizer),
+                                                                                build(optimizer, path))[1])
+    on_disk = _config(tmp_path / "disk", guess_expert_log, trainer={"optimizer_state_to_disk": True})
+    model_b, tok_b = tiny_chat_model(seed=0)
+    moments_at_forward = []
+    model_b.register_forward_pre_hook(
+        lambda module, args: moments_at_forward.append(len(optimizers[-1].state)) if torch.is_grad_enabled() else None)
+    run_sft(on_disk, model=model_b, tokenizer=tok_b, stop_after=4)  # "killed" after its step-4 checkpoint
+    model_c, tok_c = tiny_chat_model(seed=0)
+    model_c.register_forward_pre_hook(
+        lambda module, args: moments_at_forward.append(len(optimizers[-1].state)) if torch.is_grad_enabled() else None)
+    run_sft(on_disk, model=model_c, tokenizer=tok_c, resume=True)
+    assert len(moments_at_forward) > 4 and set(moments_at_forward) == {0}
+    for p, q in zip(model.parameters(), model_c.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)
+    assert not list((tmp_path / "disk" / "run").glob("optimizer_state_between_steps*"))  # deleted at the end
+    from agentgym_core.rl.checkpoint import latest_checkpoint, load_trainer_state
+
+    saved = load_trainer_state(latest_checkpoint(tmp_path / "disk" / "run"))["optimizer"]["state"]
+    assert saved and all("exp_avg" in entry for entry in saved.values())  # the checkpoint holds the moments
+
+
 def test_sft_lora_trains_adapters_only(tmp_path, tiny, guess_expert_log):
     pytest.importorskip("peft")
     from agentgym_core.rl.config import ModelConfig

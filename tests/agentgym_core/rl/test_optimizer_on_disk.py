@@ -54,6 +54,43 @@ def test_stored_state_leaves_memory_and_training_continues_exactly_as_in_memory(
             assert torch.equal(opt_plain.state[a][key], opt_stored.state[b][key])
 
 
+def test_hooked_around_steps_the_state_is_in_memory_only_inside_each_step(tmp_path):
+    """around_steps(): restored just before optimizer.step(), stored just after; backward runs without it."""
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(4, 2)
+    hooked = torch.nn.Linear(4, 2)
+    hooked.load_state_dict(plain.state_dict())
+    opt_plain, opt_hooked = torch.optim.AdamW(plain.parameters()), torch.optim.AdamW(hooked.parameters())
+    on_disk = OptimizerStateOnDisk(opt_hooked, tmp_path / "state.pt").around_steps()
+    in_memory_at_backward, in_memory_at_step = [], []
+    opt_hooked.register_step_pre_hook(lambda o, a, k: in_memory_at_step.append(len(o.state)))  # after the restore
+    _steps(plain, opt_plain, 3)
+    for k in range(3):
+        loss = hooked(torch.full((2, 4), float(k + 1))).pow(2).sum()
+        loss.backward()
+        in_memory_at_backward.append(len(opt_hooked.state))
+        opt_hooked.step()
+        opt_hooked.zero_grad(set_to_none=True)
+        assert on_disk.stored and len(opt_hooked.state) == 0
+    assert in_memory_at_backward == [0, 0, 0] and in_memory_at_step == [0, 2, 2]  # step 1 creates the state
+    on_disk.restore()
+    for a, b in zip(plain.parameters(), hooked.parameters(), strict=True):
+        assert torch.equal(a, b)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opt_plain.state[a][key], opt_hooked.state[b][key])
+    on_disk.store()  # the file still holds it
+    with on_disk.paused():  # a checkpoint's loader may step inside: the state stays in memory
+        assert len(opt_hooked.state) == 2
+        opt_hooked.step()  # no gradients: nothing changes, and nothing is stored
+        assert len(opt_hooked.state) == 2 and not on_disk.stored
+    on_disk.close()
+    assert not on_disk.path.exists()
+    opt_hooked.zero_grad()
+    hooked(torch.ones(1, 4)).sum().backward()
+    opt_hooked.step()  # the hooks went with close(): nothing stored
+    assert len(opt_hooked.state) == 2
+
+
 def test_a_second_store_without_a_step_writes_nothing_and_the_file_goes_with_the_object(tmp_path, monkeypatch):
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -144,6 +181,9 @@ def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_th
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     calls = []
+    instances = []
+    around_steps = OptimizerStateOnDisk.around_steps
+    monkeypatch.setattr(OptimizerStateOnDisk, "around_steps", lambda self: (instances.append(self), around_steps(self))[1])
     for name in ("store", "restore"):
         original = getattr(OptimizerStateOnDisk, name)
         monkeypatch.setattr(OptimizerStateOnDisk, name,
@@ -151,6 +191,10 @@ def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_th
     weights = {}
     for setting in ("false", "true"):
         model, tokenizer = tiny_chat_model(seed=0)
+        training_forwards = []  # (moments in memory, a step's state already written) at each forward with a graph
+        model.register_forward_pre_hook(lambda module, args, seen=training_forwards: seen.append(
+            (len(instances[-1].optimizer.state), instances[-1].path.exists()))
+            if instances and torch.is_grad_enabled() else None)
         run_dir = tmp_path / setting
         config = tiny_config(run_dir, **{"trainer.optimizer_state_to_disk": setting, "trainer.eval_tasks": 0})
         train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
@@ -164,6 +208,9 @@ def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_th
     assert sum(1 for name, stored in calls if name == "store" and not stored) >= trained_steps
     assert sum(1 for name, stored in calls if name == "restore" and stored) >= trained_steps
     assert all(torch.equal(weights["false"][k], weights["true"][k]) for k in weights["false"])
+    # The update's forwards (and so its backwards) ran with the moments out of memory, after steps had made them.
+    assert any(written for _, written in training_forwards)
+    assert all(in_memory == 0 for in_memory, _ in training_forwards)
 
     # Interrupted after step 2 and resumed (a fresh process): the moments go from the checkpoint to the
     # file, back for step 3's update, and the weights end where the uninterrupted run's did.

@@ -66,6 +66,11 @@ class FinetuneTrainerConfig(_Section):
                                   "state; bench/checkpoint_size.py).")
     progress: bool = Field(True, description="Show a console progress bar.")
     tensorboard: bool = Field(False, description="Also log to TensorBoard when it is installed.")
+    optimizer_state_to_disk: bool = Field(
+        False, description="Keep the optimizer's state (AdamW's two moments: 1.08 GB for SmolLM2-135M) in a file in "
+        "run_dir except inside each optimizer step, so the forward and backward passes do not hold it: read back "
+        "before the step, written after it in the background, deleted at the end. An RL recipe's warm start takes "
+        "the RL trainer's setting.")
 
 
 class FinetuneConfig(_Section):

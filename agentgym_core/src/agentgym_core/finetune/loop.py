@@ -10,6 +10,8 @@ bar and a checkpoint every ``trainer.save_every`` steps, held-out evaluation aft
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +25,7 @@ from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
 from agentgym_core.memory import HeapTrimmer, PhasePeak, release_memory
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.forward import mixed_precision
+from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
 from agentgym_core.rl.tracking import MetricsWriter
 
 __all__ = ["TrainStep", "train_steps"]
@@ -65,6 +68,10 @@ def train_steps(
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer, lr_schedule = build_optimizer(params, [], config.optim, total_steps)
     start = int(restore(run_dir, model, optimizer, lr_schedule)["step"]) if resume else 0
+    on_disk = None  # AdamW's moments in a file except inside optimizer.step()
+    if config.trainer.optimizer_state_to_disk:
+        on_disk = OptimizerStateOnDisk(optimizer, run_dir / f"optimizer_state_between_steps.{os.getpid()}.pt")
+        on_disk.around_steps().store()  # a resumed run's state goes out until the first step
     save_finetune_config(config, run_dir / "config.yaml")
     writer = MetricsWriter(run_dir, tensorboard=config.trainer.tensorboard, resume_step=start if resume else None)
     result = FinetuneResult(run_dir=run_dir, steps=start)
@@ -99,14 +106,19 @@ def train_steps(
             bar.set_postfix(**postfix(metrics))
             result.final, result.steps = metrics, done
             if checkpoint and (done % config.trainer.save_every == 0 or done == total_steps):
-                result.checkpoint = save(run_dir, done, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                         lr_schedule=lr_schedule, config=config, keep=config.trainer.keep_checkpoints,
-                                         finished=done == total_steps)
+                with on_disk.paused() if on_disk is not None else contextlib.nullcontext():
+                    result.checkpoint = save(run_dir, done, model=model, tokenizer=tokenizer, optimizer=optimizer,
+                                             lr_schedule=lr_schedule, config=config,
+                                             keep=config.trainer.keep_checkpoints, finished=done == total_steps)
+                if on_disk is not None:
+                    on_disk.store()  # the file still holds it: nothing written
         bar.close()
         # The optimizer is done (its state is in the checkpoint): AdamW's moments, twice the trainable
         # weights in float32, are not held through the evaluation below, nor afterwards until the
         # garbage collector breaks the optimizer <-> LR schedule reference cycle (an RL run after a
         # warm start would carry them into its rollouts).
+        if on_disk is not None:
+            on_disk.close()  # the file goes, without being read back
         optimizer.state.clear()
         release_memory()
 

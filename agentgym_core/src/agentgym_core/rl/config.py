@@ -420,11 +420,11 @@ class TrainerConfig(_Section):
     save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
     optimizer_state_to_disk: bool = Field(
         False, description="Keep the optimizer's state (AdamW's two moments: twice the trainable weights in float32, "
-        "1.08 GB for SmolLM2-135M) in a file in run_dir between updates, so rollouts and evaluations do not hold it "
-        "in memory: written in the background after each update (freed a few seconds later), read back before "
-        "the next update or a checkpoint, deleted at the end. Disk: up to twice the state while a write replaces "
-        "the last. A failed write keeps the state in memory, with a warning. One learner process "
-        "(trainer.learners=1).")
+        "1.08 GB for SmolLM2-135M) in a file in run_dir except inside each optimizer step, so rollouts, evaluations "
+        "and the update's forward and backward passes do not hold it in memory: read back just before a step or a "
+        "checkpoint, written in the background just after the step (freed a few seconds later), deleted at the end "
+        "(the warm start's SFT does the same). Disk: up to twice the state while a write replaces the last. A failed "
+        "write keeps the state in memory, with a warning. One learner process (trainer.learners=1).")
     tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")

@@ -146,7 +146,7 @@ class Learner:
             # One file per learner object: a second learner on the same run_dir (a retry in one process)
             # never reads or deletes this one's.
             name = f"optimizer_state_between_updates.{os.getpid()}.{id(self):x}.pt"
-            self.state_on_disk = OptimizerStateOnDisk(self.optimizer, Path(config.trainer.run_dir) / name)
+            self.state_on_disk = OptimizerStateOnDisk(self.optimizer, Path(config.trainer.run_dir) / name).around_steps()
 
     # ---- set-up -----------------------------------------------------------------------------------
     def _shard(self) -> None:
@@ -209,16 +209,13 @@ class Learner:
     # ---- 2. update ------------------------------------------------------------------------------------
     def update(self, inputs: UpdateInputs, *, temperature: float, generator: torch.Generator) -> dict[str, float]:
         """The PPO update of one step over ``inputs`` (identical on every rank); metrics summed over ranks."""
-        if self.state_on_disk is not None:
-            self.state_on_disk.restore()
+        # With state_on_disk, AdamW's moments come back only inside optimizer.step() (its hooks), not for
+        # the forward and backward passes.
         with self.precision:
             metrics = ppo_update(self.model, self.optimizer, inputs, self.config.algorithm, temperature=temperature,
                                  generator=generator, value_head=self.value_head,
                                  norm_length=self.config.rollout.max_total_tokens, pad_token_id=self.pad_token_id,
                                  ctx=self.ctx)
-        if self.state_on_disk is not None:  # out of memory until the next update (rollouts, evaluations)
-            self.state_on_disk.changed()
-            self.state_on_disk.store()
         return metrics
 
     def step_schedule(self) -> None:
@@ -263,14 +260,12 @@ class Learner:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         stored = self.state_on_disk is not None and self.state_on_disk.stored
+        with self.state_on_disk.paused() if self.state_on_disk is not None else contextlib.nullcontext():
+            found = get_optimizer_state_dict(self._trainable(), self.optimizer,
+                                             options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if stored:
-            self.state_on_disk.restore()
-        try:
-            return get_optimizer_state_dict(self._trainable(), self.optimizer,
-                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        finally:
-            if stored:
-                self.state_on_disk.store()  # the file still holds it: nothing written
+            self.state_on_disk.store()  # the file still holds it: nothing written
+        return found
 
     def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
         """Checkpoint ``step`` (collective; rank 0 writes). Model in HF format, optimizer by parameter name,
@@ -289,10 +284,20 @@ class Learner:
     def load(self, checkpoint: Path) -> dict[str, Any]:
         """Restore weights, optimizer, LR schedule, value head and this rank's RNG state (see
         :func:`~agentgym_core.rl.checkpoint.rank_rng_state`) from ``checkpoint``; returns its state."""
+        with self.state_on_disk.paused() if self.state_on_disk is not None else contextlib.nullcontext():
+            state = self._load(checkpoint)
+        if self.state_on_disk is not None:  # loaded into memory: to the file until the first optimizer step
+            self.state_on_disk.changed()
+            self.state_on_disk.store()
+        # Last, so nothing above draws from the restored streams: the next update's dropout masks are
+        # the ones an uninterrupted run would draw, on every rank (Ray actors and spawned ranks alike).
+        set_rng_state(rank_rng_state(state, self.ctx.rank, self.ctx.world_size))
+        return state
+
+    def _load(self, checkpoint: Path) -> dict[str, Any]:
+        """Weights, value head, optimizer and LR schedule from ``checkpoint``; returns its state."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        if self.state_on_disk is not None:  # loaded into memory below, then stored afresh
-            self.state_on_disk.restore()
         state = load_trainer_state(checkpoint)
         if self.ctx.distributed:  # every rank reads the full weights and keeps its own shard of them
             from torch.distributed.checkpoint.state_dict import set_model_state_dict
@@ -310,12 +315,6 @@ class Learner:
         else:  # checkpoints written before optimizer states were keyed by name (one process only)
             self.optimizer.load_state_dict(state["optimizer"])
         self.lr_schedule.load_state_dict(state["lr_schedule"])
-        if self.state_on_disk is not None:  # restored into memory: to the file until the first update
-            self.state_on_disk.changed()
-            self.state_on_disk.store()
-        # Last, so nothing above draws from the restored streams: the next update's dropout masks are
-        # the ones an uninterrupted run would draw, on every rank (Ray actors and spawned ranks alike).
-        set_rng_state(rank_rng_state(state, self.ctx.rank, self.ctx.world_size))
         return state
 
 

@@ -1,10 +1,13 @@
-"""An optimizer's state kept in a file between updates, so rollouts and evaluations do not hold it.
+"""An optimizer's state kept in a file between its steps, so rollouts, evaluations and the forward and
+backward passes do not hold it.
 
 AdamW keeps two moments per trainable weight: twice the weights in float32 (1.08 GB for SmolLM2-135M),
-needed only inside an update. On one learner process (``trainer.optimizer_state_to_disk``) the
-learner writes them to a file after each update and drops them from memory, and reads them back
-before the next update or checkpoint; the file stays valid until an optimizer step changes the
-state, so a checkpoint between two updates reads it without writing it again. The file lives in the
+needed only inside ``optimizer.step()``. On one learner process (``trainer.optimizer_state_to_disk``)
+:meth:`OptimizerStateOnDisk.around_steps` hooks the optimizer so that its state is read back just
+before each step and written to a file just after it, then dropped from memory: the micro-batches'
+forward and backward passes, where activations and gradients peak, run without it. A checkpoint
+reads it back too; the file stays valid until an optimizer step changes the state, so a checkpoint
+between two steps reads it without writing it again. The file lives in the
 run directory (not ``/tmp``, often memory-backed) and is deleted when the learner closes (without
 reading it back: the run's last checkpoint holds the state).
 
@@ -20,6 +23,7 @@ import os
 import threading
 import warnings
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -46,6 +50,35 @@ class OptimizerStateOnDisk:
         self.failed = False  # a write failed: the state stays in memory from then on
         self.closed = False  # close() ran: the file is gone
         self._finalizer = weakref.finalize(self, _remove, self.path)  # the file goes with it
+        self._hooks: list[torch.utils.hooks.RemovableHandle] = []
+        self._paused = False
+
+    def around_steps(self) -> OptimizerStateOnDisk:
+        """Restore the state before every ``optimizer.step()`` and store it after (hooks, removed by
+        :meth:`close`); returns self."""
+        def before_step(optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+            if not self._paused:
+                self.restore()
+
+        def after_step(optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+            if not self._paused:
+                self.changed()
+                self.store()
+
+        self._hooks = [self.optimizer.register_step_pre_hook(before_step),
+                       self.optimizer.register_step_post_hook(after_step)]
+        return self
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The state in memory throughout the block, whatever steps run in it (loading a checkpoint:
+        torch's ``set_optimizer_state_dict`` may take a zero-gradient step to create the state first)."""
+        self.restore()
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
 
     def _params(self) -> list[torch.nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -114,6 +147,9 @@ class OptimizerStateOnDisk:
         not read back (the run's last checkpoint holds it), and :meth:`restore` then refuses."""
         self._wait()
         self._finalizer()
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
         self._pending = self._unwritten = None
         self.closed = True
 
