@@ -15,12 +15,15 @@ their ratios to it:
   ``MALLOC_MMAP_THRESHOLD_=N`` (glibc serves blocks of N bytes and more from their own mappings);
 * ``--compare-micro-batch-tokens N``: forwards of at most N tokens instead of ``--micro-batch-tokens``;
 * ``--compare-no-autocast-cache``: bf16 autocast without its cache of the weights' bf16 casts, which
-  otherwise lives for the whole step (``model.autocast_cache``).
+  otherwise lives for the whole step (``model.autocast_cache``);
+* ``--compare-optimizer-state-to-disk``: AdamW's moments in a file except inside ``optimizer.step()``
+  (``trainer.optimizer_state_to_disk``), so the forward and backward passes run without them.
 
 Writes bench/results/sft_memory.json.
 
     python bench/sft_memory.py --compare-env ONEDNN_PRIMITIVE_CACHE_CAPACITY=0   # 2k-token micro-batches
     python bench/sft_memory.py --compare-micro-batch-tokens 1024 --compare-no-autocast-cache
+    python bench/sft_memory.py --compare-optimizer-state-to-disk --out bench/results/sft_memory_optimizer_on_disk.json
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ def main() -> None:
     parser.add_argument("--compare-no-autocast-cache", action="store_true",
                         help="also run without autocast's cache of bf16 weight casts and compare")
     parser.add_argument("--autocast-cache", type=int, default=1, help=argparse.SUPPRESS)  # internal: 0 or 1
+    parser.add_argument("--compare-optimizer-state-to-disk", action="store_true",
+                        help="also run with AdamW's moments in a file except inside optimizer.step()")
+    parser.add_argument("--optimizer-state-to-disk", type=int, default=0, help=argparse.SUPPRESS)  # internal: 0 or 1
     parser.add_argument("--expert-tasks", type=int, default=100, help="BabyAI training tasks the expert plays")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(RESULTS / "sft_memory.json"))
@@ -79,6 +85,8 @@ def main() -> None:
             {}, ["--micro-batch-tokens", str(args.compare_micro_batch_tokens)])
     if args.compare_no_autocast_cache:
         settings["no autocast cache"] = ({}, ["--autocast-cache", "0"])
+    if args.compare_optimizer_state_to_disk:
+        settings["optimizer state on disk"] = ({}, ["--optimizer-state-to-disk", "1"])
     runs, load = {}, os.getloadavg()[0]  # what else ran: the times are those of a shared CPU when it is high
     with tempfile.TemporaryDirectory() as tmp:
         for label, (changes, extra) in settings.items():
@@ -88,7 +96,8 @@ def main() -> None:
             subprocess.run([sys.executable, __file__, *_measure_arguments(args), *extra, "--one-setting", str(out)], env=env,
                            check=True)
             runs[label] = {"environment": changes, "arguments": extra, **json.loads(out.read_text())}
-    result = {"settings": {k: v for k, v in vars(args).items() if k not in ("one_setting", "autocast_cache")},
+    internal = ("one_setting", "autocast_cache", "optimizer_state_to_disk")
+    result = {"settings": {k: v for k, v in vars(args).items() if k not in internal},
               "load_avg_1m_start": load, "runs": runs, "ratios_to_baseline": {}}
     base = runs["baseline"]
     for label, run in runs.items():
@@ -137,6 +146,12 @@ def measure(args: argparse.Namespace) -> dict:
                                        gradient_checkpointing=True, mixed_precision="auto"))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer, _ = build_optimizer(params, [], OptimConfig(lr=5e-5), args.steps)
+    on_disk = None
+    if args.optimizer_state_to_disk:
+        from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
+
+        scratch = tempfile.mkdtemp(prefix="sft_memory_", dir=RESULTS.parent)  # on disk, not a memory-backed /tmp
+        on_disk = OptimizerStateOnDisk(optimizer, Path(scratch) / "optimizer_state.pt").around_steps()
     release_memory()
     loaded = rss_gb()
     print(f"model loaded: RSS {loaded:.2f} GB")
@@ -174,6 +189,9 @@ def measure(args: argparse.Namespace) -> dict:
               f"RSS after release {steps[-1]['floor_after_release_gb']:.2f} GB")
     seconds = time.perf_counter() - t0
     print(f"{args.steps} steps in {seconds:.0f} s", flush=True)
+    if on_disk is not None:
+        on_disk.close()
+        Path(on_disk.path).parent.rmdir()
     return {"loaded_rss_gb": loaded, "steps": steps, "seconds": seconds, "peak_gb": max(s["peak_gb"] for s in steps)}
 
 

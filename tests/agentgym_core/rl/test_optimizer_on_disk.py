@@ -9,6 +9,7 @@ import threading
 import pytest
 import torch
 
+from agentgym_core.rl import optimizer_on_disk as on_disk_module
 from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
 
 
@@ -100,7 +101,7 @@ def test_a_second_store_without_a_step_writes_nothing_and_the_file_goes_with_the
     on_disk.store()
     path = on_disk.path
     writes = []
-    monkeypatch.setattr(torch, "save", lambda *a, **k: writes.append(a))
+    monkeypatch.setattr(on_disk_module, "_write_raw", lambda *a: writes.append(a))
     on_disk.restore()  # a checkpoint reads the state, then it goes back out: the file already holds it
     on_disk.store()
     assert writes == [] and on_disk.stored and len(optimizer.state) == 0
@@ -128,11 +129,11 @@ def test_storing_frees_the_moments_once_written_and_a_restore_during_the_write_r
     # A checkpoint right after an update restores while the write still runs: it takes the tensors being
     # written instead of reading the file back (the write is held up here until the restore has begun).
     release = threading.Event()
-    save = torch.save
-    monkeypatch.setattr(torch, "save", lambda *a, **k: (release.wait(10), save(*a, **k)))
+    save = on_disk_module._write_raw
+    monkeypatch.setattr(on_disk_module, "_write_raw", lambda *a: (release.wait(10), save(*a))[1])
     loads = []
-    load = torch.load
-    monkeypatch.setattr(torch, "load", lambda *a, **k: (loads.append(a), load(*a, **k))[1])
+    load = on_disk_module._read_raw
+    monkeypatch.setattr(on_disk_module, "_read_raw", lambda *a: (loads.append(a), load(*a))[1])
     on_disk.restore()  # from the file (the first write ended long ago)
     assert len(loads) == 1
     loads.clear()
@@ -151,7 +152,7 @@ def test_closing_drops_a_stored_state_without_reading_it_back(tmp_path, monkeypa
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     on_disk = OptimizerStateOnDisk(optimizer, tmp_path / "state.pt")
     _steps(model, optimizer, 2, on_disk)  # ends stored (a write may still run)
-    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("close() read the state back"))
+    monkeypatch.setattr(on_disk_module, "_read_raw", lambda *a: pytest.fail("close() read the state back"))
     on_disk.close()
     assert not on_disk.path.exists() and len(optimizer.state) == 0
     with pytest.raises(RuntimeError, match="load a checkpoint"):
@@ -233,3 +234,21 @@ def test_several_learner_ranks_refuse_the_state_on_disk(tmp_path, tiny_config):
     with pytest.raises(ConfigError, match="trainer.learners=1"):
         Learner(tiny_config(tmp_path, **{"trainer.optimizer_state_to_disk": "true"}), model,
                 tokenizer=tokenizer, ctx=ctx)
+
+
+def test_the_raw_file_gives_back_every_tensor_and_value_exactly(tmp_path):
+    state = {0: {"step": torch.tensor(3.0), "exp_avg": torch.randn(3, 5), "exp_avg_sq": torch.rand(3, 5)},
+             2: {"momentum_buffer": torch.randn(7).to(torch.bfloat16), "count": 4, "note": None}}
+    layout = on_disk_module._write_raw(state, tmp_path / "state.bin")
+    assert (tmp_path / "state.bin").stat().st_size == 4 + 2 * 15 * 4 + 7 * 2  # the tensors' bytes, nothing else
+    back = on_disk_module._read_raw(tmp_path / "state.bin", layout)
+    assert back.keys() == state.keys() and all(back[i].keys() == state[i].keys() for i in state)
+    for i, entry in state.items():
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                assert back[i][key].dtype == value.dtype and torch.equal(back[i][key], value)
+            else:
+                assert back[i][key] == value
+    (tmp_path / "state.bin").write_bytes((tmp_path / "state.bin").read_bytes()[:-1])
+    with pytest.raises(OSError, match="ends before"):
+        on_disk_module._read_raw(tmp_path / "state.bin", layout)

@@ -24,7 +24,9 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -52,6 +54,7 @@ class OptimizerStateOnDisk:
         self._finalizer = weakref.finalize(self, _remove, self.path)  # the file goes with it
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
         self._paused = False
+        self._layout: list[tuple[int, str, Any]] = []  # what the file holds, in order (see _write_raw)
 
     def around_steps(self) -> OptimizerStateOnDisk:
         """Restore the state before every ``optimizer.step()`` and store it after (hooks, removed by
@@ -106,7 +109,7 @@ class OptimizerStateOnDisk:
         partial = self.path.with_name(self.path.name + ".partial")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(self._pending, partial)
+            self._layout = _write_raw(self._pending, partial)
             os.replace(partial, self.path)
             self._pending = None  # the tensors go (unless restore() took them back meanwhile)
         except Exception as exc:  # noqa: BLE001 -- any failure: keep the state in memory and say so
@@ -131,7 +134,7 @@ class OptimizerStateOnDisk:
         elif in_flight is not None:
             by_index = in_flight
         else:
-            by_index = torch.load(self.path, weights_only=True)
+            by_index = _read_raw(self.path, self._layout)
         params = self._params()
         for i, entry in by_index.items():
             self.optimizer.state[params[i]] = entry
@@ -152,6 +155,50 @@ class OptimizerStateOnDisk:
         self._hooks = []
         self._pending = self._unwritten = None
         self.closed = True
+
+
+@dataclass(frozen=True)
+class _TensorSlot:
+    """A tensor's place in the file: its bytes follow the previous tensor's."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+
+def _as_bytes(tensor: torch.Tensor) -> Any:
+    """A contiguous CPU tensor's memory as a writable byte buffer (no copy)."""
+    return tensor.reshape(-1).view(torch.uint8).numpy()
+
+
+def _write_raw(state: dict[int, dict[str, Any]], path: Path) -> list[tuple[int, str, Any]]:
+    """Write every tensor's bytes one after another (no pickling, no checksum: a 1 GB state is a plain
+    1 GB write); returns the layout that reads them back: (parameter index, key, a :class:`_TensorSlot`
+    or the value itself where it is not a tensor)."""
+    layout: list[tuple[int, str, Any]] = []
+    with open(path, "wb") as f:
+        for index, entry in state.items():
+            for key, value in entry.items():
+                if isinstance(value, torch.Tensor):
+                    f.write(_as_bytes(value.detach().to("cpu").contiguous()))
+                    value = _TensorSlot(tuple(value.shape), value.dtype, value.device)
+                layout.append((index, key, value))
+    return layout
+
+
+def _read_raw(path: Path, layout: list[tuple[int, str, Any]]) -> dict[int, dict[str, Any]]:
+    """The state :func:`_write_raw` wrote to ``path`` with ``layout``."""
+    state: dict[int, dict[str, Any]] = {}
+    with open(path, "rb") as f:
+        for index, key, value in layout:
+            if isinstance(value, _TensorSlot):
+                tensor = torch.empty(value.shape, dtype=value.dtype)
+                want = tensor.numel() * tensor.element_size()
+                if f.readinto(_as_bytes(tensor)) != want:
+                    raise OSError(f"{path} ends before the optimizer state it should hold")
+                value = tensor.to(value.device)
+            state.setdefault(index, {})[key] = value
+    return state
 
 
 def _remove(path: Path) -> None:
