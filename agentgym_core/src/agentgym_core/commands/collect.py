@@ -34,6 +34,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: half the CPUs, at least 1, or $OMP_NUM_THREADS; 1 is fastest when "
                              "other jobs share the CPU)")
     parser.add_argument("--seed", type=int, default=0, help="seed of task order and sampling")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="expert policy: processes playing tasks at once, each with its own in-process "
+                        "environment (not with --env-url); the same episodes in the same order as one")
     parser.set_defaults(func=run)
 
 
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             env=args.env, policy=args.policy, split=args.split, n=args.n, offset=args.offset, shuffle=args.shuffle,
             samples=args.samples, out=args.out, env_url=args.env_url, env_kwargs=kwargs, tokenizer=args.tokenizer,
             max_turns=args.max_turns, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-            num_envs=args.num_envs, device=args.device, threads=args.threads, seed=args.seed)
+            num_envs=args.num_envs, device=args.device, threads=args.threads, seed=args.seed,
+            workers=args.workers)
     except ValidationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
