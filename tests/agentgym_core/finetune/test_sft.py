@@ -128,9 +128,9 @@ def test_sft_with_the_optimizer_state_on_disk_trains_the_same_weights_and_resume
     run_sft(_config(tmp_path / "memory", guess_expert_log), model=model, tokenizer=tokenizer)
 
     optimizers = []
-    build = loop.OptimizerStateOnDisk
-    monkeypatch.setattr(loop, "OptimizerStateOnDisk", lambda optimizer, path: (optimizers.append(optimizer),
-                                                                                build(optimizer, path))[1])
+    build = loop.OptimizerStateOnDisk.in_run_dir
+    monkeypatch.setattr(loop.OptimizerStateOnDisk, "in_run_dir", classmethod(
+        lambda cls, optimizer, run_dir: (optimizers.append(optimizer), build(optimizer, run_dir))[1]))
     on_disk = _config(tmp_path / "disk", guess_expert_log, trainer={"optimizer_state_to_disk": True})
     model_b, tok_b = tiny_chat_model(seed=0)
     moments_at_forward = []
@@ -144,7 +144,7 @@ def test_sft_with_the_optimizer_state_on_disk_trains_the_same_weights_and_resume
     assert len(moments_at_forward) > 4 and set(moments_at_forward) == {0}
     for p, q in zip(model.parameters(), model_c.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-6)
-    assert not list((tmp_path / "disk" / "run").glob("optimizer_state_between_steps*"))  # deleted at the end
+    assert not list((tmp_path / "disk" / "run").glob("optimizer_state_on_disk*"))  # deleted at the end
     from agentgym_core.rl.checkpoint import latest_checkpoint, load_trainer_state
 
     saved = load_trainer_state(latest_checkpoint(tmp_path / "disk" / "run"))["optimizer"]["state"]

@@ -202,7 +202,7 @@ def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_th
         weights[setting] = {k: v.clone() for k, v in model.state_dict().items()}
         state = load_trainer_state(latest_checkpoint(run_dir))["optimizer_by_name"]["state"]
         assert any("exp_avg" in entry for entry in state.values())  # the checkpoint has the moments
-        assert not list(run_dir.glob("optimizer_state_between_updates*"))  # deleted with the learner
+        assert not list(run_dir.glob("optimizer_state_on_disk*"))  # deleted with the learner
     # The run with the option moved the state out after its updates and back before the next one.
     trained_steps = sum(1 for x in _train_lines(tmp_path / "true") if x.get("trained_trajectories"))
     assert trained_steps >= 1

@@ -6,10 +6,12 @@ so SFT, DPO and the viewer read it as they read any training or evaluation log.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import pickle
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -174,14 +176,20 @@ def collect(
             if tokenizer is None:
                 tokenizer = load_tokenizer(config.tokenizer)
             chat = ChatFormat(TokenizerChat(tokenizer))
-            worker_setup = (pm.env_class(config.env), env_kwargs, expert)
-            in_processes = config.workers > 1 and env_cls is not None and len(tasks) > 1 and _picklable(worker_setup)
-            played = (_play_in_processes(config, worker_setup, tasks) if in_processes
-                      else _play_here(expert, make_env, tasks, config))
-            for task, (recording, error) in zip(tasks, played, strict=True):
-                traj = expert_trajectory(recording, chat, env_name=config.env, category=categories.get(task),
-                                         error=error, thought=expert.thought)
-                record(traj, log)
+            played = _play_here(expert, make_env, tasks, config)
+            if config.workers > 1 and env_cls is not None and len(tasks) > 1:  # in-process envs only
+                worker_setup = (pm.env_class(config.env), env_kwargs, expert)
+                if _picklable(worker_setup):
+                    played = _play_in_processes(config, worker_setup, tasks)
+                else:
+                    warnings.warn(f"collect workers={config.workers}: {config.env}'s environment class or expert "
+                                  "cannot be pickled to a worker process (defined inside a function?); playing in "
+                                  "this process", RuntimeWarning, stacklevel=2)
+            with contextlib.closing(played):  # the environment or the worker pool closes on an error too
+                for task, (recording, error) in zip(tasks, played, strict=True):
+                    traj = expert_trajectory(recording, chat, env_name=config.env, category=categories.get(task),
+                                             error=error, thought=expert.thought)
+                    record(traj, log)
         else:
             if backend is None:
                 options: dict[str, Any] = {"model": config.policy}

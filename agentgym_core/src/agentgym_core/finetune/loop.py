@@ -11,7 +11,6 @@ bar and a checkpoint every ``trainer.save_every`` steps, held-out evaluation aft
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,8 +69,8 @@ def train_steps(
     start = int(restore(run_dir, model, optimizer, lr_schedule)["step"]) if resume else 0
     on_disk = None  # AdamW's moments in a file except inside optimizer.step()
     if config.trainer.optimizer_state_to_disk:
-        on_disk = OptimizerStateOnDisk(optimizer, run_dir / f"optimizer_state_between_steps.{os.getpid()}.pt")
-        on_disk.around_steps().store()  # a resumed run's state goes out until the first step
+        on_disk = OptimizerStateOnDisk.in_run_dir(optimizer, run_dir)
+        on_disk.store()  # a resumed run's state goes out until the first step
     save_finetune_config(config, run_dir / "config.yaml")
     writer = MetricsWriter(run_dir, tensorboard=config.trainer.tensorboard, resume_step=start if resume else None)
     result = FinetuneResult(run_dir=run_dir, steps=start)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,10 +142,7 @@ class Learner:
             config.trainer.steps)
         self.state_on_disk: OptimizerStateOnDisk | None = None  # AdamW's moments between updates
         if config.trainer.optimizer_state_to_disk:
-            # One file per learner object: a second learner on the same run_dir (a retry in one process)
-            # never reads or deletes this one's.
-            name = f"optimizer_state_between_updates.{os.getpid()}.{id(self):x}.pt"
-            self.state_on_disk = OptimizerStateOnDisk(self.optimizer, Path(config.trainer.run_dir) / name).around_steps()
+            self.state_on_disk = OptimizerStateOnDisk.in_run_dir(self.optimizer, config.trainer.run_dir)
 
     # ---- set-up -----------------------------------------------------------------------------------
     def _shard(self) -> None:

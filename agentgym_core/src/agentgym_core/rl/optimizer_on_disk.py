@@ -56,6 +56,12 @@ class OptimizerStateOnDisk:
         self._paused = False
         self._layout: list[tuple[int, str, Any]] = []  # what the file holds, in order (see _write_raw)
 
+    @classmethod
+    def in_run_dir(cls, optimizer: torch.optim.Optimizer, run_dir: str | Path) -> OptimizerStateOnDisk:
+        """One for ``optimizer`` with a file of its own in ``run_dir`` (process id and object id in the name:
+        a second optimizer on the same run_dir never reads or deletes this one's), hooked around its steps."""
+        return cls(optimizer, Path(run_dir) / f"optimizer_state_on_disk.{os.getpid()}.{id(optimizer):x}.pt").around_steps()
+
     def around_steps(self) -> OptimizerStateOnDisk:
         """Restore the state before every ``optimizer.step()`` and store it after (hooks, removed by
         :meth:`close`); returns self."""
