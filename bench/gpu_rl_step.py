@@ -13,7 +13,7 @@ process, with the transformers rollout backend (vLLM is not installed there) and
 than the recipe's so that a few steps fit a short device lease. Its ``metrics.jsonl`` gives each
 step's time split and the peak GPU memory of the rollout and of the update (PyTorch's reserved
 bytes, and what its tensors took at their peak: the gap is the caching allocator's fragmentation;
-``PYTORCH_CUDA_ALLOC_CONF`` is recorded), set beside the README's estimate: 16 bytes per parameter
+the allocator setting is recorded), set beside the README's estimate: 16 bytes per parameter
 for float32 weights, gradients and AdamW moments, plus 2 for the bf16 KL reference.
 
     python bench/gpu_rl_step.py [--steps 3] [--tokenizer DIR] [--out bench/results/gpu_rl_step.json]
@@ -56,6 +56,17 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def allocator_setting() -> str:
+    """The CUDA allocator configuration the training run used: the user's variable where one is set,
+    else the expandable segments that ``agentgym train`` turns on for the transformers backend."""
+    from agentgym_core.memory import CUDA_ALLOCATOR_VARIABLES
+
+    for name in CUDA_ALLOCATOR_VARIABLES:
+        if name in os.environ:
+            return f"{name}={os.environ[name]}" if os.environ[name] else f"{name}= (PyTorch's default)"
+    return "expandable_segments:True (agentgym's default for training on CUDA)"
 
 
 def main() -> None:
@@ -113,7 +124,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
         "recipe": str(RECIPE.relative_to(ROOT)), "overrides": overrides[1:],  # the model path is a temporary folder
         "model": shape, "build_seconds": build_seconds, "returncode": returncode,
-        "run_seconds": run_seconds, "allocator": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "default",
+        "run_seconds": run_seconds, "allocator": allocator_setting(),
         # start-up (imports, env servers, loading) and the final checkpoint: the run's time outside its steps
         "outside_steps_seconds": run_seconds - logged_step_seconds,
         "steps": rows,

@@ -82,9 +82,9 @@ def prefer_expandable_cuda_segments(rollout_backend: str) -> bool:
     """Turn on ``expandable_segments`` in PyTorch's CUDA caching allocator for this process and the
     processes it starts, unless the user configured the allocator; returns whether it did.
 
-    On an H200, one RL step of the one-GPU recipe with the transformers backend reserved 67.1 GB
-    during its rollout while its tensors took 23.0 GB at their peak; with expandable segments, 25.0 GB
-    reserved for 23.7 allocated (``bench/gpu_rl_step.py``). Left alone where a variable of
+    On an H200, the first RL step of the one-GPU recipe with the transformers backend reserved 59.6 GB
+    during its rollout while its tensors took 26.2 GB at their peak; with expandable segments, 28.1 GB
+    (``bench/gpu_rl_step.py``, both on one machine). Left alone where a variable of
     :data:`CUDA_ALLOCATOR_VARIABLES` is set (even empty: ``PYTORCH_CUDA_ALLOC_CONF=`` keeps PyTorch's
     default), with the ``vllm`` backend (its sleep mode's memory pool refuses expandable segments),
     and once this process has initialised CUDA (too late to change its allocator).
@@ -96,8 +96,11 @@ def prefer_expandable_cuda_segments(rollout_backend: str) -> bool:
         return False
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"  # read when CUDA starts; children inherit it
     if torch is not None and torch.cuda.is_available():
-        set_settings = getattr(torch.cuda.memory, "_set_allocator_settings", None)
-        if set_settings is not None:  # in case this torch read the variable when it was imported
+        # In case this torch read the variable when it was imported. The accelerator-wide setter first:
+        # torch 2.11 still has the CUDA one but warns that it is deprecated (seen on the H200).
+        set_settings = (getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+                        or getattr(torch.cuda.memory, "_set_allocator_settings", None))
+        if set_settings is not None:
             set_settings("expandable_segments:True")
     return True
 
