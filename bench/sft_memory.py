@@ -17,13 +17,21 @@ their ratios to it:
 * ``--compare-no-autocast-cache``: bf16 autocast without its cache of the weights' bf16 casts, which
   otherwise lives for the whole step (``model.autocast_cache``);
 * ``--compare-optimizer-state-to-disk``: AdamW's moments in a file except inside ``optimizer.step()``
-  (``trainer.optimizer_state_to_disk``), so the forward and backward passes run without them.
+  (``trainer.optimizer_state_to_disk``), so the forward and backward passes run without them;
+* ``--compare-with "OPTIONS"`` (repeatable, one run each): the baseline's options plus these, for
+  changes that go together, e.g. ``"--micro-batch-tokens 1024 --gradient-checkpointing 0"``.
+
+``--gradient-checkpointing 0``, ``--gradient-checkpointing-above-tokens N`` and
+``--optimizer-state-to-disk 1`` change the baseline itself.
 
 Writes bench/results/sft_memory.json.
 
     python bench/sft_memory.py --compare-env ONEDNN_PRIMITIVE_CACHE_CAPACITY=0   # 2k-token micro-batches
     python bench/sft_memory.py --compare-micro-batch-tokens 1024 --compare-no-autocast-cache
     python bench/sft_memory.py --compare-optimizer-state-to-disk --out bench/results/sft_memory_optimizer_on_disk.json
+    python bench/sft_memory.py --optimizer-state-to-disk 1 --compare-with "--micro-batch-tokens 1024" \
+        --compare-with "--micro-batch-tokens 1024 --gradient-checkpointing 0" \
+        --out bench/results/sft_memory_checkpointing.json
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -60,7 +69,17 @@ def main() -> None:
     parser.add_argument("--autocast-cache", type=int, default=1, help=argparse.SUPPRESS)  # internal: 0 or 1
     parser.add_argument("--compare-optimizer-state-to-disk", action="store_true",
                         help="also run with AdamW's moments in a file except inside optimizer.step()")
-    parser.add_argument("--optimizer-state-to-disk", type=int, default=0, help=argparse.SUPPRESS)  # internal: 0 or 1
+    parser.add_argument("--optimizer-state-to-disk", type=int, choices=(0, 1), default=0,
+                        help="1: AdamW's moments in a file except inside optimizer.step() (the main job's setting)")
+    parser.add_argument("--gradient-checkpointing", type=int, choices=(0, 1), default=1,
+                        help="0: keep every layer's activations for the backward pass instead of recomputing them")
+    parser.add_argument("--gradient-checkpointing-above-tokens", type=int, default=None, metavar="N",
+                        help="checkpoint only forwards of more than N tokens (model.gradient_checkpointing_above_tokens)")
+    parser.add_argument("--heap-trim-interval", type=float, default=0.0, metavar="S",
+                        help="trim the C heap every S seconds from a thread, as training runs do "
+                        "(model.heap_trim_interval_s, 1.0 there); 0: only after each step")
+    parser.add_argument("--compare-with", action="append", default=[], metavar='"OPTIONS"',
+                        help="also run with these options added to the baseline's and compare (repeatable)")
     parser.add_argument("--expert-tasks", type=int, default=100, help="BabyAI training tasks the expert plays")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(RESULTS / "sft_memory.json"))
@@ -87,6 +106,8 @@ def main() -> None:
         settings["no autocast cache"] = ({}, ["--autocast-cache", "0"])
     if args.compare_optimizer_state_to_disk:
         settings["optimizer state on disk"] = ({}, ["--optimizer-state-to-disk", "1"])
+    for options in args.compare_with:
+        settings[options] = ({}, shlex.split(options))
     runs, load = {}, os.getloadavg()[0]  # what else ran: the times are those of a shared CPU when it is high
     with tempfile.TemporaryDirectory() as tmp:
         for label, (changes, extra) in settings.items():
@@ -96,7 +117,7 @@ def main() -> None:
             subprocess.run([sys.executable, __file__, *_measure_arguments(args), *extra, "--one-setting", str(out)], env=env,
                            check=True)
             runs[label] = {"environment": changes, "arguments": extra, **json.loads(out.read_text())}
-    internal = ("one_setting", "autocast_cache", "optimizer_state_to_disk")
+    internal = ("one_setting", "autocast_cache")
     result = {"settings": {k: v for k, v in vars(args).items() if k not in internal},
               "load_avg_1m_start": load, "runs": runs, "ratios_to_baseline": {}}
     base = runs["baseline"]
@@ -114,7 +135,12 @@ def _measure_arguments(args: argparse.Namespace) -> list[str]:
     """The options a measuring process needs (the comparisons are the parent's)."""
     return ["--steps", str(args.steps), "--batch-size", str(args.batch_size), "--max-tokens", str(args.max_tokens),
             "--expert-tasks", str(args.expert_tasks), "--threads", str(args.threads),
-            "--micro-batch-tokens", str(args.micro_batch_tokens)]
+            "--micro-batch-tokens", str(args.micro_batch_tokens),
+            "--optimizer-state-to-disk", str(args.optimizer_state_to_disk),
+            "--gradient-checkpointing", str(args.gradient_checkpointing),
+            "--heap-trim-interval", str(args.heap_trim_interval),
+            *(["--gradient-checkpointing-above-tokens", str(args.gradient_checkpointing_above_tokens)]
+              if args.gradient_checkpointing_above_tokens is not None else [])]
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -126,7 +152,7 @@ def measure(args: argparse.Namespace) -> dict:
     from agentgym_core.finetune.config import CollectConfig
     from agentgym_core.finetune.data import load_examples
     from agentgym_core.finetune.sft import sft_loss
-    from agentgym_core.memory import PhasePeak, release_memory
+    from agentgym_core.memory import HeapTrimmer, PhasePeak, release_memory
     from agentgym_core.rl.config import ModelConfig, OptimConfig
     from agentgym_core.rl.forward import forward_tokens, mixed_precision
     from agentgym_core.rl.setup import build_optimizer, load_policy
@@ -143,7 +169,9 @@ def measure(args: argparse.Namespace) -> dict:
     random.Random(0).shuffle(examples)
 
     model, _ = load_policy(ModelConfig(path="smollm2-135m-instruct", threads=args.threads,
-                                       gradient_checkpointing=True, mixed_precision="auto"))
+                                       gradient_checkpointing=bool(args.gradient_checkpointing),
+                                       gradient_checkpointing_above_tokens=args.gradient_checkpointing_above_tokens,
+                                       mixed_precision="auto"))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer, _ = build_optimizer(params, [], OptimConfig(lr=5e-5), args.steps)
     on_disk = None
@@ -164,7 +192,8 @@ def measure(args: argparse.Namespace) -> dict:
         lengths = [len(e.token_ids) for e in batch]
         model.train()
         parts = []
-        with mixed_precision("auto", model, cache=bool(args.autocast_cache)):  # one context per step, as the loop
+        with (HeapTrimmer(args.heap_trim_interval),
+              mixed_precision("auto", model, cache=bool(args.autocast_cache))):  # one context per step, as the loop
             for rows in token_budget_chunks(range(len(batch)), lengths, args.micro_batch_tokens):
                 with PhasePeak() as forward_peak:
                     stats = forward_tokens(model, [batch[r].token_ids for r in rows], mask[rows],

@@ -84,6 +84,13 @@ class ModelConfig(_Section):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None: under `agentgym`, half the CPUs "
                                 "or $OMP_NUM_THREADS; 1 is fastest when other jobs share the CPU).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    gradient_checkpointing_above_tokens: int | None = Field(
+        None, ge=1, description="With gradient_checkpointing: recompute activations only in training forwards of "
+        "more than N tokens (rows x width); shorter ones keep theirs, which is faster and costs memory in "
+        "proportion to N (SmolLM2-135M: about 0.75 MB a token; an SFT step of 1,024-token forwards took x0.71 "
+        "the time of checkpointed 2,048-token ones, bench/sft_memory.py). Set the micro-batch sizes "
+        "(sft.micro_batch_tokens, algorithm.micro_batch_tokens) to N so that short sequences fill such "
+        "forwards; a longer sequence is a forward of its own and is checkpointed. None: every forward.")
     mixed_precision: Literal["no", "bf16", "auto"] = Field(
         "no", description="Run training forwards/backwards under bfloat16 autocast (weights and optimizer stay in "
         "their dtype). 'auto': bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), else off. About "
@@ -111,6 +118,13 @@ class ModelConfig(_Section):
         return value
 
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
+
+    @model_validator(mode="after")
+    def _threshold_needs_checkpointing(self) -> ModelConfig:
+        if self.gradient_checkpointing_above_tokens is not None and not self.gradient_checkpointing:
+            raise ValueError("model.gradient_checkpointing_above_tokens limits gradient checkpointing to long "
+                             "forwards: set model.gradient_checkpointing: true as well, or drop the threshold")
+        return self
 
 
 class EnvConfig(_Section):

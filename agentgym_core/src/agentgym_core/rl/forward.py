@@ -15,7 +15,9 @@ transformers build a plain causal mask from ``position_ids`` for the eager and S
 here, and with torch < 2.6 transformers drops the packed mask, so tokens would silently attend to
 the sequences packed before them. The config refuses ``algorithm.packing: true`` there.
 
-Rows go through the model in forwards of at most ``max_tokens`` (rows x width) tokens.
+Rows go through the model in forwards of at most ``max_tokens`` (rows x width) tokens. A model
+given a checkpointing threshold (:mod:`agentgym_core.rl.activation_checkpointing`) keeps the
+activations of the forwards at or under it.
 
 In both, the LM head only runs on positions whose *next* token the policy sampled
 (``logits_to_keep``), because the (tokens x vocabulary) logits dominate memory otherwise.
@@ -33,6 +35,7 @@ from importlib import metadata
 
 import torch
 
+from agentgym_core.rl.activation_checkpointing import checkpointing_for_forward
 from agentgym_core.rl.critic import SeparateCritic, ValueHead
 from agentgym_core.rl.losses import entropy_from_logits
 
@@ -215,7 +218,9 @@ def forward_tokens(
             continue
         # use_cache=False: with a cache transformers skips packed-sequence detection (attention would leak).
         shared_trunk = isinstance(value_head, ValueHead)
-        out = model(input_ids=ids, logits_to_keep=keep, output_hidden_states=shared_trunk, use_cache=False, **kwargs)
+        with checkpointing_for_forward(model, ids.numel()):
+            out = model(input_ids=ids, logits_to_keep=keep, output_hidden_states=shared_trunk, use_cache=False,
+                        **kwargs)
         value_hidden = None  # (rows, width, H): the hidden states the value head reads
         if value_head is not None:
             value_hidden = out.hidden_states[-1] if shared_trunk else value_head.last_hidden(ids, **kwargs)

@@ -12,6 +12,7 @@ import torch
 
 from agentgym_core.env_pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
+from agentgym_core.rl.activation_checkpointing import checkpoint_only_above
 from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine
@@ -43,6 +44,8 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None) -
         enable()
     if config.lora.enabled:
         model = wrap_lora(model, config)
+    if config.gradient_checkpointing_above_tokens is not None:
+        checkpoint_only_above(model, config.gradient_checkpointing_above_tokens)
     model.eval()
     return model, tokenizer
 
