@@ -29,8 +29,8 @@ Writes bench/results/sft_memory.json.
     python bench/sft_memory.py --compare-env ONEDNN_PRIMITIVE_CACHE_CAPACITY=0   # 2k-token micro-batches
     python bench/sft_memory.py --compare-micro-batch-tokens 1024 --compare-no-autocast-cache
     python bench/sft_memory.py --compare-optimizer-state-to-disk --out bench/results/sft_memory_optimizer_on_disk.json
-    python bench/sft_memory.py --optimizer-state-to-disk 1 --compare-with "--micro-batch-tokens 1024" \
-        --compare-with "--micro-batch-tokens 1024 --gradient-checkpointing 0" \
+    python bench/sft_memory.py --optimizer-state-to-disk 1 --heap-trim-interval 1 \
+        --compare-with "--micro-batch-tokens 1024 --gradient-checkpointing-above-tokens 1024" \
         --out bench/results/sft_memory_checkpointing.json
 """
 

@@ -149,3 +149,69 @@ def test_expandable_cuda_segments_are_preferred_unless_the_user_configured_the_a
         assert prefer_expandable_cuda_segments("transformers") is False
         assert os.environ[name] == value
         assert all(os.environ.get(o) is None for o in CUDA_ALLOCATOR_VARIABLES if o != name)
+
+
+def test_onednn_primitive_cache_limit_leaves_a_users_setting_alone(monkeypatch):
+    from agentgym_core.memory import ONEDNN_CACHE_VARIABLE, limit_onednn_primitive_cache
+
+    monkeypatch.delenv(ONEDNN_CACHE_VARIABLE, raising=False)
+    assert limit_onednn_primitive_cache(32) is True
+    assert os.environ[ONEDNN_CACHE_VARIABLE] == "32"
+    monkeypatch.setenv(ONEDNN_CACHE_VARIABLE, "2048")
+    assert limit_onednn_primitive_cache(32) is False
+    assert os.environ[ONEDNN_CACHE_VARIABLE] == "2048"
+    with pytest.raises(ValueError, match="at least 1"):
+        limit_onednn_primitive_cache(0)
+
+
+def test_model_config_limits_the_onednn_cache_when_the_policy_loads(monkeypatch, tmp_path):
+    from agentgym_core.memory import ONEDNN_CACHE_VARIABLE
+    from agentgym_core.rl.config import ModelConfig
+    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    monkeypatch.delenv(ONEDNN_CACHE_VARIABLE, raising=False)
+    load_policy(ModelConfig(path=str(tmp_path)))
+    assert ONEDNN_CACHE_VARIABLE not in os.environ  # None: oneDNN's own default
+    load_policy(ModelConfig(path=str(tmp_path), onednn_primitive_cache=32))
+    assert os.environ[ONEDNN_CACHE_VARIABLE] == "32"
+
+
+# A fresh interpreter that imports torch, then limits the cache (as load_policy does, after the import),
+# then runs bf16 matmuls of 200 different lengths, as training forwards do: prints the RSS growth in MB.
+_ONEDNN_SCENARIO = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    import torch
+    from agentgym_core.memory import limit_onednn_primitive_cache
+
+    if sys.argv[1] != "default":
+        limit_onednn_primitive_cache(int(sys.argv[1]))
+    torch.set_num_threads(1)
+    rss = lambda: int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20
+    weight = torch.randn(576, 1536)
+    start = rss()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for n in range(300, 900, 3):
+            (torch.randn(n, 576) @ weight).sum()
+    print(rss() - start)
+""")
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc")
+def test_a_small_onednn_cache_stops_rss_growing_with_every_new_matmul_shape():
+    import torch
+
+    if not torch.cpu._is_avx512_bf16_supported():
+        pytest.skip("bf16 matmuls go through oneDNN's cached kernels on CPUs with native bf16")
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    growth = {}
+    for setting in ("default", "32"):
+        done = subprocess.run([sys.executable, "-c", _ONEDNN_SCENARIO, setting], env=env, capture_output=True,
+                              text=True, timeout=120, check=True)
+        growth[setting] = float(done.stdout.strip().splitlines()[-1])
+    # measured: 200 shapes grew RSS 175 MB with oneDNN's 1,024 entries and 84 MB with 32
+    assert growth["32"] < 0.7 * growth["default"], growth

@@ -8,8 +8,9 @@ long sequence's do not. So a threshold (``model.gradient_checkpointing_above_tok
 forwards of more tokens (rows x width) than that and turns it off for the others.
 
 On SmolLM2-135M with bf16 autocast on this project's CPU, keeping the activations costs about
-0.75 MB a token more, and an SFT step of 1,024-token forwards took x0.71 the time of 2,048-token
-checkpointed ones (``bench/sft_memory.py``, README "Memory on CPU").
+0.75 MB a token more; with a threshold of 1,024 tokens, an SFT step of 1,024-token forwards took
+x0.73 the time of 2,048-token checkpointed ones, and its peak (the optimizer step) moved x1.01
+(``bench/sft_memory.py``, README "Memory on CPU").
 
 The threshold is an attribute of the model, set where the model is loaded (as transformers keeps its
 own flag on the layers), and read by :func:`~agentgym_core.rl.forward.forward_tokens` around each

@@ -87,8 +87,9 @@ class ModelConfig(_Section):
     gradient_checkpointing_above_tokens: int | None = Field(
         None, ge=1, description="With gradient_checkpointing: recompute activations only in training forwards of "
         "more than N tokens (rows x width); shorter ones keep theirs, which is faster and costs memory in "
-        "proportion to N (SmolLM2-135M: about 0.75 MB a token; an SFT step of 1,024-token forwards took x0.71 "
-        "the time of checkpointed 2,048-token ones, bench/sft_memory.py). Set the micro-batch sizes "
+        "proportion to N (SmolLM2-135M: about 0.75 MB a token; with N = 1,024, an SFT step of 1,024-token forwards "
+        "took x0.73 the time of checkpointed 2,048-token ones at x1.01 the peak, bench/sft_memory.py). Set the "
+        "micro-batch sizes "
         "(sft.micro_batch_tokens, algorithm.micro_batch_tokens) to N so that short sequences fill such "
         "forwards; a longer sequence is a forward of its own and is checkpointed. None: every forward.")
     mixed_precision: Literal["no", "bf16", "auto"] = Field(
@@ -103,6 +104,11 @@ class ModelConfig(_Section):
         "of casting it again at every use (autocast's own default). The cache is a bf16 copy of the trained "
         "weights; without it one SFT step of the CPU recipe peaked at 0.95x the memory in the same time "
         "(bench/sft_memory.py --compare-no-autocast-cache), so the CPU recipes turn it off.")
+    onednn_primitive_cache: int | None = Field(
+        None, ge=1, description="Most compiled oneDNN kernels a process keeps (PyTorch's bf16 matmuls on the CPU; "
+        "sets ONEDNN_PRIMITIVE_CACHE_CAPACITY unless it is set). oneDNN keeps 1,024, and training forwards change "
+        "shape with every micro-batch, so its cache grows all run: 5 SFT steps of the CPU recipe left 2.64 GB "
+        "resident between steps with it, 2.40 GB with 32 (bench/sft_memory.py). None: oneDNN's default.")
     heap_trim_interval_s: float | None = Field(
         1.0, ge=0.0, description="Every N seconds while a run's phases (SFT, rollouts, updates, evaluations) "
         "go on, return the C heap's free pages to the OS from a background thread (glibc's malloc_trim, a few ms "

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from agentgym_core.env_pool import EnvPool, PooledEnv
+from agentgym_core.memory import limit_onednn_primitive_cache
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.activation_checkpointing import checkpoint_only_above
 from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
@@ -37,6 +38,8 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None) -
 
     if config.threads:
         torch.set_num_threads(config.threads)
+    if config.onednn_primitive_cache is not None:  # before this process's first oneDNN kernel
+        limit_onednn_primitive_cache(config.onednn_primitive_cache)
     device = resolve_device(config.device) if device is None else torch.device(device)
     model, tokenizer = load_pretrained(config.path, device=str(device), dtype=config.dtype)
     if config.gradient_checkpointing:  # transformers 5 renamed it; 4.x has only the old name
