@@ -51,6 +51,7 @@ def test_short_forwards_keep_activations_and_long_ones_recompute():
     short = [torch.randint(3, 300, (n,), generator=g).tolist() for n in (10, 12)]  # packed: one 22-token row
     long = [torch.randint(3, 300, (40,), generator=g).tolist()]
 
+    flags_before = [m.gradient_checkpointing for m in model.modules() if hasattr(m, "gradient_checkpointing")]
     assert _mlp_calls(model, short)[0] == 2  # checkpointed everywhere (no threshold): recomputed in backward
     checkpoint_only_above(model, 30)
     assert checkpointing_threshold(model) == 30
@@ -58,7 +59,7 @@ def test_short_forwards_keep_activations_and_long_ones_recompute():
     assert calls_short == 1  # 22 tokens <= 30: the activations were kept
     assert _mlp_calls(model, long)[0] == 2  # 40 tokens > 30: still checkpointed
     flags = [m.gradient_checkpointing for m in model.modules() if hasattr(m, "gradient_checkpointing")]
-    assert flags and any(flags)  # restored after the short forward
+    assert flags == flags_before and all(flags)  # every flag restored after the short forward
 
     checkpoint_only_above(model, None)
     calls, grads_recomputed = _mlp_calls(model, short)

@@ -89,9 +89,8 @@ class ModelConfig(_Section):
         "more than N tokens (rows x width); shorter ones keep theirs, which is faster and costs memory in "
         "proportion to N (SmolLM2-135M: about 0.75 MB a token; with N = 1,024, an SFT step of 1,024-token forwards "
         "took x0.73 the time of checkpointed 2,048-token ones at x1.01 the peak, bench/sft_memory.py). Set the "
-        "micro-batch sizes "
-        "(sft.micro_batch_tokens, algorithm.micro_batch_tokens) to N so that short sequences fill such "
-        "forwards; a longer sequence is a forward of its own and is checkpointed. None: every forward.")
+        "micro-batch sizes (sft.micro_batch_tokens, algorithm.micro_batch_tokens) to N so that short sequences "
+        "fill such forwards; a longer sequence is a forward of its own and is checkpointed. None: every forward.")
     mixed_precision: Literal["no", "bf16", "auto"] = Field(
         "no", description="Run training forwards/backwards under bfloat16 autocast (weights and optimizer stay in "
         "their dtype). 'auto': bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), else off. About "
