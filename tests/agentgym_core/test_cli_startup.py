@@ -32,14 +32,14 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.St
         code = main(sys.argv[1:])
     except SystemExit as exc:
         code = exc.code
-heavy = %r
+heavy = sys.modules["os"].environ["HEAVY_MODULES"].split(",")
 print(json.dumps({"code": code, "imported": [m for m in heavy if m in sys.modules]}))
-""" % (HEAVY,)
+"""
 
 
 def imported_by(*argv: str) -> tuple[int, list[str]]:
     done = subprocess.run([sys.executable, "-c", RUN_AND_REPORT, *argv], capture_output=True, text=True,
-                          timeout=120, env=ENV)
+                          timeout=120, env={**ENV, "HEAVY_MODULES": ",".join(HEAVY)})
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     return report["code"], report["imported"]
