@@ -173,3 +173,15 @@ def test_truncated_episodes_counted_and_dropped_or_repriced():
     from agentgym_core.rl.setup import summarize
 
     assert summarize(batch)["truncated"] == 1.0 and summarize(batch)["e/truncated"] == 1.0
+
+
+def test_an_engine_on_the_learners_gpu_is_refused_where_it_would_sample_at_the_wrong_time():
+    colocated = {"gpu_sharing": "colocate"}
+    with pytest.raises(ValueError, match="gpu_sharing=colocate with rollout.max_staleness=1.*gpu_sharing: separate"):
+        _config(rollout__backend="vllm", rollout__backend_options=colocated, rollout__max_staleness=1)
+    with pytest.raises(ValueError, match=r"sleep_level=2 discards .*rollout.rerun_failed > 0, trainer.eval_before"):
+        _config(rollout__backend="vllm", rollout__backend_options={**colocated, "sleep_level": 2})
+    quiet = _config(rollout__backend="vllm", rollout__backend_options={**colocated, "sleep_level": 2},
+                    rollout__rerun_failed=0, trainer__eval_before=False)
+    assert quiet.rollout.backend_options["sleep_level"] == 2
+    assert _config(rollout__backend="vllm", rollout__backend_options=colocated).rollout.max_staleness == 0

@@ -544,6 +544,33 @@ class TrainConfig(_Section):
             self.algorithm.old_logprobs = "recompute"  # auto: the proximal policy is the learner before the update
         return self
 
+    @model_validator(mode="after")
+    def _engine_on_the_learners_gpu_samples_between_updates_only(self) -> TrainConfig:
+        # backend_options.gpu_sharing / sleep_level: the convention of backends that share the learner's GPU
+        # and sleep through its update (vLLM's colocated engine).
+        options = self.rollout.backend_options
+        if options.get("gpu_sharing") != "colocate":
+            return self
+        if self.rollout.max_staleness > 0:
+            raise ValueError(
+                f"rollout.backend_options.gpu_sharing=colocate with rollout.max_staleness={self.rollout.max_staleness}: "
+                "asynchronous rollouts sample during the update, which would wake the engine on the learner's GPU in "
+                "the middle of it. Use gpu_sharing: separate (the engine on GPUs of its own) for asynchronous "
+                "rollouts, or max_staleness: 0")
+        if options.get("sleep_level") == 2:
+            again = [name for name, on in [
+                ("rollout.rerun_failed > 0", self.rollout.rerun_failed > 0),
+                ("rollout.dynamic_sampling", bool(self.rollout.dynamic_sampling.min_mixed_groups)),
+                ("trainer.eval_before", self.trainer.eval_before and bool(self.trainer.eval_tasks)),
+                ("trainer.eval_every", bool(self.trainer.eval_every) and bool(self.trainer.eval_tasks)),
+            ] if on]
+            if again:
+                raise ValueError(
+                    "rollout.backend_options.sleep_level=2 discards the engine's weights when it sleeps, but "
+                    f"{', '.join(again)} sample again after it slept and before the next weight load, from "
+                    "discarded weights. Use sleep_level: 1 (weights kept in host memory), or turn those off")
+        return self
+
 
 # -- loading --------------------------------------------------------------------------------------
 
