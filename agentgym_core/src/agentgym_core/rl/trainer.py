@@ -39,7 +39,7 @@ from tqdm import tqdm
 from agentgym_core.memory import HeapTrimmer, PhasePeak, prefer_expandable_cuda_segments, release_memory
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
-from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
+from agentgym_core.rl.batch import apply_truncation_policy, build_batch, step_seed, trainable_trajectories
 from agentgym_core.rl.checkpoint import latest_checkpoint
 from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
@@ -48,6 +48,7 @@ from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
 from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
+from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_stats
 from agentgym_core.rl.plugin_options import bind_plugin_options
 from agentgym_core.rl.rollout_worker import RolloutWorker
 from agentgym_core.rl.setup import load_policy, make_backend, open_envs, resolve_device, summarize
@@ -187,6 +188,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 # Trajectories an env error or timeout broke are the infrastructure's failure, not the
                 # policy's: left out of the loss and counted.
                 trainable, infra_failed = trainable_trajectories(rollout.trajectories) if ctx.is_main else ([], 0)
+                trainable = apply_truncation_policy(trainable, alg.truncated_episodes)  # cut by the budget
                 if cfg.rollout.dynamic_sampling.min_mixed_groups:  # tied groups have no advantage: not trained
                     trainable = mixed_groups_only(trainable)
                 trained = broadcast_object(trainable if ctx.is_main else None, ctx)
@@ -238,7 +240,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                         "infra_failed": float(infra_failed),
                         "skipped_update": float(not keep),  # every group tied: no advantage, no optimizer step
                         "sampled_tokens": float(scored.mask.sum()),
-                        **_scoring_metrics(scored),
+                        **_scoring_metrics(scored, alg.off_policy.cap),
                         "kl": float(masked_mean(scored.token_kl, scored.mask)) if scored.token_kl is not None else 0.0,
                         "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
                         **staleness,
@@ -252,6 +254,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     if place_roles is None:  # both roles in this process: its peak memory in each phase
                         metrics.update(**rollout_peak.as_metrics("_rollout"), **update_peak.as_metrics("_update"))
                     scheduler.update(step, metrics)  # every metric but time_step, which ends after step 7
+                    _check_sampler_mismatch(metrics, cfg, step)
 
                 # ---- 7. weights to the rollout backend ---------------------------------------------------
                 if ctx.distributed or (ctx.is_main and worker.receives_weights):
@@ -323,14 +326,40 @@ def _evaluate(worker: Any, horizon: int, step: int, *, measure: bool) -> dict[st
     return {**result, **peak.as_metrics()} if measure else result
 
 
-def _scoring_metrics(scored: Any) -> dict[str, float]:
-    """Entropy and the sampler-learner log-prob gap over the whole batch, from the scoring pass; without
-    one (``algorithm.old_logprobs``) the update reports them over the tokens it trained."""
+def _scoring_metrics(scored: Any, cap: float) -> dict[str, float]:
+    """Entropy and the sampler-learner log-prob gap and mismatch over the whole batch, from the scoring pass;
+    without one (``algorithm.old_logprobs``) the update reports them over the tokens it trained."""
     if scored.old is None:
         return {}
     entropy = float(masked_mean(scored.old.entropy, scored.mask)) if scored.old.entropy is not None else 0.0
     gap = float(masked_mean((scored.old.logprobs - scored.rollout_logprobs).abs(), scored.mask))
-    return {"entropy": entropy, "rollout_logprob_gap": gap}
+    return {"entropy": entropy, "rollout_logprob_gap": gap,
+            **mismatch_stats(scored.old.logprobs, scored.rollout_logprobs, scored.mask, cap=cap)}
+
+
+class SamplerMismatchError(RuntimeError):
+    """The sampler's log-probs are too far from the learner's to train on (``algorithm.off_policy.stop_kl``)."""
+
+
+def _check_sampler_mismatch(metrics: dict[str, float], cfg: TrainConfig, step: int) -> None:
+    """Warn, or stop the run, when the sampler and the learner disagree on the sampled tokens."""
+    if "sampler_kl" not in metrics:
+        return
+    kl, opts = metrics["sampler_kl"], cfg.algorithm.off_policy
+    alarm = mismatch_alarm(kl, warn=opts.warn_kl, stop=opts.stop_kl)
+    if alarm == "ok":
+        return
+    summary = (f"step {step + 1}: the sampler's log-probs are far from the learner's on the tokens it sampled "
+               f"(sampler_kl {kl:.4g}, ratio mean {metrics.get('sampler_ratio_mean', float('nan')):.3g}, "
+               f"max {metrics.get('sampler_ratio_max', float('nan')):.3g}, "
+               f"{100 * metrics.get('sampler_ratio_over_cap', 0.0):.1f}% of tokens past the cap {opts.cap:g})")
+    causes = ("Likely causes: the rollout backend did not receive the latest weights (a weight sync that did "
+              "not take), the backend formats the chat differently from the learner (template), or the two run "
+              "in different precisions (one in bf16, the other in fp32)")
+    if alarm == "stop":
+        raise SamplerMismatchError(f"{summary}, past algorithm.off_policy.stop_kl={opts.stop_kl:g}. {causes}. "
+                                   "Raise stop_kl (or set it to null) only once you know why.")
+    tqdm.write(f"warning: {summary}, past algorithm.off_policy.warn_kl={opts.warn_kl:g}. {causes}.")
 
 
 def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list[int]) -> UpdateInputs:
@@ -341,7 +370,7 @@ def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list
         returns=adv.returns[idx], old_logprobs=old.logprobs[idx] if old is not None else None,
         ref_logprobs=scored.ref_logprobs[idx] if scored.ref_logprobs is not None else None,
         old_values=old.values[idx] if old is not None and old.values is not None else None,
-        rollout_logprobs=scored.rollout_logprobs[idx] if old is None else None)
+        rollout_logprobs=scored.rollout_logprobs[idx])
 
 
 def _map_tensors(inputs: UpdateInputs | None, move: Any) -> UpdateInputs | None:
