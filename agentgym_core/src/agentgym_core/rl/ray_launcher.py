@@ -101,7 +101,7 @@ class LearnerRank:
         device = resolve_device(self.config.model.device)
         if device.type == "cuda":  # an actor's process is not the driver's: its allocator is set up here
             prefer_expandable_cuda_segments(self.config.rollout.backend)
-        ctx = init_from_environment(device)
+        ctx = init_from_environment(device, timeout_s=self.config.trainer.collective_timeout_s)
         random.seed(self.config.trainer.seed)
         torch.manual_seed(self.config.trainer.seed)
         model, self.tokenizer = load_policy(self.config.model, device=ctx.device)

@@ -108,7 +108,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
     (the Ray launcher: actors with the same calls); by default both live in this process."""
     cfg, alg = config, config.algorithm
     run_dir = Path(cfg.trainer.run_dir)
-    ctx = init_from_environment(resolve_device(cfg.model.device))
+    ctx = init_from_environment(resolve_device(cfg.model.device), timeout_s=cfg.trainer.collective_timeout_s)
     if ctx.distributed and ctx.world_size != cfg.trainer.learners:
         raise ValueError(f"trainer.learners={cfg.trainer.learners} but {ctx.world_size} ranks were started")
     error: BaseException | None = None
