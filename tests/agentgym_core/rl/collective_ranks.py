@@ -61,5 +61,6 @@ def late_rank(out_dir: str, timeout_s: float) -> None:
         outcome = "returned"
     except RuntimeError as exc:
         outcome = f"raised: {type(exc).__name__}"
-    Path(out_dir, "rank0.json").write_text(json.dumps({"outcome": outcome,
-                                                       "seconds": time.perf_counter() - start}))
+    Path(out_dir, "rank0.json").write_text(
+        json.dumps({"outcome": outcome, "seconds": time.perf_counter() - start})
+    )

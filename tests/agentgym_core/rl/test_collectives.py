@@ -26,7 +26,12 @@ def test_strict_collectives_refuse_on_the_device_group_what_nccl_or_its_watchdog
         assert "No backend type associated with device type cpu" in seen["tensor_on_device_group"]
         assert "host (gloo) group" in seen["object_on_device_group"]
         assert "host (gloo) group" in seen["barrier_on_device_group"]
-        assert seen["tensor_on_host_group"] == seen["object_on_host_group"] == seen["barrier_on_host_group"] == "ran"
+        assert (
+            seen["tensor_on_host_group"]
+            == seen["object_on_host_group"]
+            == seen["barrier_on_host_group"]
+            == "ran"
+        )
 
 
 def test_update_statistics_are_summed_over_ranks_under_strict_collectives(tmp_path):

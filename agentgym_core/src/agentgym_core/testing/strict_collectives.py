@@ -40,12 +40,31 @@ ENV_VAR = "AGENTGYM_STRICT_COLLECTIVES"
 """Set to the pretend device (``cuda``) to turn strict collectives on in every rank that inherits it."""
 
 _TENSOR_COLLECTIVES = (
-    "all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather", "scatter",
-    "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv",
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
 )
 _OBJECT_COLLECTIVES = (
-    "broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list", "send_object_list",
-    "recv_object_list", "barrier", "monitored_barrier",
+    "broadcast_object_list",
+    "all_gather_object",
+    "gather_object",
+    "scatter_object_list",
+    "send_object_list",
+    "recv_object_list",
+    "barrier",
+    "monitored_barrier",
 )
 # Frames of these modules are the collectives' own plumbing: the caller is the first frame outside them.
 _PLUMBING = ("torch.distributed.distributed_c10d", "torch.distributed.c10d_logger", __name__)
@@ -167,14 +186,16 @@ def _wrap(name: str, original: Callable[..., Any], *, objects: bool) -> Callable
                 raise StrictCollectiveError(
                     f"strict collectives: {caller} calls {name} on a device group (NCCL on a GPU run). Pickled "
                     "objects and barriers belong on the host (gloo) group, where a rank may wait while another "
-                    "rolls out without tripping NCCL's watchdog: pass group=<the host group>.")
+                    "rolls out without tripping NCCL's watchdog: pass group=<the host group>."
+                )
             for tensor in (t for key, v in bound.items() if key != "group" for t in _tensors(v)):
                 if tensor.device.type != device:
                     raise StrictCollectiveError(
                         f"strict collectives: {caller} calls {name} with a {tensor.device.type} {tensor.dtype} "
                         f"tensor on a device group standing for {device} (NCCL): NCCL raises 'No backend type "
                         f"associated with device type {tensor.device.type}'. Put the tensor on the group's device, "
-                        "or send host-side numbers over the host (gloo) group.")
+                        "or send host-side numbers over the host (gloo) group."
+                    )
         if not objects:
             return original(*args, **kwargs)
         _inside.depth = getattr(_inside, "depth", 0) + 1
