@@ -19,7 +19,9 @@ EPISODES_PER_STEP = 6  # learner_ranks.BASE: 2 tasks x group_size 3
 def test_two_ranks_each_sample_half_of_every_step_and_score_half_of_its_rows(tmp_path):
     run_dir, counts_dir = tmp_path / "run", tmp_path / "counts"
     counts_dir.mkdir()
-    spawn(counted_run, 2, str(run_dir), str(counts_dir), [*RANKS_LR, "trainer.learners=2"])
+    # Rank 0 evaluates after step 1 while rank 1 waits (on the host group: strict collectives check it).
+    overrides = [*RANKS_LR, "trainer.learners=2", "trainer.eval_every=1", "trainer.eval_tasks=1"]
+    spawn(counted_run, 2, str(run_dir), str(counts_dir), overrides)
     counts = [json.loads((counts_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
     lines = train_lines(run_dir)
     steps = len(lines)
@@ -92,3 +94,17 @@ def test_the_rollout_side_gets_a_copy_of_the_model_only_when_it_samples_one(
         "none" if roles.rollout_model is None else "the learner's" if roles.rollout_model is model else "copy"
     )
     assert found == expected
+
+
+def test_each_spawned_rank_sees_one_gpu_of_its_own(monkeypatch):
+    from agentgym_core.rl.distributed import pin_one_gpu, visible_gpus
+
+    assert visible_gpus(None, 4) == ["0", "1", "2", "3"]
+    assert visible_gpus("4,5, 6", 3) == ["4", "5", "6"]
+    assert visible_gpus("", 0) == []  # GPUs hidden on purpose stay hidden
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    pin_one_gpu(visible_gpus("4,5,6", 3), 1)
+    import os
+
+    assert (os.environ["CUDA_VISIBLE_DEVICES"], os.environ["LOCAL_RANK"]) == ("5", "0")

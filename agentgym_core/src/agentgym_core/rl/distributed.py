@@ -40,8 +40,10 @@ __all__ = [
     "free_port",
     "gather_object",
     "init_from_environment",
+    "pin_one_gpu",
     "shard_rows",
     "spawn",
+    "visible_gpus",
 ]
 
 T = TypeVar("T")
@@ -107,6 +109,22 @@ def init_from_environment(device: str | torch.device = "cpu",
     rollout_group = dist.new_group(backend="gloo", timeout=timeout)
     return DistContext(rank=rank, world_size=world, device=device, host_group=host_group,
                        rollout_group=rollout_group)
+
+
+def visible_gpus(cuda_visible_devices: str | None, device_count: int) -> list[str]:
+    """The GPUs this process may hand to its ranks, as ``CUDA_VISIBLE_DEVICES`` entries."""
+    if cuda_visible_devices is None:
+        return [str(i) for i in range(device_count)]
+    return [g.strip() for g in cuda_visible_devices.split(",") if g.strip()][:device_count]
+
+
+def pin_one_gpu(gpus: list[str], rank: int) -> None:
+    """Let this spawned rank see only ``gpus[rank]``, as ``cuda:0`` (call before anything starts CUDA).
+
+    The learner then takes it (``LOCAL_RANK`` 0), and so does an engine that picks its GPU itself
+    (an in-process vLLM takes the first visible one): each rank's rollout engine sits on its own GPU.
+    """
+    os.environ.update(CUDA_VISIBLE_DEVICES=gpus[rank], LOCAL_RANK="0")
 
 
 def _spawned(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:

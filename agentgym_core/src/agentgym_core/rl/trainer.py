@@ -45,7 +45,14 @@ from agentgym_core.rl.checkpoint import latest_checkpoint
 from agentgym_core.rl.colocated import RankRollouts, rollout_copy
 from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
-from agentgym_core.rl.distributed import DistContext, barrier, init_from_environment, spawn
+from agentgym_core.rl.distributed import (
+    DistContext,
+    barrier,
+    init_from_environment,
+    pin_one_gpu,
+    spawn,
+    visible_gpus,
+)
 from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
 from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.learner import Learner
@@ -407,7 +414,9 @@ class _LocalRoles:
 
 # ---- several learner ranks on this machine --------------------------------------------------------------
 def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_before: dict[str, Any] | None,
-               result_path: str) -> None:
+               result_path: str, gpus: list[str] | None) -> None:
+    if gpus is not None:  # before anything starts CUDA in this process
+        pin_one_gpu(gpus, int(os.environ["RANK"]))
     pm = get_plugin_manager()
     results = _train(bind_plugin_options(config, pm), pm, resume=resume, model=None, tokenizer=None,
                      stop_after=stop_after, eval_before=eval_before)
@@ -417,8 +426,16 @@ def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_b
 
 def _spawn_learners(config: TrainConfig, *, resume: bool, stop_after: int | None,
                     eval_before: dict[str, Any] | None) -> dict[str, Any]:
-    """``trainer.learners = N``: N processes on this machine, rank 0 drives; its results come back."""
+    """``trainer.learners = N``: N processes on this machine, rank 0 drives; its results come back.
+    On CUDA each rank sees one GPU of its own (:func:`~agentgym_core.rl.distributed.pin_one_gpu`)."""
+    gpus = None
+    if resolve_device(config.model.device).type == "cuda":
+        gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count())
+        if len(gpus) < config.trainer.learners:
+            raise ValueError(f"trainer.learners={config.trainer.learners} needs one GPU per learner rank; this machine "
+                             f"shows {len(gpus)} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}). "
+                             "Lower trainer.learners, or set model.device=cpu")
     with tempfile.TemporaryDirectory() as tmp:
         result_path = str(Path(tmp) / "results.pkl")
-        spawn(_rank_main, config.trainer.learners, config, resume, stop_after, eval_before, result_path)
+        spawn(_rank_main, config.trainer.learners, config, resume, stop_after, eval_before, result_path, gpus)
         return pickle.loads(Path(result_path).read_bytes())
