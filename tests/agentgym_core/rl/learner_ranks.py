@@ -84,7 +84,7 @@ def counted_run(run_dir: str, counts_dir: str, overrides: list[str]) -> None:
         return sample(self, episodes, step, first_index)
 
     def counting_forward(model, sequences, *args, **kwargs):
-        if model is learner_module_model[0]:  # the policy's scoring pass (the reference's is counted apart)
+        if model is learner_module_model[0]:  # the policy's scoring pass (the reference's scores the same rows)
             counts["scored_rows"] += len(sequences)
         return forward(model, sequences, *args, **kwargs)
 

@@ -65,6 +65,7 @@ class RankRollouts:
 
     @property
     def receives_weights(self) -> bool:
+        """Whether this rank's engine takes weights after every update (the same on every rank)."""
         return self.worker.receives_weights
 
     def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
@@ -86,6 +87,7 @@ class RankRollouts:
         return merge_slices(parts, self.env_order, time.perf_counter() - start)
 
     def load_weights(self, weights: Any) -> None:
+        """This rank's engine takes the full weights (every rank calls it with its own copy of them)."""
         self.worker.load_weights(weights)
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
@@ -93,4 +95,5 @@ class RankRollouts:
         return self.worker.evaluate(horizon, step)
 
     def close(self) -> None:
+        """Close this rank's engine (its environment clients close with the run's exit stack)."""
         self.worker.close()

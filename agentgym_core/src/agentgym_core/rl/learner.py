@@ -136,7 +136,6 @@ class Learner:
         self.model = model
         self.device = next(model.parameters()).device
         self.pad_token_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
-        self.scored_rows = 0  # rows this rank has scored so far (its share of each batch)
         # The critic: its own model (separate, the default) or a head on the policy's trunk (rl/critic.py).
         self.value_head = build_critic(alg.critic, model, model_config=config.model,
                                        vocab_size=len(tokenizer) if tokenizer is not None else None) \
@@ -201,7 +200,6 @@ class Learner:
             plan = {"packing": alg.packing, "max_tokens": alg.micro_batch_tokens}
             busiest = max(count_forwards([batch.sequences[i] for i in s], mask[s], **plan) for s in shares)
             idle = busiest - count_forwards(sequences, rows_mask, **plan)
-        self.scored_rows += len(mine)
         with self.precision:
             old = forward_tokens(self.model, sequences, rows_mask, with_entropy=True, value_head=self.value_head, **kw)
             _idle_forwards(self.model, idle, self.pad_token_id)
