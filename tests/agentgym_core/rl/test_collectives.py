@@ -42,6 +42,7 @@ def test_update_statistics_are_summed_over_ranks_under_strict_collectives(tmp_pa
         assert _read(tmp_path, rank) == {"tokens": 3.0, "only_0": 1.0, "only_1": 1.0}
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_joins_fails_the_collective_within_the_configured_timeout(tmp_path):
     spawn(collective_ranks.late_rank, 2, str(tmp_path), 2.0)
     seen = _read(tmp_path, 0)
