@@ -33,7 +33,8 @@ def test_two_ranks_each_sample_half_of_every_step_and_score_half_of_its_rows(tmp
     trained = sum(line["trained_trajectories"] for line in lines)
     scored = [c["scored_rows"] for c in counts]
     assert sum(scored) == sum(int(line["trajectories"] - line["infra_failed"]) for line in lines)
-    assert min(scored) >= steps and max(scored) < sum(scored), scored  # each rank scores a share of every step
+    # Each rank scores a share of every step.
+    assert min(scored) >= steps and max(scored) < sum(scored), scored
     assert trained > 0
 
 
