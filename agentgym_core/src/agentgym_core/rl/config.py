@@ -454,6 +454,9 @@ class TrainerConfig(_Section):
     learners: int = Field(
         1, ge=1, description="Learner ranks (FSDP2 shards of the policy; gloo on CPU, NCCL on CUDA). N > 1 spawns N "
         "processes on this machine, or joins the ranks torchrun started.")
+    collective_timeout_s: float = Field(
+        1800.0, gt=0.0, description="With several learner ranks: seconds a rank waits in one collective call "
+        "(NCCL's watchdog, gloo's timeout) before the run fails.")
     seed: int = Field(0, description="Seed of task order, sampling and initialisation.")
     run_dir: str = Field("runs/run", description="Where config, metrics, checkpoints and trajectories go.")
     eval_every: int = Field(0, ge=0, description="Evaluate on held-out tasks every N steps (0: only before/after).")
@@ -475,8 +478,8 @@ class TrainerConfig(_Section):
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")
     launcher: Literal["local", "ray"] = Field(
-        "local", description="'local': the learner ranks are processes of this machine and one rollout worker runs in "
-        "this process. 'ray': a driver (which holds no model) places the learner ranks and trainer.rollout_workers "
+        "local", description="'local': the learner ranks are processes of this machine and each rank also samples its "
+        "share of every step's episodes. 'ray': a driver (which holds no model) places the learner ranks and trainer.rollout_workers "
         "rollout workers as Ray actors (pip install './agentgym_core[ray]'); see the README's Ray section.")
     ray_address: str | None = Field(
         None, description="launcher=ray: the cluster to join ('auto': the one `ray start --head` started on this "
