@@ -16,6 +16,9 @@ BASE = [
     "rollout.tasks_per_step=2", "rollout.group_size=3", "rollout.max_new_tokens=6", "rollout.max_total_tokens=256",
     "algorithm.rounds_ctrl.rounds=2", "optim.lr=0.01", "algorithm.kl.coef=0.01", "algorithm.mini_batches=2",
     "algorithm.drop_zero_advantage=true", "trainer.seed=3",
+    # Several learners sample from copies, where auto would turn the behaviour correction on; the runs
+    # compared here must compute the same loss.
+    "algorithm.off_policy.correction=none",
 ]
 
 
