@@ -76,13 +76,9 @@ def cell(text: str) -> str:
 
 def model_class(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model inside ``X``, ``X | None``, ``list[X]`` or ``SerializeAsAny[X]``."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = model_class(arg)
-        if found is not None:
-            return found
-    return None
+    from agentgym_core.rl.config import _model_of  # the recipe loader's own walk, so both agree
+
+    return _model_of(annotation)
 
 
 def type_name(annotation: Any) -> str:

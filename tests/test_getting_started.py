@@ -95,17 +95,6 @@ def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from agentgym_core.testing.tiny_model import tiny_chat_model
-
-    path = tmp_path_factory.mktemp("tiny_model")
-    model, tokenizer = tiny_chat_model()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """A folder that looks like the checkout to the commands: its examples/ and scripts/."""
     path = tmp_path_factory.mktemp("checkout")

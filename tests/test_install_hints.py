@@ -87,18 +87,6 @@ def hint_in(text: str) -> str:
     return commands[0]
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    """A tiny random chat model saved as a Hugging Face directory (what `--model DIR` loads)."""
-    from agentgym_core.testing.tiny_model import tiny_chat_model
-
-    path = tmp_path_factory.mktemp("tiny_model")
-    model, tokenizer = tiny_chat_model()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def eval_command(model_dir: Path, out: Path) -> str:
     return (f"agentgym eval --env babyai --model {model_dir} --limit 1 --max-rounds 1 --max-new-tokens 4 "
             f"--num-envs 1 --threads 1 --out {out}")
