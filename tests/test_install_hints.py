@@ -1,4 +1,4 @@
-"""Install advice is right: each `pip install` the README or an error prints works from the checkout.
+"""Install advice is right: each `pip install` the docs or an error prints works from the checkout.
 
 Every test makes a fresh virtual environment and runs the install commands exactly as they are
 written, then the command they were for. To stay offline and fast, the fresh venv sees the
@@ -68,11 +68,14 @@ def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return result
 
 
+DOCS_PAGE = ROOT / "docs" / "getting-started.md"  # where the install lines are documented
+
+
 def readme_block(marker: str) -> list[str]:
-    """The shell commands of the README's code block after ``<!-- marker: ... -->`` (comments dropped)."""
-    text = (ROOT / "README.md").read_text()
+    """The shell commands of docs/getting-started.md's code block after ``<!-- marker: ... -->`` (comments dropped)."""
+    text = DOCS_PAGE.read_text()
     match = re.search(rf"<!-- {re.escape(marker)}:.*?-->\s*```bash\n(.*?)```", text, re.S)
-    assert match, f"README.md has no block marked {marker!r}"
+    assert match, f"{DOCS_PAGE} has no block marked {marker!r}"
     lines = match.group(1).replace("\\\n", " ").splitlines()
     return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
 
@@ -82,18 +85,6 @@ def hint_in(text: str) -> str:
     commands = re.findall(r"`(pip install [^`]+)`", text)
     assert len(commands) == 1, f"expected one install command in: {text!r}"
     return commands[0]
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    """A tiny random chat model saved as a Hugging Face directory (what `--model DIR` loads)."""
-    from agentgym_core.testing.tiny_model import tiny_chat_model
-
-    path = tmp_path_factory.mktemp("tiny_model")
-    model, tokenizer = tiny_chat_model()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def eval_command(model_dir: Path, out: Path) -> str:

@@ -1,4 +1,7 @@
-"""The README's "Writing plugins" has a section per extension point, naming every hook, and its code runs."""
+"""The docs have a how-to page per extension point, naming every hook, and their code runs.
+
+(The pages were the README's "Writing plugins" sections; the README now links to them.)
+"""
 
 from __future__ import annotations
 
@@ -10,21 +13,35 @@ import pytest
 from agentgym_core import hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ["Environment", "Expert", "Advantage estimator", "Round scheduler", "Rollout backend", "Observer"]
+HOW_TO = ROOT / "docs" / "how-to"
+# One page per extension point, in the order of the docs' navigation.
+PAGES = {
+    "your-own-env.md": "Your own environment",
+    "expert.md": "An expert policy",
+    "estimator.md": "An advantage estimator",
+    "scheduler.md": "A round scheduler",
+    "backend.md": "A rollout backend",
+    "observer.md": "An observer",
+}
 
 
 def writing_plugins() -> str:
-    text = (ROOT / "README.md").read_text()
-    match = re.search(r"^## Writing plugins\n(.*?)(?=^## )", text, re.S | re.M)
-    assert match, "README.md has no '## Writing plugins' section"
-    return match.group(1)
+    """The extension-point pages, one after another."""
+    texts = []
+    for name, title in PAGES.items():
+        text = (HOW_TO / name).read_text()
+        assert text.startswith(f"# {title}\n"), f"docs/how-to/{name} should start with '# {title}'"
+        texts.append(text)
+    return "\n".join(texts)
 
 
-def test_one_section_per_extension_point_naming_its_hooks():
+def test_one_page_per_extension_point_naming_its_hooks():
     text = writing_plugins()
-    assert re.findall(r"^### (.+)$", text, re.M) == SECTIONS
     for hook in [*hookspecs.CATALOG_HOOKS.values(), *hookspecs.OBSERVER_HOOKS]:
-        assert hook in text, f"the README's plugin sections do not mention {hook}"
+        assert hook in text, f"the docs' plugin pages do not mention {hook}"
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for name in PAGES:
+        assert f"how-to/{name}" in nav, f"mkdocs.yml's nav lacks how-to/{name}"
 
 
 def test_every_path_the_sections_cite_exists():
@@ -41,14 +58,14 @@ def test_the_estimator_example_runs_with_its_options():
     blocks = re.findall(r"```python\n(.*?)```", writing_plugins(), re.S)
     code = next(b for b in blocks if "baseline_estimator" in b)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/how-to/estimator.md", "exec"), namespace)
     estimate = namespace["baseline_estimator"]
     assert estimate.options_model().baseline == 0.5
     check_estimator(estimate)
 
 
 def test_the_expert_example_registers_a_player_that_solves_guess():
-    """The README's expert snippet, run as written, registers an expert that wins a guess task."""
+    """The docs' expert snippet, run as written, registers an expert that wins a guess task."""
     pytest.importorskip("agentgym_env_guess")
     from agentgym_core.experts import ExpertSpec
     from agentgym_core.finetune.experts import play_expert
@@ -57,7 +74,7 @@ def test_the_expert_example_registers_a_player_that_solves_guess():
     blocks = re.findall(r"```python\n(.*?)```", writing_plugins(), re.S)
     code = next(b for b in blocks if "agentgym_register_experts" in b)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/how-to/expert.md", "exec"), namespace)
     registered = {}
     namespace["agentgym_register_experts"](lambda name, obj, summary="": registered.setdefault(name, obj))
     assert isinstance(registered["guess"], ExpertSpec)

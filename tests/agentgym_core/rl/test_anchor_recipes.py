@@ -1,7 +1,7 @@
-"""The GPU recipes carry the anchor's per-environment settings (README: "The anchor's recipes, key by key").
+"""The GPU recipes carry the anchor's per-environment settings (docs/reference/anchor-recipes.md).
 
 ANCHOR holds the values of AgentGym-RL's examples/train/ScalingInter-RL/<env>_train.sh (WooooDyy/AgentGym-RL)
-and its ppo_trainer.yaml defaults; each recipe must translate them as the README's table says.
+and its ppo_trainer.yaml defaults; each recipe must translate them as the docs' table says.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ def test_gpu_recipe_mirrors_the_anchor_script(env):
     assert (rollout.temperature, rollout.top_p, rollout.env_timeout_s) == (1.0, 1.0, 600.0)
 
 
-def test_readme_maps_every_anchor_key_the_recipes_use():
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    section = readme.split("### The anchor's recipes, key by key", 1)[1].split("\n## ", 1)[0]
+def test_docs_map_every_anchor_key_the_recipes_use():
+    page = (EXAMPLES.parent / "docs" / "reference" / "anchor-recipes.md").read_text()
+    section = page.split("# The anchor's recipes, key by key", 1)[1]
     for key in ("data.train_batch_size", "rollout.n", "ppo_mini_batch_size", "ppo_epochs", "entropy_coeff",
                 "kl_loss_coef", "kl_loss_type", "clip_ratio", "grad_clip", "optim.lr", "rollout.max_tokens",
                 "max_prompt_length", "max_response_length", "agentgym.timeout", "rounds_ctrl.rounds",
                 "steps_scaling_inter", "ppo_micro_batch_size_per_gpu"):
-        assert key in section, f"README anchor mapping lacks {key}"
+        assert key in section, f"docs/reference/anchor-recipes.md lacks {key}"
 
 
 def test_every_rl_recipe_states_drop_zero_advantage():
