@@ -12,7 +12,12 @@ from typing import Any
 
 from agentgym_core import protocol as p
 from agentgym_core.env import EnvError, EpisodeEndedError, InvalidTaskError
-from agentgym_core.instances import AtCapacityError, NoEpisodeError, RequestIdReusedError, UnknownInstanceError
+from agentgym_core.instances import (
+    AtCapacityError,
+    NoEpisodeError,
+    RequestIdReusedError,
+    UnknownInstanceError,
+)
 
 __all__ = ["ServerError", "error_status", "parse_json_body"]
 
