@@ -225,11 +225,11 @@ class Env(ABC):
 
 
 def _serialise_calls(cls: type[Env]) -> None:
-    """Make the methods ``cls`` defines hold its class-wide lock (see ``Env.thread_safe``).
+    """Make every public method of ``cls`` (its own and inherited ones) hold its class-wide lock.
 
-    The lock is shared with subclasses (``configured()`` returns one), and reentrant, so a method
-    that calls another (``reset`` calling ``close``, a subclass calling ``super().step``) does not
-    wait on itself.
+    See ``Env.thread_safe``. The lock is shared with subclasses (``configured()`` returns one), and
+    reentrant, so a method that calls another (``reset`` calling ``close``, a subclass calling
+    ``super().step``) does not wait on itself.
     """
     lock = getattr(cls, "_agentgym_calls_lock", None)
     if lock is None:
@@ -237,20 +237,30 @@ def _serialise_calls(cls: type[Env]) -> None:
         cls._agentgym_calls_lock = lock  # type: ignore[attr-defined]
 
     def hold(fn: Any) -> Any:
+        if getattr(fn, "_agentgym_calls_lock", None) is lock:
+            return fn
+
         @functools.wraps(fn)
         def one_at_a_time(*args: Any, **kwargs: Any) -> Any:
             with lock:
                 return fn(*args, **kwargs)
 
+        one_at_a_time._agentgym_calls_lock = lock  # type: ignore[attr-defined]
         return one_at_a_time
 
-    for attr, value in list(vars(cls).items()):
+    names = {name for klass in cls.__mro__ if klass is not object for name in vars(klass)}
+    for attr in sorted(names):
         if attr.startswith("_") and attr != "__init__":
             continue
+        value = inspect.getattr_static(cls, attr)
         if inspect.isfunction(value):
-            setattr(cls, attr, hold(value))
+            wrapped = hold(value)
+            if wrapped is not value:
+                setattr(cls, attr, wrapped)
         elif isinstance(value, property) and value.fget is not None:
-            setattr(cls, attr, property(hold(value.fget), value.fset, value.fdel, value.__doc__))
+            getter = hold(value.fget)
+            if getter is not value.fget:
+                setattr(cls, attr, property(getter, value.fset, value.fdel, value.__doc__))
 
 
 def check_env_options(env_cls: type[Env], options: dict[str, Any], *, where: str = "env_kwargs") -> None:
