@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
