@@ -10,10 +10,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -51,7 +53,7 @@ def url():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=SERVER_ENV)
+                              stdout=subprocess.DEVNULL, stderr=_log(), text=True, env=SERVER_ENV)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_until_serving(server, base)
@@ -66,11 +68,17 @@ def url():
         pass  # every worker is gone with the parent
 
 
+def _log() -> Any:
+    """Where a server's stderr goes: a file (a full pipe would block a worker that logs, and its
+    supervisor would take it for hung)."""
+    return tempfile.TemporaryFile("w+")
+
+
 def _wait_until_serving(server: subprocess.Popen, base: str) -> None:
     deadline = time.monotonic() + 120
     while True:
         if server.poll() is not None:
-            pytest.fail(f"server exited: {server.stderr.read()}")
+            pytest.fail(f"server exited with status {server.returncode} (run it by hand to see why)")
         try:
             requests.get(f"{base}/v1/health", timeout=5)
             return
@@ -254,7 +262,7 @@ def test_a_hung_or_killed_worker_is_restarted_and_the_other_workers_episodes_go_
         port = sock.getsockname()[1]
     server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", str(port),
                                "--worker-timeout", "2", "--token", TOKEN],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=SERVER_ENV)
+                              stdout=subprocess.DEVNULL, stderr=_log(), text=True, env=SERVER_ENV)
     base = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {TOKEN}"}
     try:

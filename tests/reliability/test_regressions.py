@@ -121,8 +121,13 @@ def test_lone_surrogate_step_neither_500s_nor_breaks_the_instance():
 
 
 # -- 5. loose input ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def guess_url():
+@pytest.fixture(scope="module", params=["one process", "--workers 2"])
+def guess_url(request):
+    """A compat server in this process, then a real `agentgym serve textcraft --workers 2` (its front
+    reads bodies and ids before any worker does)."""
+    if request.param == "--workers 2":
+        yield request.getfixturevalue("textcraft_workers_url")
+        return
     with serve_env(CompatGuessEnv, max_body_bytes=1 << 20) as url:
         yield url
 

@@ -125,8 +125,8 @@ class _Forwarder:
                        ) -> tuple[int, bytes, bytes]:
         port = self.ports[worker]
         idle = self._idle.setdefault(port, [])
-        for attempt in range(2):  # a kept-alive connection the sibling closed meanwhile: one retry
-            if idle:
+        for attempt in range(2):  # a kept-alive connection the sibling closed meanwhile: one retry, on a new one
+            if idle and not attempt:
                 reader, writer = idle.pop()
             else:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port),
