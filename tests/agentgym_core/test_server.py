@@ -381,3 +381,34 @@ def test_a_thread_unsafe_env_is_called_one_call_at_a_time(env_cls):
         assert env_cls.overlap.most > 1  # the check can see overlap: calls do run in parallel by default
     else:
         assert env_cls.overlap.most == 1
+
+
+def test_compat_numbers_are_typed_as_agentgym_recorded_them():
+    """AgentGym's BabyAI server answers ``"reward": 0`` (an integer) and ``0.973`` when it is not whole;
+    a client comparing JSON text, or a typed one, sees the difference (issue 40, 8)."""
+    import gzip
+    from pathlib import Path
+
+    from agentgym_env_babyai import BabyAIEnv
+
+    fixture = Path(__file__).parents[1] / "agentgym_env_babyai" / "fixtures" / "agentgym_anchor_babyai.json.gz"
+    with gzip.open(fixture, "rt", encoding="utf-8") as f:
+        recorded = json.load(f)
+    anchor = recorded[:20] + recorded[85:90]  # index 87 earns a reward that is not whole
+
+    def types(answer: dict) -> dict:
+        return {k: type(v).__name__ for k, v in answer.items()}
+
+    seen = set()
+    with serve_env(BabyAIEnv) as base, requests.Session() as http:
+        for record in anchor:
+            instance = http.post(f"{base}/create", json={}).json()["id"]
+            reset = http.post(f"{base}/reset", json={"id": instance, "data_idx": record["data_idx"]}).json()
+            assert types(reset) == types(record["reset"])
+            for step in record["steps"]:
+                ours = http.post(f"{base}/step", json={"id": instance, "action": step["action"]}).json()
+                assert types(ours) == types(step["answer"]), (record["data_idx"], ours, step["answer"])
+                seen.add(type(step["answer"]["reward"]).__name__)
+            assert http.post(f"{base}/close", json={"id": instance}).json() is True
+            assert http.post(f"{base}/close", json={"id": instance}).json() is False  # as AgentGym answers
+    assert seen == {"int", "float"}
