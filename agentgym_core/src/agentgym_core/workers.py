@@ -55,12 +55,12 @@ from agentgym_core import protocol as p
 from agentgym_core.asgi_body import TOO_LARGE, read_body, replay
 from agentgym_core.auth import admit, bearer, refuse
 from agentgym_core.direct_routes import body_too_large
+from agentgym_core.protocol import DEFAULT_WORKER_TIMEOUT_S
 
 __all__ = ["DEFAULT_WORKER_TIMEOUT_S", "WorkerFront", "create_owner", "owner_of", "serve_workers"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_WORKER_TIMEOUT_S = 10.0
 FORWARD_CONNECT_TIMEOUT_S = 5.0
 FORWARD_TIMEOUT_S = 600.0  # an env call may be slow; a hung worker is killed long before this
 HEARTBEAT_PATH = "/_agentgym/heartbeat"
