@@ -276,8 +276,9 @@ class PooledEnv(HTTPEnv):
             except ServerUnreachableError:
                 self._abandon()
             except RemoteError as exc:
-                # Full (503 at_capacity on create), or restarted without our instance (404 on reset).
-                if exc.code not in ("at_capacity", "unknown_instance"):
+                # Full (503 at_capacity on create), or restarted without our instance (404 on reset, or
+                # 503 worker_lost while the worker of `--workers N` that held it restarts).
+                if exc.code not in ("at_capacity", "unknown_instance", "worker_lost"):
                     raise
                 avoid = self.client
                 self._abandon(down=False)
