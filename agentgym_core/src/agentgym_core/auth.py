@@ -21,7 +21,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["TOKEN_ENV", "TOKEN_PATH_PREFIX", "admit", "bearer", "check_exposure", "is_loopback", "refuse",
+__all__ = ["TOKEN_ENV", "TOKEN_PATH_PREFIX", "admit", "bearer", "check_exposure", "gate", "is_loopback", "refuse",
            "resolve_token"]
 
 TOKEN_ENV = "AGENTGYM_TOKEN"
@@ -97,3 +97,16 @@ async def refuse(scope: dict[str, Any], send: Any) -> None:
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"www-authenticate", b"Bearer")]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def gate(scope: dict[str, Any], send: Any, token: str | None) -> dict[str, Any] | None:
+    """The scope to serve (a path token stripped); None once the request was refused (401).
+
+    With ``token`` None every request passes unchanged.
+    """
+    if token is None:
+        return scope
+    admitted = admit(scope, token)
+    if admitted is None:
+        await refuse(scope, send)
+    return admitted

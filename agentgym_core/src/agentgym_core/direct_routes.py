@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agentgym_core.asgi_body import TOO_LARGE, declared_too_large, read_body
-from agentgym_core.auth import admit, refuse
+from agentgym_core.auth import gate
 from agentgym_core.http_errors import ServerError
 
 __all__ = ["DirectRouteApp", "body_too_large"]
@@ -87,12 +87,10 @@ class DirectRouteApp(FastAPI):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            if self.token is not None:
-                admitted = admit(scope, self.token)
-                if admitted is None:
-                    await refuse(scope, send)
-                    return
-                scope = admitted
+            admitted = await gate(scope, send, self.token)
+            if admitted is None:
+                return
+            scope = admitted
             endpoint = self._direct.get((scope["method"], scope["path"]))
             if endpoint is not None:
                 await self._call_direct(endpoint, scope, receive, send)

@@ -53,7 +53,7 @@ from urllib.parse import parse_qs
 
 from agentgym_core import protocol as p
 from agentgym_core.asgi_body import TOO_LARGE, read_body, replay
-from agentgym_core.auth import admit, bearer, refuse
+from agentgym_core.auth import bearer, gate
 from agentgym_core.direct_routes import body_too_large
 from agentgym_core.protocol import DEFAULT_WORKER_TIMEOUT_S
 
@@ -210,12 +210,10 @@ class WorkerFront:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.token is not None:
-            admitted = admit(scope, self.token)
-            if admitted is None:
-                await refuse(scope, send)
-                return
-            scope = admitted
+        admitted = await gate(scope, send, self.token)
+        if admitted is None:
+            return
+        scope = admitted
         path, method = scope["path"], scope["method"]
         if path == HEARTBEAT_PATH:
             await self._answer(send, 200, _JSON, json.dumps(self._heartbeat_answer()).encode())
