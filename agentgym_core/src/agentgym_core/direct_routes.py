@@ -87,10 +87,11 @@ class DirectRouteApp(FastAPI):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            admitted = await gate(scope, send, self.token)
-            if admitted is None:
-                return
-            scope = admitted
+            if self.token is not None:
+                admitted = await gate(scope, send, self.token)
+                if admitted is None:
+                    return
+                scope = admitted
             endpoint = self._direct.get((scope["method"], scope["path"]))
             if endpoint is not None:
                 await self._call_direct(endpoint, scope, receive, send)

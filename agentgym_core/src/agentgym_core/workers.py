@@ -210,10 +210,11 @@ class WorkerFront:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        admitted = await gate(scope, send, self.token)
-        if admitted is None:
-            return
-        scope = admitted
+        if self.token is not None:
+            admitted = await gate(scope, send, self.token)
+            if admitted is None:
+                return
+            scope = admitted
         path, method = scope["path"], scope["method"]
         if path == HEARTBEAT_PATH:
             await self._answer(send, 200, _JSON, json.dumps(self._heartbeat_answer()).encode())
