@@ -71,7 +71,7 @@ def start_server(env: str, port: int) -> subprocess.Popen:
     process = subprocess.Popen([str(agentgym), "serve", env, "--port", str(port), "--max-instances", "2048"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     client = EnvClient(f"http://127.0.0.1:{port}", timeout=2, retries=0)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited: {process.stderr.read()}")
@@ -81,12 +81,12 @@ def start_server(env: str, port: int) -> subprocess.Popen:
         except Exception:
             time.sleep(0.2)
     process.kill()
-    raise TimeoutError("server did not come up in 120 s")
+    raise TimeoutError("server did not come up in 600 s")
 
 
 def start_process(command: list[str], port: int) -> subprocess.Popen:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited: {process.stderr.read()}")
@@ -96,7 +96,7 @@ def start_process(command: list[str], port: int) -> subprocess.Popen:
         except requests.RequestException:
             time.sleep(0.2)
     process.kill()
-    raise TimeoutError("server did not come up in 120 s")
+    raise TimeoutError("server did not come up in 600 s")
 
 
 async def _post(reader: Any, writer: Any, path: str, body: dict) -> dict:

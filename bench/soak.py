@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=4, help="steps per episode")
     parser.add_argument("--every", type=int, default=500, help="sample RSS every this many episodes")
+    parser.add_argument("--ready-timeout", type=float, default=600.0,
+                        help="seconds to wait for the server to answer /v1/health (start-up is slow on a busy machine)")
     parser.add_argument("--out", default="bench/results/soak_{env}.json")
     args = parser.parse_args()
 
@@ -47,12 +49,20 @@ def main() -> None:
     server = subprocess.Popen([str(agentgym), "serve", args.env, "--port", str(port)], stdout=subprocess.DEVNULL)
     client = EnvClient(f"http://127.0.0.1:{port}", timeout=30)
     try:
-        for _ in range(600):
+        started = time.monotonic()
+        while True:
+            if server.poll() is not None:
+                sys.exit(f"the server exited with status {server.returncode} before it answered")
             try:
                 client.health()
                 break
             except Exception:
-                time.sleep(0.1)
+                if time.monotonic() - started > args.ready_timeout:
+                    sys.exit(f"the server did not answer /v1/health within {args.ready_timeout:.0f} s "
+                             "(raise --ready-timeout on a busy machine)")
+                time.sleep(0.2)
+        ready_s = round(time.monotonic() - started, 1)
+        print(f"server ready after {ready_s} s", flush=True)
         tasks = client.tasks().split("train")
         actions = ACTIONS.get(args.env, ["look"])
         rng = random.Random(0)
@@ -72,7 +82,7 @@ def main() -> None:
                     break
             env.close()
         first, last = samples[1] if len(samples) > 1 else samples[0], samples[-1]
-        result = {"env": args.env, "episodes": args.episodes, "steps_per_episode": args.steps, "samples": samples,
+        result = {"env": args.env, "episodes": args.episodes, "ready_s": ready_s, "steps_per_episode": args.steps, "samples": samples,
                   "rss_growth_pct_after_warmup": round(100 * (last["rss_mb"] / first["rss_mb"] - 1), 2)}
         out = Path(args.out.format(env=args.env))
         out.parent.mkdir(parents=True, exist_ok=True)

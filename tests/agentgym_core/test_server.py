@@ -298,3 +298,117 @@ def test_agentgym_step_fields_can_come_from_the_step_info():
         step = post(url, "/step", {"id": instance, "action": "guess 50"}).json()
         assert list(step) == ["observation", "reward", "score", "done"]
         assert (step["reward"], step["score"]) == (-7, -100)
+
+
+# -- issue 40: request_id reuse, strict ids, thread-unsafe environments ------------------------------
+def test_a_request_id_reused_for_another_request_answers_409_not_the_first_instance(url):
+    first = post(url, "/v1/instances", {"task_id": 1, "request_id": "reuse-1"})
+    assert first.status_code == 201
+    again = post(url, "/v1/instances", {"task_id": 1, "request_id": "reuse-1"})
+    assert again.status_code == 201 and again.json()["instance_id"] == first.json()["instance_id"]
+    for other in ({"task_id": 5}, {"task_id": 1, "seed": 7}, {}):
+        reused = post(url, "/v1/instances", {**other, "request_id": "reuse-1"})
+        assert reused.status_code == 409 and error_code(reused) == "request_id_reused", reused.text
+        assert "fresh request_id" in reused.json()["error"]["message"]
+
+
+def test_path_ids_are_read_strictly(url):
+    instance_id = post(url, "/v1/instances", {"task_id": 1}).json()["instance_id"]
+    assert requests.get(f"{url}/v1/instances/{instance_id}/observation", timeout=5).status_code == 200
+    for written in (f"+{instance_id}", f"0{instance_id}", f"{instance_id}.0", f"%20{instance_id}", f"{instance_id:_}",
+                    f"-{instance_id}"):
+        answer = requests.get(f"{url}/v1/instances/{written}/observation", timeout=5)
+        assert answer.status_code == 422 and error_code(answer) == "malformed_request", (written, answer.text)
+        assert "plain decimal digits" in answer.json()["error"]["message"]
+    assert post(url, f"/v1/instances/0{instance_id}/step", {"action": "guess 1"}).status_code == 422
+    assert requests.delete(f"{url}/v1/instances/+{instance_id}", timeout=5).status_code == 422
+
+
+class _Overlap:
+    """Counts calls inside an environment at once; ``most`` is the highest count seen."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock, self.inside, self.most = threading.Lock(), 0, 0
+
+    def enter(self) -> None:
+        with self.lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        time.sleep(0.02)  # long enough for a second thread to come in, if it may
+        with self.lock:
+            self.inside -= 1
+
+
+class SharedStateGuessEnv(GuessEnv):
+    """A guess env that records how many of its calls run at once (across all its instances)."""
+
+    overlap = _Overlap()
+
+    def reset(self, task_id, seed=None):
+        self.overlap.enter()
+        return super().reset(task_id, seed)
+
+    def step(self, action):
+        self.overlap.enter()
+        return super().step(action)
+
+
+class UnsafeGuessEnv(SharedStateGuessEnv):
+    thread_safe = False
+    overlap = _Overlap()
+
+
+@pytest.mark.parametrize("env_cls", [SharedStateGuessEnv, UnsafeGuessEnv], ids=["thread-safe", "not-thread-safe"])
+def test_a_thread_unsafe_env_is_called_one_call_at_a_time(env_cls):
+    def play(task: int) -> None:
+        env = HTTPEnv(url)
+        try:
+            env.reset(task)
+            for guess in range(1, 5):
+                env.step(f"guess {guess}")
+        finally:
+            env.close()
+
+    with serve_env(env_cls) as url, ThreadPoolExecutor(8) as pool:
+        list(pool.map(play, range(8)))
+    # In this process too (the rollout engine calls in-process envs from its threads).
+    envs = [env_cls() for _ in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda e: [e.reset(1), e.step("guess 1")], envs))
+    if env_cls.thread_safe:
+        assert env_cls.overlap.most > 1  # the check can see overlap: calls do run in parallel by default
+    else:
+        assert env_cls.overlap.most == 1
+
+
+def test_compat_numbers_are_typed_as_agentgym_recorded_them():
+    """AgentGym's BabyAI server answers ``"reward": 0`` (an integer) and ``0.973`` when it is not whole;
+    a client comparing JSON text, or a typed one, sees the difference (issue 40, 8)."""
+    import gzip
+    from pathlib import Path
+
+    from agentgym_env_babyai import BabyAIEnv
+
+    fixture = Path(__file__).parents[1] / "agentgym_env_babyai" / "fixtures" / "agentgym_anchor_babyai.json.gz"
+    with gzip.open(fixture, "rt", encoding="utf-8") as f:
+        recorded = json.load(f)
+    anchor = recorded[:20] + recorded[85:90]  # index 87 earns a reward that is not whole
+
+    def types(answer: dict) -> dict:
+        return {k: type(v).__name__ for k, v in answer.items()}
+
+    seen = set()
+    with serve_env(BabyAIEnv) as base, requests.Session() as http:
+        for record in anchor:
+            instance = http.post(f"{base}/create", json={}).json()["id"]
+            reset = http.post(f"{base}/reset", json={"id": instance, "data_idx": record["data_idx"]}).json()
+            assert types(reset) == types(record["reset"])
+            for step in record["steps"]:
+                ours = http.post(f"{base}/step", json={"id": instance, "action": step["action"]}).json()
+                assert types(ours) == types(step["answer"]), (record["data_idx"], ours, step["answer"])
+                seen.add(type(step["answer"]["reward"]).__name__)
+            assert http.post(f"{base}/close", json={"id": instance}).json() is True
+            assert http.post(f"{base}/close", json={"id": instance}).json() is False  # as AgentGym answers
+    assert seen == {"int", "float"}

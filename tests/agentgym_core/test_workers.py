@@ -1,19 +1,27 @@
-"""`agentgym serve --workers N`: instances stay on their worker, whatever connection a request uses."""
+"""`agentgym serve --workers N`: instances stay on their worker, whatever connection a request uses,
+and the server keeps one process's guarantees (issue 40): one owner per request_id, batches validated
+whole, health summed over workers, strict ids, and a dead or hung worker restarted while the other
+workers' episodes go on."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 
 from agentgym_core.instances import InstanceTable
-from agentgym_core.workers import owner_of
+from agentgym_core.workers import create_owner, owner_of
 from agentgym_env_guess import GuessEnv
 
 pytest.importorskip("agentgym_env_textcraft")
@@ -45,7 +53,7 @@ def url():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=SERVER_ENV)
+                              stdout=subprocess.DEVNULL, stderr=_log(), text=True, env=SERVER_ENV)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_until_serving(server, base)
@@ -60,11 +68,17 @@ def url():
         pass  # every worker is gone with the parent
 
 
+def _log() -> Any:
+    """Where a server's stderr goes: a file (a full pipe would block a worker that logs, and its
+    supervisor would take it for hung)."""
+    return tempfile.TemporaryFile("w+")
+
+
 def _wait_until_serving(server: subprocess.Popen, base: str) -> None:
     deadline = time.monotonic() + 120
     while True:
         if server.poll() is not None:
-            pytest.fail(f"server exited: {server.stderr.read()}")
+            pytest.fail(f"server exited with status {server.returncode} (run it by hand to see why)")
         try:
             requests.get(f"{base}/v1/health", timeout=5)
             return
@@ -120,31 +134,159 @@ def test_agentgym_routes_reach_their_own_instance(url):
     assert too_large.status_code == 413 and too_large.json()["error"]["code"] == "body_too_large"
 
 
-def test_a_dead_worker_stops_the_whole_server():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=SERVER_ENV)
-    try:
-        assert f"with 2 workers on http://127.0.0.1:{port}" in server.stdout.readline()
-        workers = []
-        deadline = time.monotonic() + 60
-        while len(workers) < 2 and time.monotonic() < deadline:
-            workers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _worker_of(p, server.pid)]
-            time.sleep(0.2)
-        assert len(workers) == 2, "the two worker processes did not appear"
-        os.kill(workers[0], 9)
-        assert server.wait(timeout=60) == 1  # not a half-server whose other half's instances are gone
-        assert not Path(f"/proc/{workers[1]}").exists()  # the other worker was stopped and reaped
-    finally:
-        if server.poll() is None:
-            server.kill()
-
-
 def _worker_of(proc: Path, parent: int) -> bool:
     try:
         fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         return int(fields[1]) == parent and b"spawn_main" in (proc / "cmdline").read_bytes()
     except (OSError, IndexError, ValueError):
         return False
+
+
+def _instances_on_both_workers(url: str, task: int = 0, headers: dict | None = None) -> dict[int, int]:
+    """worker -> an instance it holds, reset onto ``task`` (fresh connections until both hold one)."""
+    held: dict[int, int] = {}
+    for _ in range(60):
+        answer = requests.post(f"{url}/v1/instances", json={"task_id": task}, headers=headers, timeout=10)
+        assert answer.status_code == 201, answer.text
+        held.setdefault(owner_of(answer.json()["instance_id"], 2), answer.json()["instance_id"])
+        if len(held) == 2:
+            return held
+    pytest.fail("60 creates on fresh connections all landed on one worker")
+
+
+def _inventory(url: str, instance_id: int) -> str:
+    answer = requests.post(f"{url}/v1/instances/{instance_id}/step", json={"action": "inventory"}, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["observation"]
+
+
+def test_creates_with_one_request_id_make_one_instance_whichever_worker_takes_them(url):
+    request_id = uuid.uuid4().hex
+    body = {"task_id": 3, "request_id": request_id}
+    before = requests.get(f"{url}/v1/health", timeout=10).json()["live_instances"]
+    answers = [requests.post(f"{url}/v1/instances", json=body, timeout=10) for _ in range(20)]
+    with ThreadPoolExecutor(16) as pool:  # and at once, while the first may still be running
+        answers += list(pool.map(lambda _: requests.post(f"{url}/v1/instances", json=body, timeout=10), range(16)))
+    assert {a.status_code for a in answers} == {201}
+    ids = {a.json()["instance_id"] for a in answers}
+    assert len(ids) == 1  # before: one instance per worker that took a create
+    assert owner_of(ids.pop(), 2) == create_owner(request_id, 2)
+    assert requests.get(f"{url}/v1/health", timeout=10).json()["live_instances"] == before + 1
+
+
+def test_a_request_id_reused_for_another_task_answers_409_on_every_worker(url):
+    request_id = uuid.uuid4().hex
+    first = requests.post(f"{url}/v1/instances", json={"task_id": 1, "request_id": request_id}, timeout=10)
+    assert first.status_code == 201
+    for _ in range(6):  # fresh connections: both workers take some
+        reused = requests.post(f"{url}/v1/instances", json={"task_id": 5, "request_id": request_id}, timeout=10)
+        assert reused.status_code == 409, reused.text
+        assert reused.json()["error"]["code"] == "request_id_reused"
+        assert "task_id=1" in reused.json()["error"]["message"]
+
+
+def test_a_batch_with_one_bad_step_is_refused_whole_before_any_step_runs(url):
+    held = _instances_on_both_workers(url)
+    for receiver in range(6):  # whichever worker receives the batch, with the bad step for either worker
+        bad_at = receiver % 2
+        steps = [{"instance_id": held[w], "action": "get 1 oak logs"} for w in (0, 1)]
+        steps[bad_at] = {"instance_id": held[bad_at], "action": 5}
+        answer = requests.post(f"{url}/v1/step_batch", json={"steps": steps}, timeout=10)
+        assert answer.status_code == 422, answer.text
+        assert f"steps.{bad_at}.action" in answer.json()["error"]["message"]  # the client's own index
+        for worker in (0, 1):  # neither part ran: nothing was picked up
+            assert "not carrying anything" in _inventory(url, held[worker])
+
+
+def test_health_sums_and_names_every_worker(url):
+    held = _instances_on_both_workers(url)
+    for _ in range(4):  # whichever worker answers, it speaks for both
+        health = requests.get(f"{url}/v1/health", timeout=10).json()
+        assert [w["worker"] for w in health["workers"]] == [0, 1]
+        assert all(w["status"] == "ok" and w["pid"] > 0 for w in health["workers"])
+        assert health["live_instances"] == sum(w["live_instances"] for w in health["workers"])
+        assert all(w["live_instances"] >= 1 for w in health["workers"])
+        assert health["max_instances"] == 2 * health["workers"][0]["max_instances"]
+    for instance_id in held.values():
+        requests.delete(f"{url}/v1/instances/{instance_id}", timeout=10)
+
+
+def test_ids_are_read_strictly_by_the_front_and_the_app(url):
+    held = _instances_on_both_workers(url)
+    for instance_id in held.values():
+        for written in (f"+{instance_id}", f"0{instance_id}", f"{instance_id}.0", f"%20{instance_id}",
+                        f"{instance_id}%20", f"{instance_id:_}"):
+            answer = requests.get(f"{url}/v1/instances/{written}/observation", timeout=10)
+            assert answer.status_code == 422, (written, answer.text)
+            assert answer.json()["error"]["code"] == "malformed_request"
+    # A repeated query key is refused, by whichever worker, never read two ways.
+    created = [requests.post(f"{url}/create", json={}, timeout=10).json()["id"] for _ in range(2)]
+    for _ in range(4):
+        twice = requests.get(f"{url}/observation?id={created[0]}&id={created[1]}", timeout=10).json()
+        assert "give it once" in twice["error"]
+
+
+def test_compat_numbers_and_second_close_answer_as_agentgym(url):
+    instance_id = requests.post(f"{url}/create", json={}, timeout=10).json()["id"]
+    reset = requests.post(f"{url}/reset", json={"id": instance_id, "data_idx": 0}, timeout=10)
+    assert '"reward":0' in reset.text.replace(" ", "")
+    step = requests.post(f"{url}/step", json={"id": instance_id, "action": "inventory"}, timeout=10)
+    assert step.json()["reward"] == 0 and '"reward":0,' in step.text.replace(" ", "")  # not 0.0
+    assert requests.post(f"{url}/close", json={"id": instance_id}, timeout=10).json() is True
+    assert requests.post(f"{url}/close", json={"id": instance_id}, timeout=10).json() is False
+    assert requests.post(f"{url}/step", data=b'{"id": 1, "action":', timeout=10).status_code == 422
+
+
+TOKEN = "workers-test-token"
+
+
+def _wait_for_restart(url: str, worker: int, restarts: int, headers: dict) -> dict:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            health = requests.get(f"{url}/v1/health", headers=headers, timeout=5).json()
+        except requests.RequestException:  # this connection went to the worker being replaced
+            time.sleep(0.2)
+            continue
+        entry = health["workers"][worker]
+        if entry["restarts"] >= restarts and entry["status"] == "ok":
+            return health
+        time.sleep(0.2)
+    pytest.fail(f"worker {worker} was not restarted within 90 s")
+
+
+@pytest.mark.slow
+def test_a_hung_or_killed_worker_is_restarted_and_the_other_workers_episodes_go_on():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", str(port),
+                               "--worker-timeout", "2", "--token", TOKEN],
+                              stdout=subprocess.DEVNULL, stderr=_log(), text=True, env=SERVER_ENV)
+    base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        _wait_until_serving(server, base)
+        assert requests.get(f"{base}/v1/health", timeout=10).status_code == 401  # the token is asked for
+        for victim, how in ((1, signal.SIGSTOP), (0, signal.SIGKILL)):
+            health = _wait_for_restart(base, victim, 0, auth)
+            held = _instances_on_both_workers(base, headers=auth)
+            survivor = 1 - victim
+            step = requests.post(f"{base}/v1/instances/{held[survivor]}/step", json={"action": "get 1 oak logs"},
+                                 headers=auth, timeout=10)
+            assert step.status_code == 200
+            restarts = health["workers"][victim]["restarts"]
+            os.kill(health["workers"][victim]["pid"], how)
+            _wait_for_restart(base, victim, restarts + 1, auth)
+            # The survivor's episode goes on, on fresh connections that reach either worker.
+            for _ in range(12):
+                answer = requests.post(f"{base}/v1/instances/{held[survivor]}/step", json={"action": "inventory"},
+                                       headers=auth, timeout=10)
+                assert answer.status_code == 200 and "oak logs" in answer.json()["observation"], answer.text
+            lost = requests.post(f"{base}/v1/instances/{held[victim]}/step", json={"action": "inventory"},
+                                 headers=auth, timeout=10)
+            assert lost.status_code == 404 and "was restarted" in lost.json()["error"]["message"]
+        assert server.poll() is None
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

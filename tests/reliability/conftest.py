@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,19 +24,23 @@ def start_server(env: str, port: int, *extra: str) -> subprocess.Popen:
     """`agentgym serve ENV` on loopback as its own process; returns once it answers /v1/health."""
     agentgym = Path(sys.executable).with_name("agentgym")
     environ = {k: v for k, v in os.environ.items() if k != "AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"}
+    # A file, not a pipe: a server that logs more than a pipe holds (tracebacks of fuzzed requests)
+    # would block on its next write, and its supervisor would take it for hung.
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - open as long as the server runs
     process = subprocess.Popen([str(agentgym), "serve", env, "--port", str(port), *extra], env=environ,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
+                               stdout=subprocess.DEVNULL, stderr=log, text=True)
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.stderr.read()}")
+            log.seek(0)
+            raise RuntimeError(f"the server exited: {log.read()[-3000:]}")
         try:
             requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=1)
             return process
         except requests.RequestException:
             time.sleep(0.1)
     process.kill()
-    raise TimeoutError("the server did not answer within 60 s")
+    raise TimeoutError("the server did not answer within 120 s")
 
 
 @pytest.fixture
@@ -55,3 +60,19 @@ def server_process():
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def textcraft_workers_url():
+    """``agentgym serve textcraft --workers 2`` on loopback, shared by the suite's bad-input tests, so
+    they also run through the worker front (which reads bodies and ids before any worker does)."""
+    port = free_port()
+    process = start_server("textcraft", port, "--workers", "2", "--max-instances", "64")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()

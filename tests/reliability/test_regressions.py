@@ -121,8 +121,13 @@ def test_lone_surrogate_step_neither_500s_nor_breaks_the_instance():
 
 
 # -- 5. loose input ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def guess_url():
+@pytest.fixture(scope="module", params=["one process", "--workers 2"])
+def guess_url(request):
+    """A compat server in this process, then a real `agentgym serve textcraft --workers 2` (its front
+    reads bodies and ids before any worker does)."""
+    if request.param == "--workers 2":
+        yield request.getfixturevalue("textcraft_workers_url")
+        return
     with serve_env(CompatGuessEnv, max_body_bytes=1 << 20) as url:
         yield url
 
@@ -153,11 +158,15 @@ def test_every_malformed_body_gets_the_protocol_error_shape(guess_url, body):
     assert answer.json()["error"]["code"] == "malformed_request" and "detail" not in answer.json()
 
 
-def test_compat_routes_answer_malformed_bodies_in_their_own_shape(guess_url):
-    for body in (b"\xff", b"[" * 20_000, b'{"id": ' + b"9" * 5000 + b', "action": "x"}'):
+def test_compat_routes_answer_unreadable_bodies_422_as_agentgym_does(guess_url):
+    # AgentGym's servers (FastAPI with typed bodies) answer a body that is not JSON 422 (issue 40, 8).
+    for body in (b"\xff", b"[" * 20_000, b'{"id": ' + b"9" * 5000 + b', "action": "x"}', b'{"id": 1,'):
         answer = requests.post(f"{guess_url}/step", data=body, headers={"content-type": "application/json"},
                                timeout=10)
-        assert answer.status_code == 200 and isinstance(answer.json()["error"], str), answer.text
+        assert answer.status_code == 422 and answer.json()["error"]["code"] == "malformed_request", answer.text
+    # A readable body with a wrong field is still AgentGym's 200 {"error": str}.
+    wrong = requests.post(f"{guess_url}/step", json={"id": "x", "action": "a"}, timeout=10)
+    assert wrong.status_code == 200 and isinstance(wrong.json()["error"], str)
 
 
 def test_unknown_routes_and_methods_get_the_protocol_error_shape(guess_url):

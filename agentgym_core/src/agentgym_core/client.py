@@ -20,6 +20,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from agentgym_core import protocol as p
+from agentgym_core.auth import TOKEN_ENV, resolve_token
 from agentgym_core.env import (
     Env,
     EnvError,
@@ -84,14 +85,19 @@ class EnvClient:
         trust_env: honour HTTP(S)_PROXY / NO_PROXY and ~/.netrc. Off by default: environment
             servers are local or cluster-internal, and requests re-reads those settings on every
             call, which doubled the per-step latency on loopback (bench/env_server.py).
+        token: the server's shared token (``agentgym serve --token``), sent as
+            ``Authorization: Bearer``; default: $AGENTGYM_TOKEN, none when unset.
     """
 
     def __init__(self, base_url: str, *, timeout: float = 60.0, retries: int = 3, pool_size: int = 64,
-                 trust_env: bool = False) -> None:
+                 trust_env: bool = False, token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout, self.retries = timeout, retries
         self._session = requests.Session()
         self._session.trust_env = trust_env
+        token = resolve_token(token)
+        if token is not None:
+            self._session.headers["Authorization"] = f"Bearer {token}"
         adapter = HTTPAdapter(pool_connections=1, pool_maxsize=pool_size)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
@@ -121,6 +127,8 @@ class EnvClient:
             code, message = error["code"], error["message"]
         except (ValueError, KeyError, TypeError):
             code, message = "http_error", response.text[:500] or response.reason
+        if code == "unauthorized":
+            message += f" (set ${TOKEN_ENV} to the token the server was started with)"
         return _BY_CODE.get(code, RemoteError)(response.status_code, code, message)
 
     def health(self) -> p.Health:
@@ -153,14 +161,15 @@ class HTTPEnv(Env):
     Args:
         base_url: the server, or pass ``client=`` to share a connection pool.
         env: the environment's name; checked against the server's when given.
+        token: the server's shared token (default: $AGENTGYM_TOKEN); see :class:`EnvClient`.
     """
 
     def __init__(self, base_url: str | None = None, *, env: str | None = None, client: EnvClient | None = None,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, token: str | None = None) -> None:
         if client is None:
             if base_url is None:
                 raise ValueError("HTTPEnv needs base_url or client")
-            client = EnvClient(base_url, timeout=timeout)
+            client = EnvClient(base_url, timeout=timeout, token=token)
             self._owns_client = True
         else:
             self._owns_client = False

@@ -9,8 +9,10 @@ routes, with field names that differ per environment::
     GET  /observation?id=0            -> "observation text" (BabyAI: a status object)
     POST /close  {"id"}               -> {"id", "closed"}
 
-and answers errors with HTTP 200 and ``{"error": "message"}``. An Env class opts in by setting
-``agentgym_compat = AgentGymCompat(...)``; the knobs cover the per-environment differences. These
+and answers errors with HTTP 200 and ``{"error": "message"}``, except a body that is not JSON at
+all, which AgentGym's servers (FastAPI with typed bodies) answer 422. Rewards and scores that are
+whole numbers are answered as JSON integers (``0``, ``1``), as AgentGym's servers answer them. An
+Env class opts in by setting ``agentgym_compat = AgentGymCompat(...)``; the knobs cover the per-environment differences. These
 routes share the instance table of the ``/v1`` protocol, so both can be used on one server.
 """
 
@@ -25,8 +27,8 @@ from starlette.concurrency import run_in_threadpool
 from agentgym_core.compat_spec import AgentGymCompat
 from agentgym_core.env import Env
 from agentgym_core.http_errors import ServerError, error_status, parse_json_body
-from agentgym_core.instances import ID_LIMIT, InstanceTable, NoEpisodeError
-from agentgym_core.protocol import MAX_ACTION_CHARS, check_text
+from agentgym_core.instances import ID_LIMIT, InstanceTable, NoEpisodeError, UnknownInstanceError
+from agentgym_core.protocol import MAX_ACTION_CHARS, check_text, strict_id
 
 __all__ = ["AgentGymCompat", "add_agentgym_routes"]
 
@@ -52,6 +54,8 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
 
     def fail(exc: Exception) -> JSONResponse:
         error = error_status(exc)
+        if isinstance(exc, _Unreadable):  # AgentGym's servers answer an unreadable body 422, not 200
+            return JSONResponse(error.body(), status_code=422)
         return JSONResponse({"error": error.message}, status_code=200 if spec.errors_as_200 else error.status)
 
     def field(body: Any, name: str, kind: type = int) -> Any:
@@ -78,7 +82,10 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
             raise ServerError(422, "malformed_request", f"field {name!r}: {exc}") from None
 
     async def json_body(request: Request) -> Any:
-        return parse_json_body(await request.body())
+        try:
+            return parse_json_body(await request.body())
+        except ServerError as exc:
+            raise _Unreadable(exc.status, exc.code, exc.message) from None
 
     reset_fields = spec.reset_fields or (
         ("observation", "reward", "score", "done") if spec.include_score else ("observation", "reward", "done"))
@@ -88,9 +95,9 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
         return all_tasks[index % len(all_tasks)] if spec.wrap_task_index else index
 
     def episode_payload(instance: Any, observation: str, reward: float, done: bool) -> dict[str, Any]:
-        payload: dict[str, Any] = {"observation": observation, "reward": reward}
+        payload: dict[str, Any] = {"observation": observation, "reward": agentgym_number(reward)}
         if spec.include_score:
-            payload["score"] = instance.score
+            payload["score"] = agentgym_number(instance.score)
         payload[spec.done_field] = done  # AgentGym's order: observation, reward, score, done
         return payload
 
@@ -174,10 +181,18 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     async def observation(request: Request) -> Any:
         # The query parameter is named like the id field (`?id=` or `?env_idx=`).
         try:
-            raw = request.query_params.get(spec.id_field)
-            if raw is None or not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 20:  # "²".isdigit()
+            given = request.query_params.getlist(spec.id_field)
+            if len(given) > 1:  # a front and an app must not read different ones
                 raise ServerError(422, "malformed_request",
-                                  f"the query needs ?{spec.id_field}=<integer instance id>; got {raw!r:.40}")
+                                  f"the query gives ?{spec.id_field}= {len(given)} times; give it once")
+            raw = given[0] if given else None
+            try:
+                strict_id(raw)
+                if raw is None:
+                    raise ValueError("it is missing")
+            except ValueError as exc:
+                raise ServerError(422, "malformed_request",
+                                  f"the query needs ?{spec.id_field}=<integer instance id>: {exc}") from None
             instance_id = int(raw)
             if spec.observation_method is None:
                 return table.run(instance_id, lambda i: i.observation)
@@ -199,10 +214,22 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
             return fail(exc)
 
         def run() -> Any:
-            table.close(instance_id)
+            try:
+                table.close(instance_id)
+            except UnknownInstanceError:  # closed before: AgentGym answers false, not an error
+                return False if spec.close_answer == "bool" else {spec.id_field: instance_id, "closed": False}
             return True if spec.close_answer == "bool" else {spec.id_field: instance_id, "closed": True}
 
         return await _in_thread(run, fail, inline)
+
+
+class _Unreadable(ServerError):
+    """The body is not JSON (or not UTF-8, or nests too deeply): answered 422 as AgentGym's servers do."""
+
+
+def agentgym_number(value: float) -> float | int:
+    """``value`` as AgentGym's servers write it: a whole number as a JSON integer (``0``, not ``0.0``)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 async def _in_thread(fn: Any, fail: Any, inline: bool) -> Any:

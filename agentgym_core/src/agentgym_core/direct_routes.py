@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agentgym_core.asgi_body import TOO_LARGE, declared_too_large, read_body
+from agentgym_core.auth import gate
 from agentgym_core.http_errors import ServerError
 
 __all__ = ["DirectRouteApp", "body_too_large"]
@@ -71,6 +72,8 @@ class DirectRouteApp(FastAPI):
 
     _direct: dict[tuple[str, str], Endpoint] = {}  # noqa: RUF012 - replaced per instance
     _body_limit: int = 0
+    token: str | None = None
+    """When set, every HTTP request must carry it (:mod:`agentgym_core.auth`), checked before any route."""
 
     def enable_direct_routes(self, *, max_body_bytes: int) -> list[str]:
         """Serve the qualifying routes directly from now on; returns them as ``"METHOD /path"``."""
@@ -84,6 +87,11 @@ class DirectRouteApp(FastAPI):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
+            if self.token is not None:
+                admitted = await gate(scope, send, self.token)
+                if admitted is None:
+                    return
+                scope = admitted
             endpoint = self._direct.get((scope["method"], scope["path"]))
             if endpoint is not None:
                 await self._call_direct(endpoint, scope, receive, send)

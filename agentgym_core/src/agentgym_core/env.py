@@ -24,8 +24,10 @@ Conventions (checked by :func:`agentgym_core.testing.check_env`):
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import re
+import threading
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -160,11 +162,24 @@ class Env(ABC):
             the HTTP server then calls them on its event loop instead of handing each call to a
             worker thread, which costs more than such a step. Leave False for anything that waits
             (a JVM, a browser, a retriever).
+        thread_safe: False when two instances must never run at the same time (the environment
+            touches process-wide state: Python's global ``random``, a shared engine, a C library
+            that is not reentrant). Servers and the rollout engine call environments from several
+            threads; with False, every call into any instance of the class (the constructor,
+            ``reset``, ``step``, ``close`` and the other public methods) holds one lock per class,
+            so calls run one at a time wherever they come from. Calls on one instance are always
+            serialised by the server, whatever this says.
     """
 
     name: ClassVar[str] = ""
     max_episode_steps: ClassVar[int | None] = None
     inline_calls: ClassVar[bool] = False
+    thread_safe: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.thread_safe:
+            _serialise_calls(cls)
 
     # -- what the agent is told -------------------------------------------------------------
     @property
@@ -207,6 +222,45 @@ class Env(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, default is a no-op
         """Free resources. Must be idempotent."""
+
+
+def _serialise_calls(cls: type[Env]) -> None:
+    """Make every public method of ``cls`` (its own and inherited ones) hold its class-wide lock.
+
+    See ``Env.thread_safe``. The lock is shared with subclasses (``configured()`` returns one), and
+    reentrant, so a method that calls another (``reset`` calling ``close``, a subclass calling
+    ``super().step``) does not wait on itself.
+    """
+    lock = getattr(cls, "_agentgym_calls_lock", None)
+    if lock is None:
+        lock = threading.RLock()
+        cls._agentgym_calls_lock = lock  # type: ignore[attr-defined]
+
+    def hold(fn: Any) -> Any:
+        if getattr(fn, "_agentgym_calls_lock", None) is lock:
+            return fn
+
+        @functools.wraps(fn)
+        def one_at_a_time(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return fn(*args, **kwargs)
+
+        one_at_a_time._agentgym_calls_lock = lock  # type: ignore[attr-defined]
+        return one_at_a_time
+
+    names = {name for klass in cls.__mro__ if klass is not object for name in vars(klass)}
+    for attr in sorted(names):
+        if attr.startswith("_") and attr != "__init__":
+            continue
+        value = inspect.getattr_static(cls, attr)
+        if inspect.isfunction(value):
+            wrapped = hold(value)
+            if wrapped is not value:
+                setattr(cls, attr, wrapped)
+        elif isinstance(value, property) and value.fget is not None:
+            getter = hold(value.fget)
+            if getter is not value.fget:
+                setattr(cls, attr, property(getter, value.fset, value.fdel, value.__doc__))
 
 
 def check_env_options(env_cls: type[Env], options: dict[str, Any], *, where: str = "env_kwargs") -> None:

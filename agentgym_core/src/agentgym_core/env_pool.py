@@ -70,10 +70,11 @@ class EnvPool:
         timeout: seconds for one request (a server silent for longer is marked down).
         probe_interval_s: seconds a down server is left alone before its health is asked again.
         probe_timeout_s: seconds a health probe waits for its answer.
+        token: the servers' shared token (``agentgym serve --token``); default: $AGENTGYM_TOKEN.
     """
 
     def __init__(self, urls: list[str], *, env: str, timeout: float = 60.0, probe_interval_s: float = 5.0,
-                 probe_timeout_s: float = 5.0) -> None:
+                 probe_timeout_s: float = 5.0, token: str | None = None) -> None:
         if not urls:
             raise ValueError(f"an environment pool needs at least one server URL for {env!r}")
         stripped = [u.rstrip("/") for u in urls]
@@ -84,7 +85,8 @@ class EnvPool:
         self.probe_interval_s = probe_interval_s
         probe_timeout = min(timeout, probe_timeout_s)
         self._servers = [
-            _Server(EnvClient(u, timeout=timeout), EnvClient(u, timeout=probe_timeout, retries=0, pool_size=1),
+            _Server(EnvClient(u, timeout=timeout, token=token),
+                    EnvClient(u, timeout=probe_timeout, retries=0, pool_size=1, token=token),
                     ServerCounts(u), order=i)
             for i, u in enumerate(stripped)
         ]
@@ -274,8 +276,9 @@ class PooledEnv(HTTPEnv):
             except ServerUnreachableError:
                 self._abandon()
             except RemoteError as exc:
-                # Full (503 at_capacity on create), or restarted without our instance (404 on reset).
-                if exc.code not in ("at_capacity", "unknown_instance"):
+                # Full (503 at_capacity on create), or restarted without our instance (404 on reset, or
+                # 503 worker_lost while the worker of `--workers N` that held it restarts).
+                if exc.code not in ("at_capacity", "unknown_instance", "worker_lost"):
                     raise
                 avoid = self.client
                 self._abandon(down=False)

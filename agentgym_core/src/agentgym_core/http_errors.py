@@ -12,7 +12,12 @@ from typing import Any
 
 from agentgym_core import protocol as p
 from agentgym_core.env import EnvError, EpisodeEndedError, InvalidTaskError
-from agentgym_core.instances import AtCapacityError, NoEpisodeError, UnknownInstanceError
+from agentgym_core.instances import (
+    AtCapacityError,
+    NoEpisodeError,
+    RequestIdReusedError,
+    UnknownInstanceError,
+)
 
 __all__ = ["ServerError", "error_status", "parse_json_body"]
 
@@ -41,6 +46,8 @@ def error_status(exc: BaseException) -> ServerError:
         return ServerError(404, "unknown_instance", str(exc))
     if isinstance(exc, EpisodeEndedError):
         return ServerError(409, "episode_ended", str(exc))
+    if isinstance(exc, RequestIdReusedError):
+        return ServerError(409, "request_id_reused", str(exc))
     if isinstance(exc, NoEpisodeError):
         return ServerError(409, "no_episode", str(exc))
     if isinstance(exc, InvalidTaskError):

@@ -37,6 +37,10 @@ class AtCapacityError(RuntimeError):
     pass
 
 
+class RequestIdReusedError(ValueError):
+    """A create repeated a ``request_id`` with a different request (a new task, seed or env)."""
+
+
 class NoEpisodeError(RuntimeError):
     pass
 
@@ -113,6 +117,8 @@ class InstanceTable:
         self.shard = shard
         self._by_request: dict[str, _Creation] = {}  # client request id -> its creation
         self._lock = threading.Lock()
+        self.lost_note = ""
+        """Appended to unknown-instance messages (a restarted worker says its instances were lost)."""
 
     def __len__(self) -> int:
         with self._lock:
@@ -123,6 +129,7 @@ class InstanceTable:
         setup: Callable[[Instance], Any] | None = None,
         *,
         request_id: str | None = None,
+        request: Any = None,
         make_env: Callable[[], Env] | None = None,
     ) -> tuple[Instance, Any]:
         """Create an instance, run ``setup(instance)`` on it, and only then publish it.
@@ -130,7 +137,9 @@ class InstanceTable:
         If ``setup`` raises, the instance is closed and never becomes visible, so a failed first
         reset cannot hold a slot. With ``request_id``, a repeat of the same request (a client's
         retry) answers the first one's instance and setup result instead of creating another;
-        a repeat that arrives while the first is still running waits for it.
+        a repeat that arrives while the first is still running waits for it. ``request`` is what
+        the create asked for (task, seed, ...): a repeat of the id that asks for something else
+        raises :class:`RequestIdReusedError` instead of answering another request's instance.
 
         Returns ``(instance, setup result)``.
         """
@@ -138,8 +147,13 @@ class InstanceTable:
             with self._lock:
                 earlier = self._by_request.get(request_id)
                 if earlier is None:
-                    self._by_request[request_id] = creation = _Creation()
+                    self._by_request[request_id] = creation = _Creation(request)
             if earlier is not None:
+                if earlier.request != request:
+                    raise RequestIdReusedError(
+                        f"request_id {request_id!r:.80} was already used by a create that asked for "
+                        f"{_describe(earlier.request)}, not {_describe(request)}; send a fresh request_id (e.g. a "
+                        "new UUID) for every new instance, and repeat one only to retry the same create")
                 return earlier.outcome()
             try:
                 creation.result = self._create(setup, make_env)
@@ -197,7 +211,7 @@ class InstanceTable:
         if instance is None:
             raise UnknownInstanceError(
                 f"no live instance {instance_id}: it was never created, was closed, or expired after "
-                f"{self.idle_ttl_s} s idle"
+                f"{self.idle_ttl_s} s idle{self.lost_note}"
             )
         instance.last_used = time.monotonic()
         return instance
@@ -218,7 +232,7 @@ class InstanceTable:
             instance = self._instances.pop(instance_id, None)
             self._forget_request(instance)
         if instance is None:
-            raise UnknownInstanceError(f"no live instance {instance_id} to close")
+            raise UnknownInstanceError(f"no live instance {instance_id} to close{self.lost_note}")
         self._close(instance)
 
     def _forget_request(self, instance: Instance | None) -> None:
@@ -258,10 +272,17 @@ class InstanceTable:
             self._close(instance)
 
 
+def _describe(request: Any) -> str:
+    if isinstance(request, dict):
+        return ", ".join(f"{k}={v!r:.40}" for k, v in request.items()) or "nothing in particular"
+    return repr(request)
+
+
 class _Creation:
     """One create request in progress or done, for answering its retries."""
 
-    def __init__(self) -> None:
+    def __init__(self, request: Any = None) -> None:
+        self.request = request
         self.done = threading.Event()
         self.result: tuple[Instance, Any] | None = None
         self.error: BaseException | None = None

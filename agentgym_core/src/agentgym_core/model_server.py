@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hmac
 import queue
 import threading
 import time
@@ -45,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentgym_core.model_server_errors import OpenAIError
-from agentgym_core.model_server_tokens import CONTROL_ROUTES, GENERATE_ROUTE, add_token_routes
+from agentgym_core.model_server_tokens import GENERATE_ROUTE, add_token_routes
 from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
 
 __all__ = [
@@ -365,9 +366,10 @@ def create_model_app(backend: RolloutBackend, config: ModelServerConfig | Mappin
     @app.middleware("http")
     async def _auth(request: Request, call_next):
         path = request.url.path
-        if cfg.api_key and (path.startswith("/v1/") or path == GENERATE_ROUTE or path in CONTROL_ROUTES):
+        # Every route but /health (a liveness probe that tells only the model's name) needs the key.
+        if cfg.api_key and path != "/health":
             given = request.headers.get("authorization", "")
-            if given != f"Bearer {cfg.api_key}":
+            if not hmac.compare_digest(given.encode(), f"Bearer {cfg.api_key}".encode()):
                 what = "no API key was sent" if not given else "the API key is wrong"
                 return OpenAIError(401, f"{what}: send the header 'Authorization: Bearer <key>' with the key this "
                                    "server was started with (--api-key)", code="invalid_api_key").response()

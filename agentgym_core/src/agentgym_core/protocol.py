@@ -7,12 +7,15 @@ that says what kind of mistake it was:
 ========  ===================  ==================================================================
 status    code                 meaning
 ========  ===================  ==================================================================
-404       unknown_instance     the instance id does not exist (never created, closed or expired)
+401       unauthorized         the server has a shared token and the request did not carry it
+404       unknown_instance     the instance id does not exist (never created, closed, expired, or
+                               held by a worker of ``--workers`` that was lost and restarted)
 404       unknown_env          the request names an environment this server does not serve
 404       not_found            no such route
 405       method_not_allowed   the route exists but not for this HTTP method
 409       episode_ended        step after the episode terminated or was truncated; reset first
 409       no_episode           step before the instance was reset onto a task
+409       request_id_reused    a create repeated a ``request_id`` with a different task, seed or env
 413       body_too_large       the request body exceeds the server's limit
 408       request_timeout      the client sent its headers or body too slowly (connection closed)
 422       malformed_request    the body is not valid JSON (or UTF-8), nests too deeply, has a number
@@ -21,6 +24,8 @@ status    code                 meaning
 422       invalid_task         the task id or split does not exist
 500       env_error            the environment failed; the instance may be unusable
 503       at_capacity          the server holds its maximum number of live instances
+503       worker_lost          the worker process holding the instance stopped answering and is
+                               being restarted (``--workers``); its instances are gone
 ========  ===================  ==================================================================
 
 Routes::
@@ -40,9 +45,10 @@ Routes::
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from agentgym_core.env import StepResult
 
@@ -63,6 +69,7 @@ DEFAULT_IDLE_TTL_S = 900.0
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0
+DEFAULT_WORKER_TIMEOUT_S = 10.0
 
 
 def check_text(text: str) -> str:
@@ -76,6 +83,24 @@ def check_text(text: str) -> str:
 
 Text = Annotated[str, AfterValidator(check_text)]
 """A string that can be sent back as UTF-8 (validated on every request that carries text)."""
+
+_ID_TEXT = re.compile(r"0|[1-9][0-9]{0,19}")
+
+
+def strict_id(value: Any) -> Any:
+    """An instance id in a path or query: ASCII digits, no sign, space, leading zero or decimal point.
+
+    Python's ``int()`` reads ``"+7"``, ``"07"``, ``" 7"`` and ``"7_0"`` as numbers; an id written any
+    of those ways is refused instead of silently addressing instance 7.
+    """
+    if isinstance(value, str) and not _ID_TEXT.fullmatch(value):
+        raise ValueError(f"an instance id is written in plain decimal digits (no sign, spaces, leading zeros or "
+                         f"decimal point), got {value!r:.40}")
+    return value
+
+
+PathId = Annotated[int, BeforeValidator(strict_id)]
+"""An instance id as a path parameter, read strictly (:func:`strict_id`)."""
 
 
 class _Request(BaseModel):
@@ -165,13 +190,23 @@ class Closed(BaseModel):
     closed: bool = True
 
 
+class WorkerHealth(BaseModel):
+    worker: int = Field(description="The worker's number, 0 to workers - 1.")
+    status: str = Field(description="'ok', 'starting', or 'lost' (stopped answering; being restarted).")
+    pid: int | None = None
+    live_instances: int = 0
+    max_instances: int = 0
+    restarts: int = Field(0, description="Times this worker was restarted after it died or hung.")
+
+
 class Health(BaseModel):
-    status: str = "ok"
+    status: str = Field("ok", description="'ok'; 'degraded' when a worker of several is lost or starting.")
     env: str
     protocol_version: int = PROTOCOL_VERSION
     server_version: str
-    live_instances: int
-    max_instances: int
+    live_instances: int = Field(description="Live instances, summed over the workers.")
+    max_instances: int = Field(description="Instances allowed at once, summed over the workers that answer.")
+    workers: list[WorkerHealth] | None = Field(None, description="Each worker of `agentgym serve --workers N`.")
 
 
 class EnvInfo(BaseModel):

@@ -104,6 +104,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     shard: tuple[int, int] = (0, 1),
     next_serial: Callable[[], int] | None = None,
+    token: str | None = None,
 ) -> FastAPI:
     """Build the FastAPI app serving ``env_cls``.
 
@@ -116,6 +117,7 @@ def create_app(
         shard: ``(k, n)`` for worker k of n processes (``agentgym serve --workers``): instance ids
             are k modulo n, so a request can be sent to the worker that holds its instance.
         next_serial: the creation count shared by the workers (default: this app's own).
+        token: a shared token every request must carry (:mod:`agentgym_core.auth`); None: no check.
     """
     validate_server_options(max_instances=max_instances, idle_ttl_s=idle_ttl_s, max_body_bytes=max_body_bytes)
     kwargs = dict(env_kwargs or {})
@@ -161,6 +163,7 @@ def create_app(
     app.state.table = table
     app.state.env_name = env_name
     app.state.env_cls = env_cls
+    app.token = token
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
     inline = env_cls.inline_calls
 
@@ -220,7 +223,7 @@ def create_app(
                                observation=instance.observation, done=instance.done, info=info or {})
 
     errors: dict[int | str, dict[str, Any]] = {
-        code: {"model": p.ErrorResponse} for code in (404, 409, 413, 422, 500, 503)
+        code: {"model": p.ErrorResponse} for code in (401, 404, 409, 413, 422, 500, 503)
     }
     # AgentGym's routes first: its clients send the most requests per second, and a route is found
     # by trying each in order.
@@ -254,39 +257,40 @@ def create_app(
         with mapped_errors():
             # The first reset runs before the instance is published: a failure frees the slot.
             setup = None if task_id is None else (lambda i: i.reset(task_id, body.seed))
-            instance, result = table.create(setup, request_id=body.request_id)
+            request = {"env": env_name, "task_id": task_id, "seed": body.seed}
+            instance, result = table.create(setup, request_id=body.request_id, request=request)
             return state(instance, result.info if result is not None else None)
 
     @app.post(f"{v1}/instances/{{instance_id}}/reset", response_model=p.InstanceState, responses=errors)
     @endpoint
-    def reset(instance_id: int, body: p.Reset) -> p.InstanceState:
+    def reset(instance_id: p.PathId, body: p.Reset) -> p.InstanceState:
         with mapped_errors():
             return table.run(instance_id, lambda i: state(i, i.reset(body.task_id, body.seed).info))
 
     @app.post(f"{v1}/instances/{{instance_id}}/step", response_model=p.StepOutcome, responses=errors)
     @endpoint
-    def step(instance_id: int, body: p.Step) -> p.StepOutcome:
+    def step(instance_id: p.PathId, body: p.Step) -> p.StepOutcome:
         with mapped_errors():
             result = table.run(instance_id, lambda i: i.step(body.action))
         return p.StepOutcome(instance_id=instance_id, **result.model_dump())
 
     @app.get(f"{v1}/instances/{{instance_id}}/observation", response_model=p.InstanceState, responses=errors)
     @endpoint
-    def observation(instance_id: int) -> p.InstanceState:
+    def observation(instance_id: p.PathId) -> p.InstanceState:
         with mapped_errors():
             return table.run(instance_id, state)
 
     @app.get(f"{v1}/instances/{{instance_id}}/available_actions", response_model=p.AvailableActions,
              responses=errors)
     @endpoint
-    def available_actions(instance_id: int) -> p.AvailableActions:
+    def available_actions(instance_id: p.PathId) -> p.AvailableActions:
         with mapped_errors():
             actions = table.run(instance_id, lambda i: i.env.available_actions())
         return p.AvailableActions(instance_id=instance_id, actions=actions)
 
     @app.delete(f"{v1}/instances/{{instance_id}}", response_model=p.Closed, responses=errors)
     @endpoint
-    def close(instance_id: int) -> p.Closed:
+    def close(instance_id: p.PathId) -> p.Closed:
         with mapped_errors():
             table.close(instance_id)
         return p.Closed(instance_id=instance_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from agentgym_core.auth import TOKEN_ENV, check_exposure, resolve_token
 from agentgym_core.plugins import get_plugin_manager
 from agentgym_core.protocol import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -12,6 +13,7 @@ from agentgym_core.protocol import (
     DEFAULT_IDLE_TTL_S,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INSTANCES,
+    DEFAULT_WORKER_TIMEOUT_S,
 )
 
 
@@ -43,7 +45,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("env", help="environment name (see `agentgym envs`)")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind; use 0.0.0.0 only on a trusted network")
+                        help="address to bind; an address other than loopback needs --token (or --insecure)")
+    parser.add_argument("--token", default=None,
+                        help=f"shared token every request must carry, as 'Authorization: Bearer TOKEN' or as the "
+                             f"path prefix /token/TOKEN (for AgentGym's clients); default: ${TOKEN_ENV}")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow binding an address other than loopback without a token")
     parser.add_argument("--port", type=_bounded(int, 0, what="--port"), default=8000, help="TCP port")
     parser.add_argument("--max-instances", type=_bounded(int, 1, what="--max-instances"),
                         default=DEFAULT_MAX_INSTANCES, help="live instances allowed at once; more answer 503")
@@ -62,6 +69,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "instance lives in the worker that created it, and its id says which: a request "
                              "that reaches another worker is passed on to it over loopback, so no request "
                              "steps another worker's instances. --max-instances is per worker")
+    parser.add_argument("--worker-timeout", type=_bounded(float, 1.0, what="--worker-timeout"),
+                        default=DEFAULT_WORKER_TIMEOUT_S,
+                        help="with --workers: seconds a worker may leave its heartbeat unanswered before it is "
+                             "killed and restarted (its instances are lost; the other workers' go on)")
     parser.add_argument("--env-kwargs", type=json.loads, default={},
                         help='JSON object of constructor arguments, e.g. \'{"max_steps": 64}\'')
     parser.set_defaults(func=run)
@@ -73,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     from agentgym_core.server import create_app
     from agentgym_core.serving import uvicorn_config
 
+    token = resolve_token(args.token)
+    check_exposure(args.host, token, insecure=args.insecure, what="environment server")
     env_cls = get_plugin_manager().env_class(args.env)
     if not isinstance(args.env_kwargs, dict):
         raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
@@ -86,10 +99,11 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers, host=args.host, port=args.port,
             app_options={"env": args.env, "env_kwargs": args.env_kwargs, "name": args.env,
                          "max_instances": args.max_instances, "idle_ttl_s": args.idle_ttl or None,
-                         "max_body_bytes": args.max_body_bytes},
-            serve_options={"header_timeout_s": args.header_timeout, "body_timeout_s": args.body_timeout})
+                         "max_body_bytes": args.max_body_bytes, "token": token},
+            serve_options={"header_timeout_s": args.header_timeout, "body_timeout_s": args.body_timeout},
+            worker_timeout_s=args.worker_timeout)
     app = create_app(env_cls, env_kwargs=args.env_kwargs, name=args.env, max_instances=args.max_instances,
-                     idle_ttl_s=args.idle_ttl or None, max_body_bytes=args.max_body_bytes)
+                     idle_ttl_s=args.idle_ttl or None, max_body_bytes=args.max_body_bytes, token=token)
     print(f"serving {args.env!r} on http://{args.host}:{args.port} (docs: http://{args.host}:{args.port}/docs)",
           flush=True)
     config = uvicorn_config(app, host=args.host, port=args.port, header_timeout_s=args.header_timeout,

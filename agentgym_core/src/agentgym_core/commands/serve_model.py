@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Any
 
+from agentgym_core.auth import TOKEN_ENV, check_exposure
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -19,7 +21,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "Concurrent requests are sampled together in batches.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("model", help="named model, .gguf file or Hugging Face model directory")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind; use 0.0.0.0 only on a trusted network")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind; an address other than loopback needs --api-key (or --insecure)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow binding an address other than loopback without an API key")
     parser.add_argument("--port", type=int, default=8001, help="TCP port")
     parser.add_argument("--served-model-name", default=None,
                         help="the model id clients send (default: MODEL as given)")
@@ -32,8 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="reply cap for requests that do not set max_tokens")
     parser.add_argument("--max-context-tokens", type=int, default=None,
                         help="prompt + reply limit (default: the model's max_position_embeddings)")
-    parser.add_argument("--api-key", default=os.environ.get("AGENTGYM_SERVE_API_KEY"),
-                        help="require 'Authorization: Bearer KEY' (default: $AGENTGYM_SERVE_API_KEY; none)")
+    parser.add_argument("--api-key", "--token", dest="api_key",
+                        default=os.environ.get("AGENTGYM_SERVE_API_KEY") or os.environ.get(TOKEN_ENV),
+                        help=f"require 'Authorization: Bearer KEY' on every route but /health (default: "
+                             f"$AGENTGYM_SERVE_API_KEY, else ${TOKEN_ENV}; none)")
     parser.add_argument("--no-control-routes", dest="control_routes", action="store_false",
                         help="do not serve the vLLM-style control routes (/sleep, /wake_up, /pause, /resume, "
                              "/reset_prefix_cache, /collective_rpc weight loading)")
@@ -53,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from agentgym_core.model_server import ModelServerConfig, create_model_app
     from agentgym_core.plugins import get_plugin_manager
 
+    check_exposure(args.host, args.api_key, insecure=args.insecure, what="model server (and its weights)")
     factory = get_plugin_manager().get("rollout_backend", args.backend)
     options: dict[str, Any] = {"model": args.model, "device": args.device}
     if args.threads:

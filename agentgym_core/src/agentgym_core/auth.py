@@ -1,0 +1,112 @@
+"""A shared token for servers that leave loopback: who may create, step and close instances.
+
+An environment server (``agentgym serve --token``) or model server (``agentgym serve-model
+--token``) started with a token answers a request only when it carries the token, on every route:
+
+* in the header ``Authorization: Bearer TOKEN`` (the agentgym clients send it: ``HTTPEnv``,
+  ``EnvPool`` and the trainer read :data:`TOKEN_ENV`);
+* or, for clients that cannot send headers (AgentGym's own clients build URLs from a base
+  address), in the path: ``http://host:port/token/TOKEN`` is a base URL whose every route
+  (``/create``, ``/step``, ``/v1/...``) is authenticated.
+
+Binding an address other than loopback without a token is refused (:func:`check_exposure`),
+unless the user says ``--insecure``: instance ids are random, but anyone who can reach the port
+could create, step and close instances.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from typing import Any
+
+__all__ = ["TOKEN_ENV", "TOKEN_PATH_PREFIX", "admit", "bearer", "check_exposure", "gate", "is_loopback", "refuse",
+           "resolve_token"]
+
+TOKEN_ENV = "AGENTGYM_TOKEN"
+"""Environment variable holding the shared token, for servers and clients alike."""
+
+TOKEN_PATH_PREFIX = "/token/"
+"""A path starting ``/token/TOKEN/`` carries the token (for clients that cannot send headers)."""
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", "ip6-localhost"}
+
+
+def resolve_token(given: str | None) -> str | None:
+    """The token to use: ``given`` (a flag or option), else :data:`TOKEN_ENV`, else None.
+
+    Raises ValueError for a token that cannot travel in a header or a path segment.
+    """
+    token = given if given is not None else os.environ.get(TOKEN_ENV) or None
+    if token is not None and (len(token) < 8 or not token.isascii() or not token.isprintable()
+                              or any(c in token for c in " /?#%")):
+        raise ValueError("the token must be at least 8 printable ASCII characters without spaces, '/', '?', "
+                         "'#' or '%' (it travels in a header and in URL paths); e.g. "
+                         "python -c 'import secrets; print(secrets.token_urlsafe(24))'")
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the server on this machine."""
+    return host in _LOOPBACK or host.startswith("127.")
+
+
+def check_exposure(host: str, token: str | None, *, insecure: bool, what: str = "server") -> None:
+    """Raise ValueError when ``host`` leaves loopback with no token and the user did not say ``--insecure``."""
+    if token is None and not insecure and not is_loopback(host):
+        raise ValueError(
+            f"refusing to bind {host}: anyone who can reach it could use this {what}. Set a shared token "
+            f"(--token TOKEN or ${TOKEN_ENV}; clients read ${TOKEN_ENV}), or pass --insecure on a network you "
+            "trust")
+
+
+def bearer(token: str) -> bytes:
+    """The ``Authorization`` header value that carries ``token``."""
+    return b"Bearer " + token.encode()
+
+
+def admit(scope: dict[str, Any], token: str) -> dict[str, Any] | None:
+    """``scope`` if the request carries ``token`` (with a path token stripped off); None if not."""
+    for name, value in scope.get("headers") or ():
+        if name == b"authorization" and hmac.compare_digest(value, bearer(token)):
+            return scope
+    path: str = scope.get("path", "")
+    if path.startswith(TOKEN_PATH_PREFIX):
+        given, slash, rest = path[len(TOKEN_PATH_PREFIX):].partition("/")
+        if hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode()):
+            stripped = slash + rest or "/"
+            raw = scope.get("raw_path")
+            if raw is not None:
+                raw_given, raw_slash, raw_rest = raw[len(TOKEN_PATH_PREFIX):].partition(b"/")
+                raw = raw_slash + raw_rest or b"/"
+            return {**scope, "path": stripped, "raw_path": raw}
+    return None
+
+
+async def refuse(scope: dict[str, Any], send: Any) -> None:
+    """Answer 401 in the protocol's error shape."""
+    carried = any(name == b"authorization" for name, _ in scope.get("headers") or ()) or \
+        scope.get("path", "").startswith(TOKEN_PATH_PREFIX)
+    what = "the token sent is wrong" if carried else "no token was sent"
+    body = json.dumps({"error": {"code": "unauthorized", "details": None, "message":
+                       f"{what}: this server needs its shared token, as the header 'Authorization: Bearer TOKEN' "
+                       f"or as a path prefix ({TOKEN_PATH_PREFIX}TOKEN/...); agentgym clients send "
+                       f"${TOKEN_ENV}"}}).encode()
+    await send({"type": "http.response.start", "status": 401,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"www-authenticate", b"Bearer")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def gate(scope: dict[str, Any], send: Any, token: str | None) -> dict[str, Any] | None:
+    """The scope to serve (a path token stripped); None once the request was refused (401).
+
+    With ``token`` None every request passes unchanged.
+    """
+    if token is None:
+        return scope
+    admitted = admit(scope, token)
+    if admitted is None:
+        await refuse(scope, send)
+    return admitted

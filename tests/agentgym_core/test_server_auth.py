@@ -1,0 +1,94 @@
+"""A shared token on environment and model servers (issue 40, 9), over loopback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from agentgym_core.auth import TOKEN_ENV, resolve_token
+from agentgym_core.client import EnvClient, HTTPEnv, RemoteError
+from agentgym_core.compat import AgentGymCompat
+from agentgym_core.env_pool import EnvPool
+from agentgym_core.testing import serve_env
+from agentgym_env_guess import GuessEnv
+
+TOKEN = "s3cret-token-for-tests"
+AGENTGYM = str(Path(sys.executable).with_name("agentgym"))
+
+
+class CompatGuessEnv(GuessEnv):
+    agentgym_compat = AgentGymCompat()
+
+
+@pytest.fixture(scope="module")
+def url():
+    with serve_env(CompatGuessEnv, token=TOKEN) as base:
+        yield base
+
+
+def test_every_route_needs_the_token(url):
+    for method, path in (("GET", "/v1/health"), ("GET", "/v1/tasks"), ("POST", "/v1/instances"),
+                         ("POST", "/v1/step_batch"), ("GET", "/docs"), ("GET", "/openapi.json"),
+                         ("POST", "/create"), ("POST", "/step"), ("GET", "/observation?id=1"), ("POST", "/close")):
+        for headers in ({}, {"Authorization": "Bearer wrong-token-123"}, {"Authorization": TOKEN}):
+            answer = requests.request(method, f"{url}{path}", json={}, headers=headers, timeout=10)
+            assert answer.status_code == 401, (method, path, headers, answer.text)
+            assert answer.json()["error"]["code"] == "unauthorized"
+    assert "no token was sent" in requests.get(f"{url}/v1/health", timeout=10).json()["error"]["message"]
+
+
+def test_the_token_as_a_header_or_as_a_path_prefix(url):
+    ok = requests.get(f"{url}/v1/health", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert ok.status_code == 200 and ok.json()["env"] == "guess"
+    # AgentGym's clients take a base URL and cannot add headers: the token goes in the base.
+    base = f"{url}/token/{TOKEN}"
+    instance_id = requests.post(f"{base}/create", json={}, timeout=10).json()["id"]
+    reset = requests.post(f"{base}/reset", json={"id": instance_id, "data_idx": 3}, timeout=10).json()
+    assert "secret integer" in reset["observation"] or reset["observation"]
+    assert "error" not in requests.post(f"{base}/step", json={"id": instance_id, "action": "guess 5"}, timeout=10).json()
+    assert requests.get(f"{base}/v1/health", timeout=10).status_code == 200
+    assert requests.post(f"{url}/token/not-{TOKEN}/create", json={}, timeout=10).status_code == 401
+    assert requests.post(f"{base}/close", json={"id": instance_id}, timeout=10).json() == {"id": instance_id,
+                                                                                          "closed": True}
+
+
+def test_clients_and_pools_send_the_token(url, monkeypatch):
+    env = HTTPEnv(url, token=TOKEN)
+    try:
+        assert env.reset(905).observation
+    finally:
+        env.close()
+    with pytest.raises(RemoteError, match=f"set \\${TOKEN_ENV}"):
+        EnvClient(url).health()
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)  # what the trainer and `agentgym eval --env-url` read
+    assert EnvClient(url).health().env == "guess"
+    pool = EnvPool([url], env="guess")
+    try:
+        assert pool.check().split("test")
+        pooled = pool.make_env()
+        pooled.reset(905)
+        assert pooled.step("guess 50").observation
+        pooled.close()
+    finally:
+        pool.close()
+
+
+def test_bad_tokens_are_refused_with_a_way_out():
+    for bad in ("short", "has space x", "with/slash-1", "per%cent-11"):
+        with pytest.raises(ValueError, match="at least 8 printable ASCII"):
+            resolve_token(bad)
+
+
+@pytest.mark.parametrize("command", [["serve", "guess"], ["serve", "guess", "--workers", "2"],
+                                     ["serve-model", "smollm2-135m-instruct"]])
+def test_binding_beyond_loopback_without_a_token_is_refused(command):
+    environ = {k: v for k, v in os.environ.items() if k not in (TOKEN_ENV, "AGENTGYM_SERVE_API_KEY")}
+    done = subprocess.run([AGENTGYM, *command, "--host", "0.0.0.0", "--port", "0"], capture_output=True, text=True,
+                          timeout=120, env=environ)
+    assert done.returncode == 2, done.stderr
+    assert "refusing to bind 0.0.0.0" in done.stderr and "--insecure" in done.stderr
