@@ -23,6 +23,7 @@ from agentgym_core.env_pool import ServerCounts
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
 from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
+from agentgym_core.rl.guards import SyncExpectation
 from agentgym_core.rl.setup import EnvHandle, evaluate
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
@@ -61,6 +62,7 @@ class RolloutWorker:
                                 env_workers=sum(env.config.max_concurrency for env in envs),
                                 sampling=SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
                                                         max_new_tokens=rollout.max_new_tokens)))
+        self._probe_scores: list[float] | None = None  # the backend's score of the sync probe after the last sync
         self.task_counts = allocate_tasks(rollout.tasks_per_step, [e.config.weight for e in envs])
 
     def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
@@ -116,10 +118,18 @@ class RolloutWorker:
         """Held-out evaluation of the current policy (see :func:`agentgym_core.rl.setup.evaluate`)."""
         return evaluate(self.backend, self.envs, self.config, horizon, step=step)
 
-    def load_weights(self, state_dict: dict[str, Any]) -> None:
-        """New policy weights after an update (nothing to do when the backend samples the trainer's module)."""
+    def load_weights(self, state_dict: dict[str, Any], probe: SyncExpectation | None = None) -> None:
+        """New policy weights after an update (nothing to do when the backend samples the trainer's module);
+        with ``probe``, then checked as :meth:`check_weights` does."""
         if self.receives_weights:
             self.backend.load_weights(state_dict)
+            if probe is not None:
+                self.check_weights(probe)
+
+    def check_weights(self, probe: SyncExpectation) -> None:
+        """Raise :class:`~agentgym_core.rl.guards.WeightSyncError` unless the backend scores the probe as the
+        learner did (and, after a learner update, differently from the last time)."""
+        self._probe_scores = probe.check(self.backend, self._probe_scores)
 
     def close(self) -> None:
         self.engine.close()
