@@ -100,3 +100,22 @@ def test_the_main_jobs_table_shows_the_rate_beside_success():
     rows = table.splitlines()
     assert rows[1].split()[0] == "babyai/invalid_action_rate" and rows[2].split()[0] == "babyai/success"
     assert "11.0%" in rows[1] and "63.0%" in rows[1] and "+52.0" in rows[1]
+
+
+def test_agentgym_eval_reports_the_rate_beside_success(tmp_path):
+    pytest.importorskip("agentgym_backend_transformers")
+    from agentgym_backend_transformers import TransformersBackend
+
+    from agentgym_core.commands.eval import render_table
+    from agentgym_core.evaluation import EvalConfig, evaluate
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    # A random tiny model never writes `guess N`: every turn is refused.
+    config = EvalConfig(env="guess", limit=2, max_rounds=2, max_new_tokens=6, out_dir=str(tmp_path / "run"))
+    results = evaluate(config, backend=TransformersBackend(*tiny_chat_model(seed=0)), make_env=guess.GuessEnv,
+                       progress=False)
+    assert results.overall.invalid_action_rate == 1.0
+    assert [row["invalid_actions"] for row in results.per_task] == [2, 2]
+    header, _, *rows = render_table(results).splitlines()
+    assert header.split()[3:7] == ["success", "Avg@1", "success", "Pass@1"] and "invalid actions" in header
+    assert rows[-1].split()[:6] == ["ALL", "2", "2", "0.0%", "0.0%", "100.0%"]

@@ -16,6 +16,7 @@ batch. An episode whose trajectory the environment broke (``failed``) is played 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,7 @@ class RolloutWorker:
                                 sampling=SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
                                                         max_new_tokens=rollout.max_new_tokens)))
         self._probe_scores: list[float] | None = None  # the backend's score of the sync probe after the last sync
+        self._probe_unsupported = False
         self.task_counts = allocate_tasks(rollout.tasks_per_step, [e.config.weight for e in envs])
 
     def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
@@ -128,8 +130,16 @@ class RolloutWorker:
 
     def check_weights(self, probe: SyncExpectation) -> None:
         """Raise :class:`~agentgym_core.rl.guards.WeightSyncError` unless the backend scores the probe as the
-        learner did (and, after a learner update, differently from the last time)."""
-        self._probe_scores = probe.check(self.backend, self._probe_scores)
+        learner did (and, after a learner update, differently from the last time). A backend that cannot score
+        is not checked (said once)."""
+        if self._probe_unsupported:
+            return
+        try:
+            self._probe_scores = probe.check(self.backend, self._probe_scores)
+        except NotImplementedError as exc:
+            self._probe_unsupported = True
+            warnings.warn(f"rollout.sync_check_tolerance: the {type(self.backend).__name__} backend cannot score "
+                          f"sequences ({exc}), so weight syncs are not checked", stacklevel=2)
 
     def close(self) -> None:
         self.engine.close()
