@@ -255,8 +255,8 @@ class RolloutConfig(_Section):
         "0: never re-run.",
     )
     max_env_failure_rate: float = Field(
-        0.5, ge=0.0, le=1.0, description="Stop the run when more than this share of a step's episode attempts broke "
-        "by an env error or timeout (naming the env, the server and the error); 1 never stops.",
+        0.5, ge=0.0, le=1.0, description="Stop the run when more than this share of a step's episodes broke by an "
+        "env error or timeout in every attempt (naming the env, the server and the error); 1 never stops.",
     )
     max_staleness: int = Field(
         0, ge=0, description="Asynchronous rollouts: how many policy versions (updates) a trained trajectory may lag "

@@ -1,8 +1,8 @@
 """Checks that stop a training run loudly instead of letting it train on something broken.
 
 * :func:`check_env_failures`, the environment failure budget: when more than
-  ``rollout.max_env_failure_rate`` of a step's episode attempts broke by an env error or a timeout
-  (``Trajectory.failed``), the run stops with one line naming the environment, the server and the
+  ``rollout.max_env_failure_rate`` of a step's episodes broke by an env error or a timeout
+  (``Trajectory.failed``) in every attempt (``rollout.rerun_failed`` re-runs), the run stops with one line naming the environment, the server and the
   error. A crashed server otherwise turns into a step of zero-signal groups, and the next, and the next.
 * :class:`WeightSyncProbe`, the check after every weight sync: the learner scores one short fixed
   sequence as the weights are published, the rollout backend scores it again once it has loaded them;
@@ -56,17 +56,22 @@ class WeightSyncError(RunStopped):
 
 # ---- the environment failure budget -------------------------------------------------------------------
 def check_env_failures(trajectories: Sequence[Trajectory], max_rate: float, *, step: int) -> None:
-    """Raise :class:`EnvFailureBudgetExceeded` when more than ``max_rate`` of ``trajectories`` (a step's
-    episode attempts, re-runs included) failed; the message names the most frequent (env, server, error)."""
-    failed = [t for t in trajectories if t.failed]
-    if not trajectories or len(failed) / len(trajectories) <= max_rate:
+    """Raise :class:`EnvFailureBudgetExceeded` when more than ``max_rate`` of a step's episodes broke in every
+    attempt (``trajectories`` holds every attempt: an episode is an (env, task, sample), re-runs of it follow
+    its first attempt); the message names the most frequent (env, server, error) among their attempts."""
+    attempts: dict[tuple[str, int, int], list[Trajectory]] = {}
+    for t in trajectories:
+        attempts.setdefault((t.env, t.task_id, t.sample_index), []).append(t)
+    lost = [tries for tries in attempts.values() if all(t.failed for t in tries)]
+    if not attempts or len(lost) / len(attempts) <= max_rate:
         return
-    causes = Counter((t.env, t.failed_server or "in-process", _first_line(t.failure_reason)) for t in failed)
+    causes = Counter((t.env, t.failed_server or "in-process", _first_line(t.failure_reason))
+                     for tries in lost for t in tries)
     (env, server, reason), count = causes.most_common(1)[0]
     raise EnvFailureBudgetExceeded(
-        f"step {step}: {len(failed)} of {len(trajectories)} episode attempts broke by env errors or timeouts, "
+        f"step {step}: {len(lost)} of {len(attempts)} episodes broke by env errors or timeouts in every attempt, "
         f"more than rollout.max_env_failure_rate={max_rate:g}; env {env!r}, server {server} "
-        f"({count} of them): {reason}")
+        f"({count} failed attempts): {reason}")
 
 
 def _first_line(text: str | None) -> str:
