@@ -105,7 +105,6 @@ def test_the_main_jobs_table_shows_the_rate_beside_success():
 def test_agentgym_eval_reports_the_rate_beside_success(tmp_path):
     pytest.importorskip("agentgym_backend_transformers")
     from agentgym_backend_transformers import TransformersBackend
-
     from agentgym_core.commands.eval import render_table
     from agentgym_core.evaluation import EvalConfig, evaluate
     from agentgym_core.testing.tiny_model import tiny_chat_model
