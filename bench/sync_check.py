@@ -36,7 +36,6 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from agentgym_backend_transformers import TransformersBackend
-
     from agentgym_core.rl.config import load_config
     from agentgym_core.rl.guards import WeightSyncProbe
     from agentgym_core.rl.learner import Learner
