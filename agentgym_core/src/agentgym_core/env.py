@@ -19,6 +19,12 @@ Conventions (checked by :func:`agentgym_core.testing.check_env`):
   (everything the outcome of the next action depends on). Step-level advantage estimators (``gigpo``)
   compare the turns of a task's samples that act in the same state. Optional: without it those
   estimators fall back to episode-level credit.
+* ``invalid_action`` of a step result says whether the environment **refused** the action: it did
+  not parse, or it does not apply in the current state, so the world did not change (the
+  observation says why). ``True``: refused; ``False``: accepted; ``None`` (the default): the
+  environment does not say. An environment with a notion of invalid actions sets it on every step;
+  the trainer and ``agentgym eval`` report the share of refused turns (``invalid_action_rate``),
+  and ``algorithm.invalid_action_penalty`` can charge for each one.
 """
 
 from __future__ import annotations
@@ -68,6 +74,9 @@ class StepResult(BaseModel):
     success: bool | None = Field(
         default=None, description="Whether the task was accomplished; None while undecided."
     )
+    invalid_action: bool | None = Field(
+        default=None, description="The environment refused the action (unparsable or not applicable now); "
+        "None when the environment does not say.")
     info: dict[str, Any] = Field(default_factory=dict, description="Environment-specific extras.")
 
     @property

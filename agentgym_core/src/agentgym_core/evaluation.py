@@ -16,6 +16,7 @@ and are logged with ``trainable: false``. Token backends use the token engine.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.env import Env, check_env_options
+from agentgym_core.rl.guards import describe_panel, panel_hash, panel_record
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
@@ -35,7 +37,7 @@ from agentgym_core.rollout.text_engine import (
     TextRolloutLogWriter,
     is_chat_backend,
 )
-from agentgym_core.rollout.trajectory import Trajectory
+from agentgym_core.rollout.trajectory import Trajectory, invalid_action_rate
 
 __all__ = ["EvalConfig", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
 
@@ -98,6 +100,8 @@ class GroupMetrics(BaseModel):
     score_avg: float = Field(description="Avg@K mean score.")
     score_pass: float = Field(description="Pass@K mean score (best of K per task).")
     failed: int = Field(description="Trajectories ended by an env failure or timeout.")
+    invalid_action_rate: float | None = Field(
+        default=None, description="Share of turns whose action the environment refused (None: it does not say).")
 
 
 class EvalResults(BaseModel):
@@ -112,6 +116,9 @@ class EvalResults(BaseModel):
     trainable: bool = Field(
         default=True, description="False when the backend gave text only (API models): no tokens were recorded."
     )
+    panel_hash: str | None = Field(
+        default=None, description="Hash of the evaluated task ids (agentgym_core.rl.guards.panel_hash): equal hashes, "
+        "equal tasks, whatever the number of workers or servers.")
     run_dir: str | None = None
 
 
@@ -128,6 +135,7 @@ def _group(trajs: Sequence[Trajectory]) -> GroupMetrics:
         score_avg=sum(t.outcome_reward for t in trajs) / n,
         score_pass=sum(max(t.outcome_reward for t in ts) for ts in by_task.values()) / k,
         failed=sum(t.failed for t in trajs),
+        invalid_action_rate=invalid_action_rate(list(trajs)),
     )
 
 
@@ -213,6 +221,10 @@ def evaluate(
         backend.preflight()  # a wrong model name or key fails here, before any episode
     run_dir = Path(config.out_dir or f"runs/eval-{config.env}-{datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)
+    panel = {config.env: list(task_ids)}  # logged before any episode: which tasks this run evaluates
+    (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel)) + "\n", encoding="utf-8")
+    if progress:
+        print(describe_panel(panel), file=sys.stderr)
     rollout = EngineConfig(
         sampling=SamplingParams(temperature=config.temperature, top_p=config.top_p,
                                 max_new_tokens=config.max_new_tokens, seed=config.seed),
@@ -245,7 +257,8 @@ def evaluate(
     overall, per_category = summarize(trajs)
     per_task = [
         {"task_id": t.task_id, "sample_index": t.sample_index, "category": t.category, "success": t.success,
-         "score": t.outcome_reward, "turns": t.num_turns, "failed": t.failed, "failure_reason": t.failure_reason,
+         "score": t.outcome_reward, "turns": t.num_turns,
+         "invalid_actions": t.invalid_actions, "failed": t.failed, "failure_reason": t.failure_reason,
          "truncation_reason": t.truncation_reason}
         for t in trajs
     ]
@@ -256,7 +269,7 @@ def evaluate(
         timing={"wall_seconds": wall, "gen_seconds": engine.stats.gen_seconds,
                 "sampled_tokens": float(engine.stats.sampled_tokens),
                 "trajectories_per_min": 60 * len(trajs) / wall if wall else 0.0},
-        run_dir=str(run_dir),
+        run_dir=str(run_dir), panel_hash=panel_hash(panel),
     )
     (run_dir / "results.json").write_text(json.dumps(results.model_dump(), indent=2) + "\n", encoding="utf-8")
     return results

@@ -262,6 +262,7 @@ class BabyAIEnv(Env):
             terminated=terminated,
             truncated=truncated,
             success=success,
+            invalid_action=not valid,
             info=info,
         )
 
@@ -289,6 +290,7 @@ class BabyAIEnv(Env):
             terminated=terminated,
             truncated=truncated,
             success=True if terminated else (False if truncated else None),
+            invalid_action=not valid,
             info=info,
         )
 

@@ -191,7 +191,7 @@ class SciWorldEnv(Env):
         }
         return StepResult(observation=observation, reward=float(reward), terminated=terminated,
                           truncated=truncated, success=success if self._done else None,
-                          info=info)
+                          invalid_action=not valid, info=info)
 
     def agentgym_observation(self) -> str:
         """The last observation as AgentGym's server keeps it: the room text after a reset (no task line)."""

@@ -218,7 +218,7 @@ class SearchEnv(Env):
         if self._ended:  # revealed only once no further answer can use it
             info["golden_answers"] = list(self._item.golden_answers)
         return StepResult(observation=observation, reward=reward, terminated=terminated, truncated=truncated,
-                          success=success, info=info)
+                          success=success, invalid_action=parsed.kind == "invalid", info=info)
 
     def close(self) -> None:
         # The retriever is shared by the process (or is a thin HTTP client); only drop our handle.

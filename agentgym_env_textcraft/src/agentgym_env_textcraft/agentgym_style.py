@@ -277,9 +277,11 @@ class AgentGymCraftingGame:
     def __init__(self, table: AgentGymRecipes, goal: str) -> None:
         self.table, self.goal = table, goal
         self.inventory: dict[str, int] = {}
+        self.refused = False  # the last action failed (AgentGym's "Could not ..." answers)
 
     def step(self, action: str) -> tuple[str, int, bool]:
-        """(observation, reward, goal reached) for one action."""
+        """(observation, reward, goal reached) for one action; ``refused`` then says whether it failed."""
+        self.refused = False
         try:
             for pattern, handler in ((_CRAFT, self._craft), (_GET, self._get), (_INVENTORY, self._inventory)):
                 match = pattern.match(action)
@@ -287,6 +289,7 @@ class AgentGymCraftingGame:
                     return handler(match)
             raise _Failed(f"Could not execute {action}")
         except _Failed as failure:
+            self.refused = True
             return str(failure), 0, False
 
     def _craft(self, match: re.Match[str]) -> tuple[str, int, bool]:

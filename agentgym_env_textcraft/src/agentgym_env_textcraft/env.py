@@ -206,6 +206,7 @@ class TextCraftEnv(Env):
             terminated=success,
             truncated=truncated,
             success=True if success else (False if truncated else None),
+            invalid_action=not valid,
             info={"steps": self._steps, "action": kind, "valid": valid, "state_key": self._game.state_key()},
         )
 
@@ -228,6 +229,7 @@ class TextCraftEnv(Env):
             terminated=reached,
             truncated=False,
             success=True if reached else None,
+            invalid_action=game.refused,
             info={"steps": self._steps, "action": action.split(" ", 1)[0]},
         )
 

@@ -139,7 +139,8 @@ class WebArenaEnv(Env):
         if truncated:
             self._done = True
             obs += "\n\nThe step limit is reached; the episode ends without an answer."
-        return StepResult(observation=obs, reward=0.0, truncated=truncated, success=False if truncated else None, info=info)
+        return StepResult(observation=obs, reward=0.0, truncated=truncated, success=False if truncated else None,
+                          invalid_action=bool(info.get("invalid_action")), info=info)
 
     def _answer_invalid(self, text: str, message: str) -> StepResult:
         self._previous_action = f"invalid action: {text[:200]!r}"
@@ -162,7 +163,8 @@ class WebArenaEnv(Env):
         score = result["score"]
         obs = f"You stopped with the answer {answer!r}. The task is {'solved' if score == 1.0 else 'not solved'}."
         info = {"action": description, "grade": dict(result), "agent_response": response, "trace_events": len(trace)}
-        return StepResult(observation=obs, reward=score, terminated=True, success=score == 1.0, info=info)
+        return StepResult(observation=obs, reward=score, terminated=True, success=score == 1.0, invalid_action=False,
+                          info=info)
 
     def _lost(self, message: str) -> StepResult:
         self._done = True

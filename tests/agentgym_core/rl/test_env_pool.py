@@ -242,7 +242,8 @@ def test_broken_trajectories_are_counted_and_rerun_never_dropped(tmp_path, pool_
     model, tokenizer = _tiny()
     config = _run_config(tmp_path / "run", [{"name": "flaky_word", "max_concurrency": 2}],
                          **{"rollout.rerun_failed": reruns, "rollout.group_size": 1,
-                            "algorithm.estimator": "reinforce_pp"})
+                            "algorithm.estimator": "reinforce_pp",
+                            "rollout.max_env_failure_rate": 1.0})  # without re-runs every episode is lost: counted
     metrics = train(config, plugin_manager=pool_pm, model=model, tokenizer=tokenizer)["final"]
     saved = [json.loads(x) for x in (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
     failed = [t for t in saved if t["failed"]]

@@ -210,7 +210,8 @@ def test_eval_points_open_that_evaluation(page, run_root, serve_viewer):
     at2 = next(x for x in evaluation if x["step"] == 2)
     row = page.locator("table.eval-point tr[data-key='word/reward'] td").all_inner_texts()
     assert row[0] == "word/reward" and float(row[1]) == pytest.approx(at2["word/reward"], abs=1e-3)
-    scalars = [k for k, v in at2.items() if k not in ("step", "kind") and not isinstance(v, dict)]  # not per_task
+    # Numbers only: not per_task (a dict), nor panel_hash (the evaluated tasks' hash, a string).
+    scalars = [k for k, v in at2.items() if k not in ("step", "kind") and not isinstance(v, (dict, str))]
     assert page.locator("table.eval-point tbody tr").count() == len(scalars)
     assert "eval=2" in page.evaluate("location.hash")
     assert page.locator(".chart[data-metric=success] rect.pt.eval.picked").count() == 1

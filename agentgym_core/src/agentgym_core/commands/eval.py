@@ -61,12 +61,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def render_table(results) -> str:
     """The per-category table `agentgym eval` prints."""
     k = results.config["n_samples"]
-    header = ["category", "tasks", "samples", f"success Avg@{k}", f"success Pass@{k}", f"score Avg@{k}",
-              f"score Pass@{k}", "failed"]
+    header = ["category", "tasks", "samples", f"success Avg@{k}", f"success Pass@{k}", "invalid actions",
+              f"score Avg@{k}", f"score Pass@{k}", "failed"]
 
     def row(name, m):
-        return [name, m.tasks, m.samples, f"{m.success_avg:.1%}", f"{m.success_pass:.1%}", f"{m.score_avg:.3f}",
-                f"{m.score_pass:.3f}", m.failed]
+        invalid = "-" if m.invalid_action_rate is None else f"{m.invalid_action_rate:.1%}"  # the env does not say
+        return [name, m.tasks, m.samples, f"{m.success_avg:.1%}", f"{m.success_pass:.1%}", invalid,
+                f"{m.score_avg:.3f}", f"{m.score_pass:.3f}", m.failed]
 
     rows = [row(name, m) for name, m in results.categories.items()]
     rows.append(row("ALL", results.overall))

@@ -22,11 +22,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _success_table(results: dict) -> str:
-    """Held-out success per metric: before/after RL, with base and after-SFT columns after a warm start."""
+    """Held-out success and invalid-action rate per environment: before/after RL, with base and after-SFT
+    columns after a warm start."""
     columns = [("base", "eval_base"), ("sft", "eval_sft")] if results.get("eval_sft") else [("before", "eval_before")]
     columns.append(("after", "eval_after"))
     evals = [results.get(key) or {} for _, key in columns]
-    keys = sorted({k for e in evals for k in e if k.endswith("success")})
+    keys = sorted({k for e in evals for k in e if k.endswith(("success", "invalid_action_rate"))})
     if not keys:
         return ""
     fmt = lambda v: f"{100 * v:7.1f}%" if isinstance(v, float) else f"{'-':>8}"  # noqa: E731
@@ -88,10 +89,15 @@ def run(args: argparse.Namespace) -> int:
     check_envs(config)  # before the model loads: a typo or a dead server fails in a second, in one line
 
     from agentgym_core.pipeline import run_rl_recipe
+    from agentgym_core.rl.guards import RunStopped
 
-    results = run_rl_recipe(config, resume=args.resume is not None)
+    try:
+        results = run_rl_recipe(config, resume=args.resume is not None)
+    except RunStopped as exc:  # a check found the run unsound: one line that says why
+        print(f"agentgym: run stopped: {exc}", file=sys.stderr)
+        return 1
     table = _success_table(results)
     print(f"\nrun directory: {config.trainer.run_dir}")
     if table:
-        print("held-out success (greedy):\n" + table)
+        print("held-out success and invalid-action rate (greedy):\n" + table)
     return 0

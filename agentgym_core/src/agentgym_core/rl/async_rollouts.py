@@ -71,6 +71,7 @@ class AsyncRollouts:
         self._published = first_step  # version of the newest weights the learner published
         self._loaded = first_step  # version of the weights the worker holds (under _worker_lock)
         self._pending: Any = None  # the newest published weights, not loaded yet
+        self._pending_probe: Any = None  # the sync check of those weights
         self._next = first_step  # next step the thread samples
         self._results: dict[int, Any] = {}  # step -> RolloutResult, or the exception that step raised
         self._stop = False
@@ -93,11 +94,12 @@ class AsyncRollouts:
                                  f"rollout.max_staleness={self.max_staleness}")
         return result
 
-    def load_weights(self, weights: Any) -> None:
-        """The learner's weights after one more update (the next policy version)."""
+    def load_weights(self, weights: Any, probe: Any = None) -> None:
+        """The learner's weights after one more update (the next policy version); ``probe`` (the sync check,
+        :mod:`agentgym_core.rl.guards`) is checked when the sampling thread loads them."""
         weights = _private_copy(weights)
         with self._cond:
-            self._pending = weights
+            self._pending, self._pending_probe = weights, probe
             self._published += 1
             self._cond.notify_all()
 
@@ -121,10 +123,10 @@ class AsyncRollouts:
     def _load_newest(self) -> None:
         """Load the newest published weights into the worker (the caller holds ``_worker_lock``)."""
         with self._cond:
-            weights, version = self._pending, self._published
-            self._pending = None
+            weights, version, probe = self._pending, self._published, self._pending_probe
+            self._pending = self._pending_probe = None
         if weights is not None:
-            self.worker.load_weights(weights)
+            self.worker.load_weights(weights, **({"probe": probe} if probe is not None else {}))
         self._loaded = version
 
     def _run(self) -> None:

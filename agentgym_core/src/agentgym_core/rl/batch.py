@@ -68,8 +68,12 @@ def apply_truncation_policy(trajectories: Sequence[Trajectory], policy: str | fl
     return out
 
 
-def build_batch(trajectories: Sequence[Trajectory]) -> RLBatch:
-    """Pad the trajectories' token ids, masks, rewards and log-probs to (B, T)."""
+def build_batch(trajectories: Sequence[Trajectory], *, invalid_action_penalty: float = 0.0) -> RLBatch:
+    """Pad the trajectories' token ids, masks, rewards and log-probs to (B, T).
+
+    ``invalid_action_penalty`` is subtracted from the reward of every turn whose action the environment
+    refused (``Turn.invalid_action``); the trajectories keep the environment's own rewards.
+    """
     trajs = list(trajectories)
     T = max((len(t.token_ids) for t in trajs), default=1) or 1
     B = len(trajs)
@@ -83,7 +87,9 @@ def build_batch(trajectories: Sequence[Trajectory]) -> RLBatch:
         logprobs[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
         group_ids[i] = groups.setdefault((t.env, t.task_id), len(groups))
     # Each turn's reward on the turn's last sampled token (its reward_index): the one placement function.
-    rewards = place_rewards(mask, [0.0] * B, [[turn.reward for turn in t.turns] for t in trajs],
+    turn_rewards = [[turn.reward - invalid_action_penalty * (turn.invalid_action is True) for turn in t.turns]
+                    for t in trajs]
+    rewards = place_rewards(mask, [0.0] * B, turn_rewards,
                             turn_ends=[[turn.reward_index for turn in t.turns] for t in trajs])  # (B, T)
     spans = [[(turn.action_span.start, turn.action_span.end) for turn in t.turns] for t in trajs]
     return RLBatch(trajs, [list(t.token_ids) for t in trajs], mask, rewards * mask, logprobs * mask, group_ids,

@@ -86,9 +86,19 @@ class RankRollouts:
         parts = gather_object(part, self.ctx, group=self.ctx.rollout_group)
         return merge_slices(parts, self.env_order, time.perf_counter() - start)
 
-    def load_weights(self, weights: Any) -> None:
-        """This rank's engine takes the full weights (every rank calls it with its own copy of them)."""
-        self.worker.load_weights(weights)
+    @property
+    def envs(self) -> list[Any]:
+        """This rank's environment handles (the same environments and catalogs on every rank)."""
+        return self.worker.envs
+
+    def load_weights(self, weights: Any, probe: Any = None) -> None:
+        """This rank's engine takes the full weights (every rank calls it with its own copy of them); ``probe``:
+        the sync check of :mod:`agentgym_core.rl.guards`, run on this rank's engine."""
+        self.worker.load_weights(weights, probe)
+
+    def check_weights(self, probe: Any) -> None:
+        """The sync check on this rank's engine (:meth:`RolloutWorker.check_weights`)."""
+        self.worker.check_weights(probe)
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         """Held-out evaluation with this rank's worker (the loop asks rank 0)."""

@@ -233,6 +233,10 @@ class RolloutConfig(_Section):
     backend_options: dict[str, Any] = Field(
         default_factory=dict, description="Extra options of the backend (e.g. max_batch_size)."
     )
+    sync_check_tolerance: float | None = Field(
+        0.1, gt=0.0, description="After each weight sync to a backend with its own copy, stop the run when its "
+        "log-probs of a fixed probe differ from the learner's by more than this (mean nats per token); None: no check.",
+    )
     eval_temperature: float = Field(0.0, ge=0.0, description="Temperature at evaluation (0 = greedy).")
     dynamic_sampling: DynamicSamplingConfig = Field(
         default_factory=DynamicSamplingConfig, description="Sample more tasks until enough groups have signal.")
@@ -249,6 +253,10 @@ class RolloutConfig(_Section):
         "error, a timeout) is sampled again within the same step. The failed attempt stays in the step's "
         "trajectories, counted in 'infra_failed' and left out of the loss; the re-run takes its place in the group. "
         "0: never re-run.",
+    )
+    max_env_failure_rate: float = Field(
+        0.5, ge=0.0, le=1.0, description="Stop the run when more than this share of a step's episodes broke by an "
+        "env error or timeout in every attempt (naming the env, the server and the error); 1 never stops.",
     )
     max_staleness: int = Field(
         0, ge=0, description="Asynchronous rollouts: how many policy versions (updates) a trained trajectory may lag "
@@ -340,6 +348,9 @@ class AlgorithmConfig(_Section):
     )
     loss_agg: Aggregation = Field("token_mean", description="token_mean, seq_mean_token_mean, seq_mean_token_sum_norm.")
     entropy_coef: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
+    invalid_action_penalty: float = Field(
+        0.0, ge=0.0, description="Subtracted from a turn's reward when the environment refused its action "
+        "(StepResult.invalid_action); 0 leaves rewards as the environment gave them.")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each step's batch.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split this many ways).")
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient clipping; None disables.")

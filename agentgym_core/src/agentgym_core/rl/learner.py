@@ -243,6 +243,14 @@ class Learner:
     def lr(self) -> float:
         return float(self.lr_schedule.get_last_lr()[0])
 
+    @torch.no_grad()
+    def probe_logprobs(self, token_ids: list[int]) -> list[float]:
+        """Per-token log-probs (temperature 1, no autocast) of one short sequence, entry 0 being 0.0: the learner's
+        side of the check after a weight sync (:mod:`agentgym_core.rl.guards`). Collective on several ranks."""
+        mask = torch.ones(1, len(token_ids), device=self.device)
+        out = forward_tokens(self.model, [token_ids], mask, pad_token_id=self.pad_token_id)
+        return out.logprobs[0].tolist()
+
     # ---- 3. weights out ---------------------------------------------------------------------------------
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
         """The full policy weights (gathered to rank 0's CPU memory when sharded; collective)."""

@@ -78,8 +78,8 @@ class RolloutRole(Protocol):
         """Step ``step``'s trajectories (all of them, wherever they were sampled)."""
         ...
 
-    def load_weights(self, weights: Any) -> None:
-        """New weights after an update."""
+    def load_weights(self, weights: Any, probe: Any = None) -> None:
+        """New weights after an update; ``probe``: the sync check to run once they are loaded (rl/guards.py)."""
         ...
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:

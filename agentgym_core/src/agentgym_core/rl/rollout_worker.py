@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from agentgym_core.env_pool import ServerCounts
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
 from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
+from agentgym_core.rl.guards import SyncExpectation
 from agentgym_core.rl.setup import EnvHandle, evaluate, make_backend, open_envs
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
@@ -62,6 +64,8 @@ class RolloutWorker:
                                 env_workers=sum(env.config.max_concurrency for env in envs),
                                 sampling=SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
                                                         max_new_tokens=rollout.max_new_tokens)))
+        self._probe_scores: list[float] | None = None  # the backend's score of the sync probe after the last sync
+        self._probe_unsupported = False
         self.task_counts = allocate_tasks(rollout.tasks_per_step, [e.config.weight for e in envs])
 
     def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
@@ -117,10 +121,26 @@ class RolloutWorker:
         """Held-out evaluation of the current policy (see :func:`agentgym_core.rl.setup.evaluate`)."""
         return evaluate(self.backend, self.envs, self.config, horizon, step=step)
 
-    def load_weights(self, state_dict: dict[str, Any]) -> None:
-        """New policy weights after an update (nothing to do when the backend samples the trainer's module)."""
+    def load_weights(self, state_dict: dict[str, Any], probe: SyncExpectation | None = None) -> None:
+        """New policy weights after an update (nothing to do when the backend samples the trainer's module);
+        with ``probe``, then checked as :meth:`check_weights` does."""
         if self.receives_weights:
             self.backend.load_weights(state_dict)
+            if probe is not None:
+                self.check_weights(probe)
+
+    def check_weights(self, probe: SyncExpectation) -> None:
+        """Raise :class:`~agentgym_core.rl.guards.WeightSyncError` unless the backend scores the probe as the
+        learner did (and, after a learner update, differently from the last time). A backend that cannot score
+        is not checked (said once)."""
+        if self._probe_unsupported:
+            return
+        try:
+            self._probe_scores = probe.check(self.backend, self._probe_scores)
+        except NotImplementedError as exc:
+            self._probe_unsupported = True
+            warnings.warn(f"rollout.sync_check_tolerance: the {type(self.backend).__name__} backend cannot score "
+                          f"sequences ({exc}), so weight syncs are not checked", stacklevel=2)
 
     def close(self) -> None:
         self.engine.close()

@@ -15,9 +15,10 @@ from agentgym_core.memory import limit_onednn_primitive_cache
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.activation_checkpointing import checkpoint_only_above
 from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
+from agentgym_core.rl.guards import evaluation_panel, panel_hash
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine
-from agentgym_core.rollout.trajectory import Trajectory
+from agentgym_core.rollout.trajectory import Trajectory, invalid_action_rate
 
 __all__ = [
     "EnvHandle", "build_optimizer", "evaluate", "load_policy", "make_backend", "open_envs", "resolve_device", "summarize",
@@ -145,7 +146,8 @@ def build_optimizer(params: list[torch.nn.Parameter], critic_params: list[torch.
 
 
 def summarize(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
-    """Success, reward and turn means over trajectories, overall and per environment."""
+    """Success, reward and turn means, failures and the invalid-action rate over trajectories, overall and per
+    environment."""
     out: dict[str, float] = {}
     by_env: dict[str, list[Trajectory]] = {}
     for t in trajectories:
@@ -157,6 +159,9 @@ def summarize(trajectories: list[Trajectory], prefix: str = "") -> dict[str, flo
         out[f"{prefix}{name}turns"] = sum(t.num_turns for t in group) / n
         out[f"{prefix}{name}failed"] = float(sum(t.failed for t in group))
         out[f"{prefix}{name}truncated"] = float(sum(t.truncated for t in group))
+        rate = invalid_action_rate(group)
+        if rate is not None:  # only environments that say which actions they refused
+            out[f"{prefix}{name}invalid_action_rate"] = rate
     return out
 
 
@@ -200,4 +205,6 @@ def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: 
     metrics = summarize(trajs)
     # Per task, so two evaluations of the same tasks compare pairwise (agentgym_core.paired).
     per_task = {f"{t.env}:{t.task_id}": int(t.success) for t in trajs}
-    return {"step": step, "horizon": horizon, "tasks": len(trajs), **metrics, "per_task": per_task}
+    panel = panel_hash(evaluation_panel(envs, config.trainer.eval_tasks))  # the run logged it at its start
+    return {"step": step, "horizon": horizon, "tasks": len(trajs), **metrics, "per_task": per_task,
+            "panel_hash": panel}

@@ -55,6 +55,13 @@ from agentgym_core.rl.distributed import (
 )
 from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
 from agentgym_core.rl.estimator_api import AdvantageBatch
+from agentgym_core.rl.guards import (
+    WeightSyncProbe,
+    check_env_failures,
+    describe_panel,
+    evaluation_panel,
+    panel_record,
+)
 from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
 from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_stats
@@ -162,7 +169,13 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                        resume_step=start_step if resume else None)
                 stack.callback(writer.close)
                 pm.hook.agentgym_observe_run_start(run_dir=str(run_dir), config=cfg.model_dump(mode="json"))
+                _log_panel(cfg, worker, run_dir)  # the task ids every evaluation plays, and their hash
             tokenizer = roles.tokenizer
+            # A backend with its own copy of the weights must score a fixed probe as the learner does, from the
+            # start and after every sync (rl/guards.py).
+            sync_probe = _sync_probe(cfg, tokenizer, worker) if place_roles is None else None
+            if sync_probe is not None:  # every rank checks its own engine
+                worker.check_weights(sync_probe.expect(learner, start_step))  # collective on several ranks
             final_horizon = max(alg.rounds_ctrl.stages)
 
             # ---- evaluation before training (rank 0; a resumed run reads it back from its log) --------
@@ -197,13 +210,15 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 # Trajectories an env error or timeout broke are the infrastructure's failure, not the
                 # policy's: left out of the loss and counted.
                 trainable, infra_failed = trainable_trajectories(rollout.trajectories)
+                # Past the budget the run stops naming the env, server and error (every rank: the same step).
+                check_env_failures(rollout.trajectories, cfg.rollout.max_env_failure_rate, step=step)
                 trainable = apply_truncation_policy(trainable, alg.truncated_episodes)  # cut by the budget
                 if cfg.rollout.dynamic_sampling.min_mixed_groups:  # tied groups have no advantage: not trained
                     trainable = mixed_groups_only(trainable)
 
                 # ---- 3. rewards on policy tokens, old and reference log-probs (each rank its share) ---
                 update_peak = PhasePeak().start()  # scoring and the update: stopped after step 5
-                batch = build_batch(trainable)
+                batch = build_batch(trainable, invalid_action_penalty=alg.invalid_action_penalty)
                 scored = learner.score(batch, temperature=cfg.rollout.temperature)
 
                 # ---- 4. advantages from the estimator plugin (every rank: the same scores, the same result)
@@ -263,7 +278,12 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
 
                 # ---- 7. weights to the rollout side (every local rank's own engine) ------------------------
                 if worker.receives_weights:
-                    worker.load_weights(learner.rollout_weights())
+                    weights = learner.rollout_weights()
+                    probe = sync_probe.expect(learner, step + 1) if sync_probe is not None else None
+                    worker.load_weights(weights, **({"probe": probe} if probe is not None else {}))
+                    if probe is not None and probe.gap is not None and ctx.is_main:  # checked now (synchronous)
+                        metrics["weight_sync_gap"] = probe.gap
+                    del weights
 
                 # ---- 8. log (rank 0) --------------------------------------------------------------------------
                 if ctx.is_main:
@@ -326,6 +346,28 @@ def _evaluate(worker: Any, horizon: int, step: int, *, measure: bool) -> dict[st
     with PhasePeak() as peak:
         result = worker.evaluate(horizon, step=step)
     return {**result, **peak.as_metrics()} if measure else result
+
+
+def _log_panel(cfg: TrainConfig, worker: Any, run_dir: Path) -> None:
+    """Write the evaluation panel (task ids and hash) to ``evaluation_panel.json`` and say it on the console;
+    every evaluation line of metrics.jsonl carries the hash too. A Ray rollout group holds no environments
+    here, and writes none."""
+    envs = getattr(worker, "envs", None)
+    if envs is None or not cfg.trainer.eval_tasks:
+        return
+    panel = evaluation_panel(envs, cfg.trainer.eval_tasks)
+    (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel)) + "\n", encoding="utf-8")
+    if cfg.trainer.progress:
+        tqdm.write(describe_panel(panel))
+
+
+def _sync_probe(cfg: TrainConfig, tokenizer: Any, worker: Any) -> WeightSyncProbe | None:
+    """The sync check's probe, when weights are copied to the rollout side (every rank decides alike)."""
+    if cfg.rollout.sync_check_tolerance is None or tokenizer is None:
+        return None
+    if not worker.receives_weights:  # the backend samples the learner's own module
+        return None
+    return WeightSyncProbe.from_tokenizer(tokenizer, cfg.rollout.sync_check_tolerance)
 
 
 def _scoring_metrics(scored: Any, cap: float) -> dict[str, float]:

@@ -53,6 +53,7 @@ from agentgym_core.rollout.episode import (
     env_error_reason,
     record_reset,
     record_step,
+    server_of,
     timeout_reason,
     truncate,
 )
@@ -349,6 +350,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
     def _fail(self, live: _Live, reason: str, running: Future | None = None) -> None:
         live.traj.failed, live.traj.failure_reason = True, reason
         if live.slot is not None:
+            live.traj.failed_server = server_of(live.slot.env)
             live.slot.broken = True
             if running is not None:  # the call still runs in its thread: close once it returns
                 slot = live.slot

@@ -46,6 +46,7 @@ __all__ = [
     "env_error_reason",
     "record_reset",
     "record_step",
+    "server_of",
     "timeout_reason",
     "truncate",
 ]
@@ -265,6 +266,7 @@ def record_step(traj: Trajectory, action: str, result: StepResult, seconds: floa
     turn = traj.turns[-1]
     turn.action, turn.observation, turn.reward = action, result.observation, float(result.reward)
     turn.success, turn.env_seconds, turn.info = result.success, seconds, dict(result.info)
+    turn.invalid_action = result.invalid_action
     traj.env_seconds += seconds
     traj.outcome_reward += turn.reward
     if result.success is not None:
@@ -292,6 +294,11 @@ def timeout_reason(config: EngineConfig, *, episode_over: bool) -> str:
     if episode_over:
         return f"timeout: episode timeout after {config.episode_timeout_s:g}s"
     return f"timeout: env call timeout after {config.step_timeout_s:g}s"
+
+
+def server_of(env: Env | None) -> str | None:
+    """The URL of the server behind ``env`` (an HTTP environment's client), or None for an in-process one."""
+    return getattr(getattr(env, "client", None), "base_url", None)
 
 
 def env_error_reason(phase: str, error: BaseException) -> str:

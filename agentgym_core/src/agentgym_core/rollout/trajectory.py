@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Span", "Trajectory", "Turn"]
+__all__ = ["Span", "Trajectory", "Turn", "invalid_action_rate"]
 
 FinishReason = Literal["eos", "stop_string", "length", "token_budget"]
 TruncationReason = Literal["max_turns", "token_budget", "env_step_limit"]
@@ -61,6 +61,9 @@ class Turn(BaseModel):
     reward: float = Field(default=0.0, description="The environment's raw reward for this step.")
     reward_index: int = Field(description="Token index the reward sits on: action_span.end - 1.")
     success: bool | None = Field(default=None, description="The environment's success flag after the step.")
+    invalid_action: bool | None = Field(
+        default=None, description="The environment refused the action (StepResult.invalid_action); None: it did "
+        "not say, or never answered.")
     gen_seconds: float = Field(default=0.0, description="Wall time this reply's generation call took.")
     env_seconds: float = Field(default=0.0, description="Wall time of the environment step.")
     info: dict[str, Any] = Field(default_factory=dict, description="The environment's step info.")
@@ -92,6 +95,8 @@ class Trajectory(BaseModel):
     truncation_reason: TruncationReason | None = Field(default=None, description="Why it was truncated.")
     failed: bool = Field(default=False, description="The environment (or a timeout) broke the episode.")
     failure_reason: str | None = Field(default=None, description="What failed, for reports and logs.")
+    failed_server: str | None = Field(
+        default=None, description="URL of the environment server whose call failed, when the environment is remote.")
     max_turns: int | None = Field(default=None, description="Turn budget this trajectory ran under.")
     temperature: float = Field(default=1.0, description="Sampling temperature the log-probs refer to.")
     gen_seconds: float = Field(default=0.0, description="Total wall time in generation calls.")
@@ -118,6 +123,11 @@ class Trajectory(BaseModel):
     def done(self) -> bool:
         return self.terminated or self.truncated or self.failed
 
+    @property
+    def invalid_actions(self) -> int:
+        """Turns whose action the environment refused."""
+        return sum(turn.invalid_action is True for turn in self.turns)
+
     def turn_states(self) -> list[str | None]:
         """The environment's name (``info['state_key']``) for the state each turn acted in: the reset's
         for turn 0, the previous step's for later turns; None where the environment named none."""
@@ -129,3 +139,10 @@ class Trajectory(BaseModel):
         """Token counts for logs: total, sampled (mask 1), context (mask 0)."""
         sampled = self.num_sampled_tokens
         return {"total": len(self.token_ids), "sampled": sampled, "context": len(self.token_ids) - sampled}
+
+
+def invalid_action_rate(trajectories: list[Trajectory]) -> float | None:
+    """The share of turns whose action the environment refused, over the turns it gave a verdict on
+    (``Turn.invalid_action`` not None); None when it gave none (an environment that does not say)."""
+    judged = [turn.invalid_action for t in trajectories for turn in t.turns if turn.invalid_action is not None]
+    return sum(judged) / len(judged) if judged else None

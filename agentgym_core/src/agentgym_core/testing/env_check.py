@@ -33,8 +33,13 @@ class EpisodeRecord:
     task_id: int
     seed: int | None
     first_observation: str
-    steps: list[tuple[str, str, float, bool, bool, bool | None]] = field(default_factory=list)
-    """(action, observation, reward, terminated, truncated, success) per step."""
+    steps: list[tuple[str, str, float, bool, bool, bool | None, bool | None]] = field(default_factory=list)
+    """(action, observation, reward, terminated, truncated, success, invalid_action) per step."""
+
+    @property
+    def reports_invalid_actions(self) -> bool:
+        """True when the environment said on some step whether it refused the action."""
+        return any(step[6] is not None for step in self.steps)
 
     @property
     def ended(self) -> bool:
@@ -79,6 +84,8 @@ def _check_step_result(result: Any, where: str) -> StepResult:
     _require(isinstance(result.observation, str), f"{where}: observation must be str")
     _require(isinstance(result.reward, float) and math.isfinite(result.reward), f"{where}: reward must be a finite float")
     _require(result.success is None or isinstance(result.success, bool), f"{where}: success must be bool or None")
+    _require(result.invalid_action is None or isinstance(result.invalid_action, bool),
+             f"{where}: invalid_action must be bool or None")
     return result
 
 
@@ -93,7 +100,7 @@ def _play(env: Env, task_id: int, seed: int | None, policy: Policy, max_steps: i
         action = policy(env, index, observation)
         result = _check_step_result(env.step(action), f"task {task_id} step {index} ({action!r})")
         record.steps.append((action, result.observation, result.reward, result.terminated, result.truncated,
-                             result.success))
+                             result.success, result.invalid_action))
         observation = result.observation
         if result.done:
             try:
@@ -104,6 +111,19 @@ def _play(env: Env, task_id: int, seed: int | None, policy: Policy, max_steps: i
                 raise EnvContractError(f"task {task_id}: step() after the episode ended must raise EpisodeEndedError")
             break
     return record
+
+
+def _check_invalid_action_flags(record: EpisodeRecord) -> None:
+    """The deliberately invalid action must not be reported accepted; an environment that reports verdicts
+    on some steps must report it refused."""
+    for action, *_, invalid in record.steps:
+        if action != INVALID_ACTION:
+            continue
+        _require(invalid is not False, f"task {record.task_id}: the action {INVALID_ACTION!r} was answered with "
+                 "invalid_action=False; an action the environment cannot apply must set invalid_action=True")
+        _require(invalid is True or not record.reports_invalid_actions,
+                 f"task {record.task_id}: step results set invalid_action on some steps but left it None for "
+                 f"{INVALID_ACTION!r}; set it on every step (True when the action is refused)")
 
 
 def check_env(
@@ -119,7 +139,8 @@ def check_env(
     Checks: the task catalog (non-empty, disjoint splits, categories name real tasks); the
     instruction and ``parse_action`` types; reset with the same (task, seed) is deterministic and
     so is an episode replayed with the same actions; step results are well typed; an invalid
-    action is answered, not raised; stepping after the end raises ``EpisodeEndedError``;
+    action is answered, not raised, and not reported accepted (``invalid_action``: True where the
+    environment reports verdicts, else None); stepping after the end raises ``EpisodeEndedError``;
     ``close`` is idempotent.
 
     Args:
@@ -148,6 +169,7 @@ def check_env(
             replay = _play(env, task_id, seed, lambda e, i, o, steps=first.steps: steps[i][0], len(first.steps))
             _require(replay.steps == first.steps,
                      f"task {task_id}: replaying the same actions after the same reset gave a different episode")
+            _check_invalid_action_flags(first)
             episodes.append(first)
         actions = env.available_actions()
         _require(actions is None or (isinstance(actions, list) and all(isinstance(a, str) for a in actions)),

@@ -26,7 +26,7 @@ SECTION_ORDER = ("rollout", "loss", "optimizer", "timing", "eval")
 """Sections in page order; per-environment sections come after ``eval``, by name."""
 
 # Within a section these come first, in this order; the rest follow alphabetically.
-_FIRST = ("success", "reward", "turns", "horizon", "pg_loss", "kl_loss", "kl", "clip_frac", "entropy", "lr",
+_FIRST = ("success", "invalid_action_rate", "reward", "turns", "horizon", "pg_loss", "kl_loss", "kl", "clip_frac", "entropy", "lr",
           "grad_norm", "time_step")
 _LOSS = re.compile(r"loss|(^|_)kl($|_)|clip|entropy|advantage|logprob|value")
 _OPTIMIZER = re.compile(r"^(lr|learning_rate)$|grad|optimizer|^update_tokens$|param_norm|weight_norm")

@@ -60,15 +60,16 @@ class GuessEnv(Env):
         if match is None:
             self._done = truncated
             return StepResult(observation=f"Invalid action {action!r}: reply `Action: guess N`.",
-                              truncated=truncated, success=False if truncated else None)
+                              truncated=truncated, success=False if truncated else None, invalid_action=True)
         guess = int(match.group(1))
         if guess == self._secret:
             self._done = True
-            return StepResult(observation=f"{guess} is correct!", reward=1.0, terminated=True, success=True)
+            return StepResult(observation=f"{guess} is correct!", reward=1.0, terminated=True, success=True,
+                              invalid_action=False)
         self._done = truncated
         hint = "higher" if self._secret > guess else "lower"
         return StepResult(observation=f"The secret is {hint} than {guess}.", truncated=truncated,
-                          success=False if truncated else None)
+                          success=False if truncated else None, invalid_action=False)
 
     def available_actions(self) -> list[str] | None:
         return None

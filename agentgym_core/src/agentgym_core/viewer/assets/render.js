@@ -20,11 +20,11 @@ function renderList(rows, selected) {
     <td class="num">${r.i}</td><td>${esc(r.env)}</td><td class="num">${esc(r.task_id)}</td>
     <td class="num">${esc(r.sample_index)}</td><td>${esc(r.category ?? "")}</td>
     <td>${r.success ? '<span class="badge ok">✓</span>' : '<span class="badge bad">✗</span>'}${r.failed ? '<span class="badge bad">fail</span>' : ""}</td>
-    <td class="num">${formatNumber(r.reward)}</td><td class="num">${r.turns}</td>
+    <td class="num">${r.invalid_actions ?? "–"}</td><td class="num">${formatNumber(r.reward)}</td><td class="num">${r.turns}</td>
     <td class="num">${r.sampled_tokens ?? "–"}</td><td class="num">${r.wall_seconds === null ? "–" : Number(r.wall_seconds).toFixed(1)}</td>
     <td class="act" title="${esc(r.last_action)}">${esc(r.last_action)}</td></tr>`).join("");
   return `<table><thead><tr><th class="num">#</th><th>env</th><th class="num">task</th><th class="num">sample</th>
-    <th>category</th><th>outcome</th><th class="num">reward</th><th class="num">turns</th><th class="num">tokens</th>
+    <th>category</th><th>outcome</th><th class="num" title="turns whose action the environment refused">invalid</th><th class="num">reward</th><th class="num">turns</th><th class="num">tokens</th>
     <th class="num">s</th><th>last action</th></tr></thead><tbody>${body}</tbody></table>`;
 }
 
@@ -76,6 +76,7 @@ function renderTurns(d, screenshotUrl) {
       t.terminated ? '<span class="badge ok">terminated</span>' : "",
       t.truncated ? '<span class="badge warn">truncated</span>' : "",
       t.failed ? '<span class="badge bad">failed</span>' : "",
+      t.invalid_action === true ? '<span class="badge warn">invalid action</span>' : "",
       t.success === true ? '<span class="badge ok">success</span>' : t.success === false ? '<span class="badge bad">success=false</span>' : "",
     ].join("");
     const info = t.info ? `<div class="info">info: ${Object.entries(t.info).map(([k, v]) => `${esc(k)}=${esc(JSON.stringify(v))}`).join(" · ")}</div>` : "";
@@ -155,9 +156,10 @@ function renderResults(results) {
   const k = (results.config && results.config.n_samples) || 1;
   const body = rows.map(([name, m]) => `<tr><td>${esc(name)}</td><td class="num">${m.tasks}</td><td class="num">${m.samples}</td>
     <td class="num">${(100 * m.success_avg).toFixed(1)}%</td><td class="num">${(100 * m.success_pass).toFixed(1)}%</td>
+    <td class="num">${m.invalid_action_rate == null ? "–" : (100 * m.invalid_action_rate).toFixed(1) + "%"}</td>
     <td class="num">${formatNumber(m.score_avg)}</td><td class="num">${formatNumber(m.score_pass)}</td><td class="num">${m.failed}</td></tr>`).join("");
   const cfg = results.config || {};
   return `<h2>Evaluation results <span class="muted">${esc(cfg.env || "")} · ${esc(cfg.model || "")} · split ${esc(cfg.split || "")}</span></h2>
     <table class="results" id="results"><thead><tr><th>category</th><th>tasks</th><th>samples</th><th>success Avg@${k}</th>
-    <th>success Pass@${k}</th><th>score Avg@${k}</th><th>score Pass@${k}</th><th>failed</th></tr></thead><tbody>${body}</tbody></table>`;
+    <th>success Pass@${k}</th><th>invalid actions</th><th>score Avg@${k}</th><th>score Pass@${k}</th><th>failed</th></tr></thead><tbody>${body}</tbody></table>`;
 }
