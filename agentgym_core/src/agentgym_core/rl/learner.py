@@ -5,8 +5,8 @@ on), the optimizer and LR schedule. It answers four calls from the training loop
 
 * :meth:`Learner.score` — old, reference log-probs, entropies and values of a batch (no grad);
 * :meth:`Learner.update` — the PPO update of one step (:func:`agentgym_core.rl.update.ppo_update`);
-* :meth:`Learner.policy_state_dict` — the full policy weights, for a rollout backend that keeps its
-  own copy;
+* :meth:`Learner.policy_state_dict` — the full policy weights in the rollout engine's dtype, for a
+  rollout backend that keeps its own copy (:mod:`agentgym_core.rl.weight_sync`);
 * :meth:`Learner.save` / :meth:`Learner.load` — checkpoints in one portable layout, with every
   rank's RNG state (dropout draws from it during the update), each rank resuming its own.
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ from agentgym_core.rl.losses import kl_penalty
 from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
 from agentgym_core.rl.setup import build_optimizer
 from agentgym_core.rl.update import UpdateInputs, ppo_update
+from agentgym_core.rl.weight_sync import gather_weights, weight_bytes
 
 __all__ = ["Learner", "ScoredBatch", "master_weights", "narrow_linear_weights"]
 
@@ -141,6 +143,7 @@ class Learner:
             policy_params, list(self.value_head.parameters()) if self.value_head else [], config.optim,
             config.trainer.steps)
         self.state_on_disk: OptimizerStateOnDisk | None = None  # AdamW's moments between updates
+        self.weight_sync_bytes: int | None = None  # of the last policy_state_dict
         if config.trainer.optimizer_state_to_disk:
             self.state_on_disk = OptimizerStateOnDisk.in_run_dir(self.optimizer, config.trainer.run_dir)
 
@@ -224,19 +227,19 @@ class Learner:
         return float(self.lr_schedule.get_last_lr()[0])
 
     # ---- 3. weights out ---------------------------------------------------------------------------------
-    def policy_state_dict(self) -> dict[str, torch.Tensor]:
-        """The full policy weights (gathered to every rank's CPU memory when sharded; collective)."""
-        if not self.ctx.distributed:
-            return self.model.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    def policy_state_dict(self, dtype: torch.dtype | None = None) -> Mapping[str, torch.Tensor]:
+        """The full policy weights in ``dtype`` (None: the learner's), on the learner's device.
 
-        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if getattr(self.model.config, "tie_word_embeddings", False):  # one copy, as save_pretrained writes it
-            output = self.model.get_output_embeddings()
-            for name, module in self.model.named_modules():
-                if module is output:
-                    full.pop(f"{name}.weight", None)
-        return full
+        Sharded: gathered one tensor at a time, cast before the all-gather (collective; see
+        :mod:`agentgym_core.rl.weight_sync`). ``weight_sync_bytes`` is set to their size.
+        """
+        tied = None
+        if self.ctx.distributed and getattr(self.model.config, "tie_word_embeddings", False):
+            output = self.model.get_output_embeddings()  # one copy, as save_pretrained writes it
+            tied = next((f"{name}.weight" for name, module in self.model.named_modules() if module is output), None)
+        weights = gather_weights(self.model, dtype=dtype, tied_output=tied)
+        self.weight_sync_bytes = weight_bytes(weights)
+        return weights
 
     def close(self) -> None:
         """Delete what the learner keeps on disk between updates (``trainer.optimizer_state_to_disk``); the

@@ -53,6 +53,7 @@ from agentgym_core.rl.rollout_worker import RolloutWorker
 from agentgym_core.rl.setup import load_policy, make_backend, open_envs, resolve_device, summarize
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.update import UpdateInputs
+from agentgym_core.rl.weight_sync import engine_dtype, weight_sync_metrics
 
 __all__ = ["train"]
 
@@ -139,7 +140,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     curriculum.load_state_dict(state["curriculum"])
                 start_step = int(state["step"])
             # A resumed run's rollout side must sample from the restored weights, not the initial ones.
-            resumed_weights = learner.policy_state_dict() if checkpoint is not None else None  # collective
+            sync_dtype = engine_dtype(cfg, ctx.device)  # what the rollout engine holds: what the learner sends
+            resumed_weights = learner.policy_state_dict(sync_dtype) if checkpoint is not None else None  # collective
             worker = writer = None
             if ctx.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
@@ -255,9 +257,11 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
 
                 # ---- 7. weights to the rollout backend ---------------------------------------------------
                 if ctx.distributed or (ctx.is_main and worker.receives_weights):
-                    weights = learner.policy_state_dict()
+                    t_sync = time.perf_counter()
+                    weights = learner.policy_state_dict(sync_dtype)  # cast, then gathered tensor by tensor
                     if ctx.is_main:
                         worker.load_weights(weights)
+                        metrics.update(weight_sync_metrics(learner, time.perf_counter() - t_sync))
                     del weights
                 if not ctx.is_main:
                     _checkpoint_if_due(cfg, learner, tokenizer, scheduler, curriculum, step + 1, run_dir)
@@ -396,7 +400,12 @@ class _LocalRoles:
             self.model, self.tokenizer = load_policy(self.config.model, device=self.ctx.device)
         else:  # a model handed in follows model.device as a loaded one does (tests pass CPU models)
             self.model.to(self.ctx.device)
-        self.rollout_model = copy.deepcopy(self.model) if self.separate_copy and self.ctx.is_main else self.model
+        self.rollout_model = self.model
+        if self.separate_copy and self.ctx.is_main:  # in the dtype the learner will send it weights in
+            self.rollout_model = copy.deepcopy(self.model)
+            dtype = engine_dtype(self.config, self.ctx.device)
+            if dtype is not None:
+                self.rollout_model.to(dtype)
         learner = Learner(self.config, self.model, tokenizer=self.tokenizer, ctx=self.ctx)
         stack.callback(learner.close)
         return learner

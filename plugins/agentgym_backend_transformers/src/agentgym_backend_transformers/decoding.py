@@ -50,7 +50,7 @@ import torch
 
 from agentgym_backend_transformers.kv_cache import fill_holes, growing_cache
 from agentgym_backend_transformers.sessions import SessionKV
-from agentgym_core.rollout.backend import Sample, SamplingParams
+from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams
 
 if TYPE_CHECKING:
     from agentgym_backend_transformers.backend import TransformersBackend
@@ -103,7 +103,7 @@ class DecodeBatch:
         self.backend = backend
         self.params = params
         self.max_rows = max_rows
-        self._added: dict[Hashable, int] = {}  # key -> how many prompts it added (a new stream per turn)
+        self._seeds = RowSeeds(params.seed)  # each row's stream: (seed, key, how many prompts the key added)
         self.queue: list[_Row] = []
         self.rows: list[_Row] = []  # batch row b -> its reply
         self._cache: Any = None  # a DynamicCache over self.rows (GrowingLayers when _plain)
@@ -125,12 +125,11 @@ class DecodeBatch:
         if session is not None and any(r.session == session for r in (*self.rows, *self.queue)):
             raise ValueError(f"add: session {session!r} is already in this batch; use one key per trajectory")
         cap = max(1, min(self.params.max_new_tokens, int(max_new_tokens)))
-        turn = self._added.get(key, 0)
-        self._added[key] = turn + 1
+        seed = self._seeds.next(key)
         generator = None
-        if self.params.seed is not None and self.params.temperature > 0:
+        if seed is not None and self.params.temperature > 0:
             generator = torch.Generator(device=self.backend.device)
-            generator.manual_seed(hash((self.params.seed, key, turn)) & (2**63 - 1))
+            generator.manual_seed(seed)
         self.queue.append(_Row(key=key, prompt=list(prompt), cap=cap, session=session, generator=generator))
 
     @torch.inference_mode()
