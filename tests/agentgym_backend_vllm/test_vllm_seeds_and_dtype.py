@@ -101,3 +101,27 @@ def test_server_mode_writes_buckets_to_shared_memory_not_disk(stand_in, tiny_mod
         backend = make(tiny_model_dir, mode="server", urls=[url], dtype="float32")
         backend.load_weights(local.model.state_dict())
     assert folders == ["/dev/shm"]
+
+
+def test_engine_mode_two_workers_sample_what_one_samples_reruns_included(
+    fake_vllm, tiny_model_dir, monkeypatch
+):
+    """The trainer's rollout worker over the fake engine: one step whole, or split over two workers."""
+    import json
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "agentgym_core" / "rl"))  # the rl tests' envs
+    from episode_replay import FlakyPlugin, attempts_by_episode
+
+    from agentgym_core.plugins import PluginManager
+
+    pm = PluginManager(autoload=True, allow=["estimators", "vllm"])
+    pm.register(FlakyPlugin(), "flaky-test")
+    options = [
+        "rollout.backend=vllm",
+        f"rollout.backend_options={json.dumps({'model': str(tiny_model_dir)})}",
+    ]
+    whole, reruns = attempts_by_episode(pm, options, 1)
+    split, split_reruns = attempts_by_episode(pm, options, 2)
+    assert reruns > 0 and split_reruns == reruns
+    assert split == whole

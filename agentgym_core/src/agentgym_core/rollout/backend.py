@@ -91,7 +91,8 @@ class SamplingParams(BaseModel):
     )
     seed: int | None = Field(
         default=None,
-        description="Seed of one generate call (same seed + prompts = same samples); the engine adds its call count.",
+        description="Seed of one batch: each reply draws from its own stream, seeded by this, its row's key and "
+        "turn (row_seed), so the same seed replays the same samples.",
     )
 
     @property
