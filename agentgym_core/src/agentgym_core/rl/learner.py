@@ -13,9 +13,10 @@ on), the optimizer and LR schedule. It answers four calls from the training loop
 With ``trainer.learners = N > 1`` every rank builds a Learner on the same initial weights and
 shards them with FSDP2 ``fully_shard`` (one shard per decoder layer, then the root). Each rank
 trains on its share of every mini-batch's rows with the loss normalised by the mini-batch's
-global token count, so N ranks step exactly as one process does; checkpoints gather to full
-Hugging Face weights and an optimizer state keyed by parameter name, so a run saved with N ranks
-resumes with any other number.
+global token count, so N ranks step exactly as one process does. A checkpoint of one process
+holds full Hugging Face weights and an optimizer state keyed by parameter name; on several ranks
+each writes its own shard with ``torch.distributed.checkpoint`` (HF weights gathered for the final
+one). A run saved with N ranks resumes with any other number, each rank reading its share.
 
 Precision. The weights the optimizer updates are float32 ("master weights"); matmuls run in
 bfloat16 under ``model.mixed_precision`` (autocast on one process, FSDP2's
@@ -38,14 +39,22 @@ import torch
 
 from agentgym_core.rl.batch import RLBatch
 from agentgym_core.rl.checkpoint import (
+    SHARDED,
     check_weights_match,
+    commit_checkpoint,
+    export_model,
+    is_sharded,
     load_policy_weights,
+    load_sharded,
     load_trainer_state,
+    pending_dir,
     rank_rng_state,
     read_model_weights,
     rng_state,
     save_checkpoint,
+    save_sharded,
     set_rng_state,
+    start_checkpoint,
 )
 from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.critic import build_critic
@@ -234,7 +243,7 @@ class Learner:
         :mod:`agentgym_core.rl.weight_sync`). ``weight_sync_bytes`` is set to their size.
         """
         tied = None
-        if self.ctx.distributed and getattr(self.model.config, "tie_word_embeddings", False):
+        if getattr(getattr(self.model, "config", None), "tie_word_embeddings", False):
             output = self.model.get_output_embeddings()  # one copy, as save_pretrained writes it
             tied = next((f"{name}.weight" for name, module in self.model.named_modules() if module is output), None)
         weights = gather_weights(self.model, dtype=dtype, tied_output=tied)
@@ -266,19 +275,47 @@ class Learner:
             self.state_on_disk.store()  # the file still holds it: nothing written
         return found
 
-    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
-        """Checkpoint ``step`` (collective; rank 0 writes). Model in HF format, optimizer by parameter name,
-        every rank's RNG state (``rng_by_rank``; ``rng`` is rank 0's)."""
+    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int,
+             hf_weights: bool = True) -> None:
+        """Checkpoint ``step`` (collective; rank 0 commits it). Every rank's RNG state (``rng_by_rank``;
+        ``rng`` is rank 0's) with the LR schedule and ``extra_state``.
+
+        One process: the model in HF format and the optimizer by parameter name. Several ranks: each
+        writes its own shard of weights and optimizer state (``sharded/``, torch.distributed.checkpoint),
+        and the full HF weights are gathered tensor by tensor only when ``hf_weights`` asks for them.
+        """
         rngs = gather_object(rng_state(), self.ctx)  # taken before the collectives below, which draw nothing
-        weights = self.policy_state_dict() if self.ctx.distributed else None
-        optimizer = self.optimizer_state()
-        if not self.ctx.is_main:
-            return
-        state = {**extra_state, "optimizer_by_name": optimizer, "lr_schedule": self.lr_schedule.state_dict(),
+        state = {**extra_state, "lr_schedule": self.lr_schedule.state_dict(),
                  "value_head": self.value_head.state_dict() if self.value_head is not None else None,
                  "rng": rngs[0], "rng_by_rank": rngs}
-        save_checkpoint(run_dir, step, model=self.model, tokenizer=tokenizer, trainer_state=state, keep=keep,
-                        state_dict=weights)
+        if not self.ctx.distributed:
+            save_checkpoint(run_dir, step, model=self.model, tokenizer=tokenizer, keep=keep,
+                            trainer_state={**state, "optimizer_by_name": self.optimizer_state()})
+            return
+        import torch.distributed as dist
+
+        if self.ctx.is_main:
+            start_checkpoint(run_dir, step)
+        dist.barrier()  # the directory exists before any rank writes into it
+        tmp = pending_dir(run_dir, step)
+        save_sharded(tmp / SHARDED, self._sharded_state())
+        weights = self.policy_state_dict() if hf_weights else None  # gathered per tensor, on the device
+        if not self.ctx.is_main:
+            return
+        if weights is not None:
+            (tmp / "model").mkdir()
+            export_model(self.model, tokenizer, tmp / "model", {k: v.cpu() for k, v in weights.items()})
+        del weights
+        torch.save(state, tmp / "trainer_state.pt")
+        commit_checkpoint(run_dir, step, keep=keep)
+
+    def _sharded_state(self) -> dict[str, Any]:
+        """This rank's shards of the weights and optimizer state, keyed by parameter name (DTensors when
+        sharded, plain tensors on one process): what torch.distributed.checkpoint saves and fills."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        return {"model": get_model_state_dict(self.model),
+                "optimizer": get_optimizer_state_dict(self._trainable(), self.optimizer)}
 
     def load(self, checkpoint: Path) -> dict[str, Any]:
         """Restore weights, optimizer, LR schedule, value head and this rank's RNG state (see
@@ -297,12 +334,23 @@ class Learner:
         """Weights, value head, optimizer and LR schedule from ``checkpoint``; returns its state."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        state = load_trainer_state(checkpoint)
-        if self.ctx.distributed:  # every rank reads the full weights and keeps its own shard of them
-            from torch.distributed.checkpoint.state_dict import set_model_state_dict
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
-            result = set_model_state_dict(self.model, read_model_weights(checkpoint),
-                                          options=StateDictOptions(full_state_dict=True, strict=False))
+        state = load_trainer_state(checkpoint)
+        if is_sharded(checkpoint):  # any number of ranks wrote it: each reads its own share of the files
+            if self.value_head is not None:
+                raise ConfigError(f"{checkpoint} was written by several learner ranks, which train no critic; "
+                                  "resume it with the recipe it was written with")
+            sharded = self._sharded_state()
+            load_sharded(checkpoint / SHARDED, sharded)
+            set_model_state_dict(self.model, sharded["model"])
+            set_optimizer_state_dict(self._trainable(), self.optimizer, sharded["optimizer"])
+            self.lr_schedule.load_state_dict(state["lr_schedule"])
+            return state
+        if self.ctx.distributed:  # a whole-model checkpoint: rank 0 reads it and broadcasts tensor by tensor
+            weights = read_model_weights(checkpoint) if self.ctx.is_main else {}
+            result = set_model_state_dict(self.model, weights, options=StateDictOptions(
+                full_state_dict=True, broadcast_from_rank0=True, strict=False))
             check_weights_match(self.model, checkpoint, result.missing_keys, result.unexpected_keys)
         else:
             load_policy_weights(self.model, checkpoint)

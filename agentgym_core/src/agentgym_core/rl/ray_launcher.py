@@ -134,8 +134,9 @@ class LearnerRank:
         # Only the engine's dtype goes into the object store (bfloat16 for vLLM: half the float32 masters).
         return WeightSnapshot((k, v.detach().cpu()) for k, v in weights.items()), int(self.learner.weight_sync_bytes)
 
-    def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any]) -> None:
-        self.learner.save(Path(run_dir), step, tokenizer=self.tokenizer, extra_state=extra_state, keep=keep)
+    def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any], hf_weights: bool = True) -> None:
+        self.learner.save(Path(run_dir), step, tokenizer=self.tokenizer, extra_state=extra_state, keep=keep,
+                          hf_weights=hf_weights)
 
     def load(self, checkpoint: str) -> dict[str, Any]:
         state = self.learner.load(Path(checkpoint))
@@ -313,8 +314,9 @@ class RayLearnerGroup:
         self.weight_sync_bytes = sizes[0]
         return calls[0][0]
 
-    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
-        self._all("save", str(run_dir), step, keep, extra_state)  # rank 0 writes, with its own tokenizer
+    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int,
+             hf_weights: bool = True) -> None:
+        self._all("save", str(run_dir), step, keep, extra_state, hf_weights)  # rank 0 commits, with its tokenizer
 
     def load(self, checkpoint: Path) -> dict[str, Any]:
         state = self._all("load", str(checkpoint))

@@ -376,7 +376,9 @@ def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, tokenizer: Any, sched
     """Every ``save_every`` steps and after the last (collective on several ranks; rank 0 writes)."""
     if done % cfg.trainer.save_every and done != cfg.trainer.steps:
         return
-    learner.save(run_dir, done, tokenizer=tokenizer, keep=cfg.trainer.keep_checkpoints, extra_state={
+    hf_weights = done == cfg.trainer.steps or cfg.trainer.hf_weights_every_checkpoint  # sharded runs: else shards only
+    learner.save(run_dir, done, tokenizer=tokenizer, keep=cfg.trainer.keep_checkpoints, hf_weights=hf_weights,
+                 extra_state={
         "step": done, "round_scheduler": scheduler.state_dict(), "config": cfg.model_dump(mode="json"),
         "curriculum": curriculum.state_dict() if curriculum is not None else None})
 
