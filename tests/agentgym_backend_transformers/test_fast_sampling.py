@@ -57,7 +57,7 @@ def test_draws_follow_the_distribution_and_never_pick_a_masked_token():
     assert freq[1] == 0 and freq[4] == 0
     torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
     u = seeded_uniform(torch.arange(n), torch.zeros(n, dtype=torch.long))
-    assert 0 <= float(u.min()) and float(u.max()) < 1 and abs(float(u.mean()) - 0.5) < 0.01
+    assert float(u.min()) >= 0 and float(u.max()) < 1 and abs(float(u.mean()) - 0.5) < 0.01
 
 
 def test_a_lent_float32_module_samples_from_a_bf16_copy_refreshed_after_an_update():

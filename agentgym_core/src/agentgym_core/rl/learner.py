@@ -332,9 +332,11 @@ class Learner:
 
     def _load(self, checkpoint: Path) -> dict[str, Any]:
         """Weights, value head, optimizer and LR schedule from ``checkpoint``; returns its state."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
         state = load_trainer_state(checkpoint)
         if is_sharded(checkpoint):  # any number of ranks wrote it: each reads its own share of the files
