@@ -96,7 +96,6 @@ def build_backend(args) -> object:
         return load_backend(model, threads=args.threads, device=args.device, prefill=args.prefill)
     from agentgym_backend_transformers import make_backend
     from agentgym_backend_transformers.backend import pick_device
-
     from agentgym_core.models import load_pretrained
 
     if args.threads:
