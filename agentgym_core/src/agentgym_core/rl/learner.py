@@ -58,7 +58,7 @@ from agentgym_core.rl.checkpoint import (
 )
 from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.critic import build_critic
-from agentgym_core.rl.distributed import DistContext, gather_object
+from agentgym_core.rl.distributed import DistContext, broadcast_object, gather_object
 from agentgym_core.rl.forward import TokenStats, bf16_autocast, forward_tokens, mixed_precision
 from agentgym_core.rl.losses import kl_penalty
 from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
@@ -131,6 +131,12 @@ class Learner:
             if config.trainer.optimizer_state_to_disk:
                 raise ConfigError("trainer.optimizer_state_to_disk needs one learner process (trainer.learners=1); "
                                   "sharded optimizer states are not written to disk")
+        initial: dict[str, torch.Tensor] = {}
+        unsaved: dict[str, torch.Tensor] | None = None
+        if self.ctx.distributed:  # rank 0's weights, broadcast into every rank's shards once sharded
+            initial = model.state_dict() if self.ctx.is_main else {}
+            unsaved = _unsaved_buffers(model) if self.ctx.is_main else None
+            model.to("meta")  # no rank holds a full copy on its device before sharding (rank 0: in host memory)
         self.reference: torch.nn.Module | None = None
         if alg.kl.coef > 0 and not config.model.lora.enabled:  # LoRA: the reference is the model with adapters off
             # Copied before the masters are made: a frozen reference keeps the dtype it was loaded in.
@@ -139,7 +145,7 @@ class Learner:
                 narrow_linear_weights(self.reference, torch.bfloat16)  # scored under bf16 autocast only
         master_weights(model, config)
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = self.ctx.device if self.ctx.distributed else next(model.parameters()).device
         self.pad_token_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
         # The critic: its own model (separate, the default) or a head on the policy's trunk (rl/critic.py).
         self.value_head = build_critic(alg.critic, model, model_config=config.model,
@@ -147,6 +153,8 @@ class Learner:
             if alg.critic.enabled else None
         if self.ctx.distributed:
             self._shard()
+            self._fill_shards(initial, unsaved)
+            del initial
         policy_params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer, self.lr_schedule = build_optimizer(
             policy_params, list(self.value_head.parameters()) if self.value_head else [], config.optim,
@@ -172,6 +180,23 @@ class Learner:
             for layer in _decoder_layers(module):
                 fully_shard(layer, **kwargs)
             fully_shard(module, **kwargs)
+
+    def _fill_shards(self, initial: dict[str, torch.Tensor], unsaved: dict[str, torch.Tensor] | None) -> None:
+        """Give the sharded policy and reference (on the meta device) their shards on this rank's device,
+        filled from rank 0's ``initial`` weights one tensor at a time (collective). ``unsaved``: rank 0's
+        buffers a state dict leaves out (rotary frequencies), a few small tensors sent whole."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        unsaved = broadcast_object(unsaved, self.ctx)
+        for module in (self.model, self.reference):
+            if module is None:
+                continue
+            module.to_empty(device=self.device)
+            set_model_state_dict(module, dict(initial), options=StateDictOptions(
+                full_state_dict=True, broadcast_from_rank0=True))
+            with torch.no_grad():
+                for name, value in unsaved.items():
+                    module.get_buffer(name).copy_(value)
 
     @property
     def precision(self) -> contextlib.AbstractContextManager:
@@ -365,6 +390,17 @@ class Learner:
             self.optimizer.load_state_dict(state["optimizer"])
         self.lr_schedule.load_state_dict(state["lr_schedule"])
         return state
+
+
+def _unsaved_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s non-persistent buffers by name, on the CPU (a state dict does not hold them)."""
+    out = {}
+    for prefix, module in model.named_modules():
+        for name in module._non_persistent_buffers_set:
+            buffer = module._buffers.get(name)
+            if buffer is not None:
+                out[f"{prefix}.{name}" if prefix else name] = buffer.detach().cpu()
+    return out
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

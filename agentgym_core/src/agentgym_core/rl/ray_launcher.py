@@ -93,7 +93,7 @@ class LearnerRank:
 
         from agentgym_core.rl.distributed import init_from_environment
         from agentgym_core.rl.learner import Learner
-        from agentgym_core.rl.setup import load_policy, resolve_device
+        from agentgym_core.rl.setup import load_policy_for_ranks, resolve_device
 
         if self.world_size > 1:  # each actor sees its own GPUs as cuda:0..; LOCAL_RANK 0 picks its first
             os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
@@ -104,7 +104,8 @@ class LearnerRank:
         ctx = init_from_environment(device)
         random.seed(self.config.trainer.seed)
         torch.manual_seed(self.config.trainer.seed)
-        model, self.tokenizer = load_policy(self.config.model, device=ctx.device)
+        model, self.tokenizer = load_policy_for_ranks(self.config.model, ctx.device, rank=ctx.rank,
+                                                      world_size=ctx.world_size)
         self.learner = Learner(self.config, model, tokenizer=self.tokenizer, ctx=ctx)
         self.trimmer = HeapTrimmer(self.config.model.heap_trim_interval_s).__enter__()  # as a local learner
 

@@ -50,7 +50,7 @@ from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
 from agentgym_core.rl.plugin_options import bind_plugin_options
 from agentgym_core.rl.rollout_worker import RolloutWorker
-from agentgym_core.rl.setup import load_policy, make_backend, open_envs, resolve_device, summarize
+from agentgym_core.rl.setup import load_policy_for_ranks, make_backend, open_envs, resolve_device, summarize
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.update import UpdateInputs
 from agentgym_core.rl.weight_sync import engine_dtype, weight_sync_metrics
@@ -399,12 +399,14 @@ class _LocalRoles:
 
     def learner(self, stack: contextlib.ExitStack) -> Learner:
         if self.model is None:
-            self.model, self.tokenizer = load_policy(self.config.model, device=self.ctx.device)
+            # Several ranks: rank 0 reads the weights into host memory, the others build the structure only.
+            self.model, self.tokenizer = load_policy_for_ranks(self.config.model, self.ctx.device, rank=self.ctx.rank,
+                                                               world_size=self.ctx.world_size)
         else:  # a model handed in follows model.device as a loaded one does (tests pass CPU models)
             self.model.to(self.ctx.device)
         self.rollout_model = self.model
         if self.separate_copy and self.ctx.is_main:  # in the dtype the learner will send it weights in
-            self.rollout_model = copy.deepcopy(self.model)
+            self.rollout_model = copy.deepcopy(self.model).to(self.ctx.device)
             dtype = engine_dtype(self.config, self.ctx.device)
             if dtype is not None:
                 self.rollout_model.to(dtype)
