@@ -13,7 +13,8 @@ Layout of ``<run_dir>/checkpoints/step_000012/``::
                       learner rank's), round-scheduler state, step
     DONE              written last; a directory without it is never used
 
-A checkpoint written by one process holds the whole model and optimizer state
+Ranks on several machines write their shards into the same directory: ``run_dir`` must then be
+on a filesystem they share. A checkpoint written by one process holds the whole model and optimizer state
 (``model/`` + ``trainer_state.pt``); resuming it on several ranks, rank 0 reads the weights and
 broadcasts them tensor by tensor, and ``trainer_state.pt`` is memory-mapped, so the ranks of one
 machine share one copy of its pages.

@@ -11,6 +11,12 @@ Each request's token cap is ``min(turn cap, remaining trajectory budget, max_mod
 prompt length)``. Log-probs: ``logprobs=0`` asks for the sampled token's log-prob only; with
 ``logprobs_mode='processed_logprobs'`` it is taken after temperature, as the trainer recomputes it.
 
+Seeds: a seeded batch gives each request its own seed from (batch seed, row key, turn)
+(:func:`agentgym_core.rollout.backend.row_seed`, the transformers backend's too), never from the
+order requests arrived, so a run replays whatever the environments' timing and whichever worker
+samples an episode. vLLM samples requests that carry a seed with a generator each, a slower path
+than an unseeded batch: the price of replayable runs.
+
 Weights (see :mod:`agentgym_backend_vllm.weights`): ``load_weights`` sends the state dict in
 buckets through ``collective_rpc`` to :class:`AgentgymWorkerExtension`, then calls
 ``reset_prefix_cache()`` so no cached block holds keys of the old weights. Sharing the learner's
