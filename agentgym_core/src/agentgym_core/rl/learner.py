@@ -136,7 +136,7 @@ class Learner:
         if self.ctx.distributed:  # rank 0's weights, broadcast into every rank's shards once sharded
             initial = model.state_dict() if self.ctx.is_main else {}
             unsaved = _unsaved_buffers(model) if self.ctx.is_main else None
-            model.to("meta")  # no rank holds a full copy on its device before sharding (rank 0: in host memory)
+            _to_meta(model)  # no rank holds a full copy on its device before sharding (rank 0: in host memory)
         self.reference: torch.nn.Module | None = None
         if alg.kl.coef > 0 and not config.model.lora.enabled:  # LoRA: the reference is the model with adapters off
             # Copied before the masters are made: a frozen reference keeps the dtype it was loaded in.
@@ -390,6 +390,20 @@ class Learner:
             self.optimizer.load_state_dict(state["optimizer"])
         self.lr_schedule.load_state_dict(state["lr_schedule"])
         return state
+
+
+def _to_meta(model: torch.nn.Module) -> None:
+    """Move ``model`` to the meta device, keeping tied parameters tied (``Module.to`` gives each module
+    that shares a parameter a new one of its own when the device type changes)."""
+    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                owners.setdefault(id(param), []).append((module, name))
+    model.to("meta")
+    for (first, first_name), *others in owners.values():
+        for module, name in others:
+            setattr(module, name, getattr(first, first_name))
 
 
 def _unsaved_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
