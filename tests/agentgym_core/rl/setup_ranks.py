@@ -45,3 +45,45 @@ def build_in_rank(model_dir: str, out_dir: str) -> None:
         },
         Path(out_dir) / f"rank{ctx.rank}.pt",
     )
+
+
+def nccl_world_of_one(out_dir: str) -> None:
+    """A real NCCL group of one rank on cuda:0: shard the tiny model with FSDP2, gather bf16 weights for
+    the engine, write and read a sharded checkpoint; rank 0 saves what it saw."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from agentgym_core.rl.checkpoint import load_sharded, save_sharded
+    from agentgym_core.rl.weight_sync import gather_weights
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    model, _ = tiny_chat_model(seed=0)
+    expected = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+    model.to("cuda")
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    weights = gather_weights(model, dtype=torch.bfloat16)
+    save_sharded(Path(out_dir) / "sharded", {"model": model.state_dict()})
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    state = {"model": model.state_dict()}
+    load_sharded(Path(out_dir) / "sharded", state)
+    restored = {k: v.full_tensor().cpu() for k, v in model.state_dict().items() if hasattr(v, "full_tensor")}
+    torch.save(
+        {
+            "weights": {k: v.cpu() for k, v in weights.items()},
+            "devices": {str(v.device) for v in weights.values()},
+            "expected": expected,
+            "restored": restored,
+        },
+        Path(out_dir) / "nccl.pt",
+    )
+    dist.destroy_process_group()
+    os.environ.pop("RANK", None)
