@@ -14,13 +14,8 @@ from agentgym_core.testing.tiny_model import tiny_chat_model
 
 
 def _prompts(backend):
-    texts = ["Guess a number.", "Pick a colour.", "Say hi."]
-    return [
-        backend.encode(
-            backend.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)
-        )
-        for t in texts
-    ]
+    """Three prompts of different lengths (plain text ids: sampling needs no chat template)."""
+    return [backend.encode(t) for t in ("Guess a number.", "Pick a colour, any colour.", "Hi.")]
 
 
 def test_a_seeded_decode_step_draws_every_row_at_once(tiny_backend, monkeypatch):

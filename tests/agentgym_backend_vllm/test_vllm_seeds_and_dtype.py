@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_vllm_engine import prompt
 
 from agentgym_core.rollout.backend import SamplingParams, row_seed
 from agentgym_core.testing import serve_app
@@ -16,13 +17,7 @@ def make(model_dir, **options):
 
 
 def prompts(backend):
-    texts = ["Guess a number.", "Pick a word.", "Say hi."]
-    return [
-        backend.encode(
-            backend.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)
-        )
-        for t in texts
-    ]
+    return [prompt(backend, text) for text in ("Guess a number.", "Pick a word.", "Say hi.")]
 
 
 def replies_in_order(backend, ids, order, seed=11):
