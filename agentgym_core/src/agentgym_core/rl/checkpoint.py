@@ -36,9 +36,9 @@ from typing import Any
 import torch
 
 __all__ = [
-    "SHARDED", "check_weights_match", "checkpoint_dir", "commit_checkpoint", "export_model", "is_sharded", "latest_checkpoint",
-    "load_policy_weights", "load_sharded", "load_trainer_state", "pending_dir", "rank_rng_state", "read_model_weights",
-    "rng_state", "save_checkpoint", "save_sharded", "set_rng_state", "start_checkpoint",
+    "SHARDED", "check_weights_match", "checkpoint_dir", "commit_checkpoint", "export_model", "is_sharded",
+    "latest_checkpoint", "load_policy_weights", "load_sharded", "load_trainer_state", "pending_dir", "rank_rng_state",
+    "read_model_weights", "rng_state", "save_checkpoint", "save_sharded", "set_rng_state", "start_checkpoint",
 ]
 
 
@@ -78,7 +78,8 @@ def rank_rng_state(state: dict[str, Any], rank: int, world_size: int) -> dict[st
     return state["rng"]
 
 
-def export_model(model: Any, tokenizer: Any, directory: Path, state_dict: dict[str, Any] | None = None) -> None:
+def export_model(model: Any, tokenizer: Any, directory: Path,
+                 state_dict: dict[str, Any] | None = None) -> None:
     """Save plain HF weights; for a peft model, the merged weights plus the adapter.
 
     ``state_dict``: the full weights of a sharded model (gathered by the caller), saved with its config.
@@ -117,7 +118,7 @@ def pending_dir(run_dir: str | Path, step: int) -> Path:
 
 
 def start_checkpoint(run_dir: str | Path, step: int) -> Path:
-    """An empty :func:`pending_dir` for checkpoint ``step`` (one process creates it; others then write into it)."""
+    """An empty :func:`pending_dir` for checkpoint ``step`` (one process creates it, then all write into it)."""
     tmp = pending_dir(run_dir, step)
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -126,7 +127,8 @@ def start_checkpoint(run_dir: str | Path, step: int) -> Path:
 
 
 def commit_checkpoint(run_dir: str | Path, step: int, *, keep: int) -> Path:
-    """Mark the :func:`pending_dir` of ``step`` complete, rename it into place, point ``latest`` at it, prune."""
+    """Mark the :func:`pending_dir` of ``step`` complete, rename it into place, point ``latest`` at it,
+    prune old ones."""
     final, tmp = checkpoint_dir(run_dir, step), pending_dir(run_dir, step)
     (tmp / "DONE").write_text(str(step))
     if final.exists():

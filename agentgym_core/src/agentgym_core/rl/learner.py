@@ -270,7 +270,8 @@ class Learner:
         tied = None
         if getattr(getattr(self.model, "config", None), "tie_word_embeddings", False):
             output = self.model.get_output_embeddings()  # one copy, as save_pretrained writes it
-            tied = next((f"{name}.weight" for name, module in self.model.named_modules() if module is output), None)
+            tied = next((f"{name}.weight" for name, module in self.model.named_modules() if module is output),
+                        None)
         weights = gather_weights(self.model, dtype=dtype, tied_output=tied)
         self.weight_sync_bytes = weight_bytes(weights)
         return weights

@@ -133,9 +133,11 @@ class LearnerRank:
         if self.rank != 0:
             return None, 0
         # Only the engine's dtype goes into the object store (bfloat16 for vLLM: half the float32 masters).
-        return WeightSnapshot((k, v.detach().cpu()) for k, v in weights.items()), int(self.learner.weight_sync_bytes)
+        snapshot = WeightSnapshot((k, v.detach().cpu()) for k, v in weights.items())
+        return snapshot, int(self.learner.weight_sync_bytes)
 
-    def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any], hf_weights: bool = True) -> None:
+    def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any],
+             hf_weights: bool = True) -> None:
         self.learner.save(Path(run_dir), step, tokenizer=self.tokenizer, extra_state=extra_state, keep=keep,
                           hf_weights=hf_weights)
 
@@ -311,7 +313,8 @@ class RayLearnerGroup:
         """A reference to rank 0's full weights in ``dtype`` in the object store (the weights stay out of
         the driver); ``weight_sync_bytes`` is set to their size."""
         calls = [rank.policy_state_dict.options(num_returns=2).remote(dtype) for rank in self.ranks]
-        sizes = self.remote.get([size for _, size in calls], "learner.policy_state_dict")  # a rank's error, or a timeout
+        # a rank's error, or a timeout, surfaces here
+        sizes = self.remote.get([size for _, size in calls], "learner.policy_state_dict")
         self.weight_sync_bytes = sizes[0]
         return calls[0][0]
 

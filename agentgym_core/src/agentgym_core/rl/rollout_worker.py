@@ -101,12 +101,13 @@ class RolloutWorker:
     def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int,
                          first_index: int) -> tuple[list[Trajectory], int, int]:
         """Every attempt (failed ones kept), how many episodes were re-run, and how many failed every attempt."""
-        indices = list(range(first_index, first_index + len(episodes)))  # each episode's number in the whole step
+        indices = list(range(first_index, first_index + len(episodes)))  # each episode's number in the step
         attempts = self.engine.run(episodes, step=step, indices=indices)
         trajectories, reruns = list(attempts), 0
         for _ in range(self.config.rollout.rerun_failed):
             # A re-run keeps each episode's number, so its seed is the one it gets on any worker.
-            failed = [(spec, i) for spec, i, traj in zip(episodes, indices, attempts, strict=True) if traj.failed]
+            failed = [(spec, i) for spec, i, traj in zip(episodes, indices, attempts, strict=True)
+                      if traj.failed]
             if not failed:
                 break
             episodes, indices = [spec for spec, _ in failed], [i for _, i in failed]

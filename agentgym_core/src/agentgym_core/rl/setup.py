@@ -58,7 +58,8 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None) -
     return model, tokenizer
 
 
-def load_policy_for_ranks(config: ModelConfig, device: torch.device, *, rank: int, world_size: int) -> tuple[Any, Any]:
+def load_policy_for_ranks(config: ModelConfig, device: torch.device, *, rank: int,
+                          world_size: int) -> tuple[Any, Any]:
     """The policy as a learner rank builds it before FSDP2 shards it, without a full copy per GPU.
 
     One process: :func:`load_policy` on ``device``. Several ranks: rank 0 reads the weights into host

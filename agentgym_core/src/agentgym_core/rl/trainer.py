@@ -141,7 +141,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 start_step = int(state["step"])
             # A resumed run's rollout side must sample from the restored weights, not the initial ones.
             sync_dtype = engine_dtype(cfg, ctx.device)  # what the rollout engine holds: what the learner sends
-            resumed_weights = learner.policy_state_dict(sync_dtype) if checkpoint is not None else None  # collective
+            # collective
+            resumed_weights = learner.policy_state_dict(sync_dtype) if checkpoint is not None else None
             worker = writer = None
             if ctx.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
@@ -376,7 +377,8 @@ def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, tokenizer: Any, sched
     """Every ``save_every`` steps and after the last (collective on several ranks; rank 0 writes)."""
     if done % cfg.trainer.save_every and done != cfg.trainer.steps:
         return
-    hf_weights = done == cfg.trainer.steps or cfg.trainer.hf_weights_every_checkpoint  # sharded runs: else shards only
+    # Sharded runs write HF weights for the final checkpoint (or every one when asked); else shards only.
+    hf_weights = done == cfg.trainer.steps or cfg.trainer.hf_weights_every_checkpoint
     learner.save(run_dir, done, tokenizer=tokenizer, keep=cfg.trainer.keep_checkpoints, hf_weights=hf_weights,
                  extra_state={
         "step": done, "round_scheduler": scheduler.state_dict(), "config": cfg.model_dump(mode="json"),
@@ -406,10 +408,9 @@ class _LocalRoles:
             self.model.to(self.ctx.device)
         self.rollout_model = self.model
         if self.separate_copy and self.ctx.is_main:  # in the dtype the learner will send it weights in
-            self.rollout_model = copy.deepcopy(self.model).to(self.ctx.device)
-            dtype = engine_dtype(self.config, self.ctx.device)
-            if dtype is not None:
-                self.rollout_model.to(dtype)
+            dtype = engine_dtype(self.config, self.ctx.device)  # cast first, then moved: no wider copy on the GPU
+            self.rollout_model = copy.deepcopy(self.model)
+            self.rollout_model.to(**({"dtype": dtype} if dtype is not None else {})).to(self.ctx.device)
         learner = Learner(self.config, self.model, tokenizer=self.tokenizer, ctx=self.ctx)
         stack.callback(learner.close)
         return learner
