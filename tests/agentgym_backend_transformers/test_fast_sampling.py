@@ -62,15 +62,14 @@ def test_a_lent_float32_module_samples_from_a_bf16_copy_refreshed_after_an_updat
     assert {p.dtype for p in backend.model.parameters()} == {torch.bfloat16}
     params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=1)
     backend.generate(_prompts(backend)[:1], params)
-    with torch.no_grad():  # an optimizer step: in place, on the trainer's module
-        for p in model.parameters():
-            p.add_(0.25)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, foreach=True)  # the trainer's update, in place
+    model(input_ids=torch.tensor([_prompts(backend)[0]])).logits.float().pow(2).mean().backward()
+    optimizer.step()
     backend.open_batch(params).close()  # a new rollout starts from the new weights
     for mine, theirs in zip(backend.model.parameters(), model.parameters(), strict=True):
         assert torch.equal(mine, theirs.to(torch.bfloat16))
-    assert (
-        make_backend({}, model=model, tokenizer=tokenizer).model is model
-    )  # 'auto' on a CPU: the module itself
+    auto = make_backend({}, model=model, tokenizer=tokenizer)
+    assert auto.model is model  # 'auto' on a CPU: the module itself
 
 
 @pytest.mark.gpu
