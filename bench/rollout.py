@@ -18,6 +18,15 @@ baseline, with the 1-minute load average, and writes bench/results/rollout.json.
 
     python bench/rollout.py --threads 1                       # SmolLM2-135M on BabyAI, P = 1, 8, 32, 4 turns
     python bench/rollout.py --model tiny --parallel 1 8       # a quick smoke run with a tiny random model
+
+On a GPU (no model hub there): ``--model qwen2.5-1.5b-shape`` builds a random model of that shape
+(bench/gpu_rl_step.py's), and ``--lend-float32`` samples the way the trainer's rollouts do when
+they share the learner's module: the float32 module is lent to the backend (which samples from a
+bfloat16 copy of it on a GPU). The JSON records the device's name, the sampling dtype and each
+mode's peak GPU memory:
+
+    python bench/rollout.py --device cuda --model qwen2.5-1.5b-shape --lend-float32 \
+        --parallel 32 --max-rounds 6 --max-new-tokens 96 --modes engine round-sync-reread
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ def run_once(backend, env_cls, tasks, *, mode: str, args) -> dict[str, float]:
     stats = backend.sessions.stats
     prefilled, reused, shared = stats.prefilled_tokens, stats.reused_tokens, stats.shared_prefix_tokens
     load = os.getloadavg()[0]
+    if backend.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(backend.device)
     with RolloutEngine(backend, env_cls, num_envs=len(tasks), config=config, env_name="babyai") as engine:
         start = time.perf_counter()
         trajs = engine.run([EpisodeSpec(task_id=t) for t in tasks])
@@ -64,7 +75,39 @@ def run_once(backend, env_cls, tasks, *, mode: str, args) -> dict[str, float]:
         "prefilled_tokens": stats.prefilled_tokens - prefilled, "reused_tokens": stats.reused_tokens - reused,
         "shared_prefix_tokens": stats.shared_prefix_tokens - shared,
         "load_avg_1m_start": load, "load_avg_1m_end": os.getloadavg()[0],
+        **({"peak_gpu_allocated_gb": torch.cuda.max_memory_allocated(backend.device) / 1e9}
+           if backend.device.type == "cuda" else {}),
     }
+
+
+def build_backend(args) -> object:
+    """The backend the run measures: loaded from --model, or (--lend-float32) lent a float32 module."""
+    model = args.model
+    if model == "qwen2.5-1.5b-shape":  # random weights of that shape, saved where the backend loads them
+        import tempfile
+
+        from common import save_random_qwen2
+        from gpu_rl_step import QWEN2_5_1_5B
+
+        model = tempfile.mkdtemp(prefix="rollout-bench-model-")
+        device = "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
+        save_random_qwen2(model, QWEN2_5_1_5B, device=device, dtype=torch.bfloat16)
+    if not args.lend_float32:
+        return load_backend(model, threads=args.threads, device=args.device, prefill=args.prefill)
+    from agentgym_backend_transformers import make_backend
+    from agentgym_backend_transformers.backend import pick_device
+    from agentgym_core.models import load_pretrained
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if model == "tiny":
+        from agentgym_core.testing.tiny_model import tiny_chat_model
+
+        module, tokenizer = tiny_chat_model()
+        module.to(pick_device(args.device))
+    else:
+        module, tokenizer = load_pretrained(model, device=pick_device(args.device), dtype="float32")
+    return make_backend({"prefill": args.prefill}, model=module, tokenizer=tokenizer)
 
 
 def main() -> None:
@@ -79,14 +122,19 @@ def main() -> None:
     parser.add_argument("--prefill", default="auto", choices=["auto", "batched", "per_row"],
                         help="how rows joining the batch are read (backend option; auto = per_row on CPU)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lend-float32", action="store_true",
+                        help="lend the backend a float32 module, as the trainer does when rollouts share its module")
     parser.add_argument("--out", default="bench/results/rollout.json")
     args = parser.parse_args()
-    backend = load_backend(args.model, threads=args.threads, device=args.device, prefill=args.prefill)
+    backend = build_backend(args)
     env_cls = PluginManager(autoload=True, allow=["babyai"]).env_class("babyai")
     test = env_cls.tasks().split("test")
     results = {"model": args.model, "device": str(backend.device), "torch_threads": torch.get_num_threads(),
                "cpu_count": os.cpu_count(), "max_rounds": args.max_rounds, "max_new_tokens": args.max_new_tokens,
-               "prefill": args.prefill,
+               "prefill": args.prefill, "lend_float32": args.lend_float32, "torch": torch.__version__,
+               "device_name": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else "cpu",
+               "module_dtype": str(next(backend.source.parameters()).dtype),
+               "sampling_dtype": str(next(backend.model.parameters()).dtype),
                "modes": {m: {"synchronous": s, "reuse_kv_cache": r, "share_prefixes": p} for m, (s, r, p) in MODES.items()}, "runs": []}
     print(f"{'P':>3} {'mode':>18} {'traj/min':>9} {'tok/s':>7} {'wall s':>7} {'turns':>5} {'prefilled':>9} "
           f"{'reused':>7} {'load':>5}")

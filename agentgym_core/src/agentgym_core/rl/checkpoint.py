@@ -3,11 +3,21 @@
 Layout of ``<run_dir>/checkpoints/step_000012/``::
 
     model/            the policy in Hugging Face format (LoRA merged in), loadable by
-                      transformers and vLLM, with its tokenizer
+                      transformers and vLLM, with its tokenizer (sharded runs: the final
+                      checkpoint, or every one with trainer.hf_weights_every_checkpoint)
     adapter/          the LoRA adapter alone (LoRA runs only; resume loads base + adapter)
-    trainer_state.pt  optimizer, LR schedule, value head, RNG states (each learner rank's),
-                      round-scheduler state, step
+    sharded/          several learner ranks: weights and optimizer state written with
+                      torch.distributed.checkpoint, one file per rank (``__<rank>_0.distcp``)
+                      plus ``.metadata``; read back by any number of ranks, each reading its share
+    trainer_state.pt  optimizer (one process), LR schedule, value head, RNG states (each
+                      learner rank's), round-scheduler state, step
     DONE              written last; a directory without it is never used
+
+Ranks on several machines write their shards into the same directory: ``run_dir`` must then be
+on a filesystem they share. A checkpoint written by one process holds the whole model and optimizer state
+(``model/`` + ``trainer_state.pt``); resuming it on several ranks, rank 0 reads the weights and
+broadcasts them tensor by tensor, and ``trainer_state.pt`` is memory-mapped, so the ranks of one
+machine share one copy of its pages.
 
 A checkpoint is built in ``step_000012.tmp/`` and renamed into place (one atomic rename); then
 ``latest`` (a one-line file with the directory name) is replaced atomically. The data order needs
@@ -26,9 +36,14 @@ from typing import Any
 import torch
 
 __all__ = [
-    "check_weights_match", "checkpoint_dir", "latest_checkpoint", "load_policy_weights", "load_trainer_state",
-    "rank_rng_state", "read_model_weights", "rng_state", "save_checkpoint", "set_rng_state",
+    "SHARDED", "check_weights_match", "checkpoint_dir", "commit_checkpoint", "export_model", "is_sharded",
+    "latest_checkpoint", "load_policy_weights", "load_sharded", "load_trainer_state", "pending_dir", "rank_rng_state",
+    "read_model_weights", "rng_state", "save_checkpoint", "save_sharded", "set_rng_state", "start_checkpoint",
 ]
+
+
+SHARDED = "sharded"
+"""The subdirectory of a checkpoint that holds torch.distributed.checkpoint's per-rank files."""
 
 
 def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
@@ -63,7 +78,8 @@ def rank_rng_state(state: dict[str, Any], rank: int, world_size: int) -> dict[st
     return state["rng"]
 
 
-def _export_model(model: Any, tokenizer: Any, directory: Path, state_dict: dict[str, Any] | None = None) -> None:
+def export_model(model: Any, tokenizer: Any, directory: Path,
+                 state_dict: dict[str, Any] | None = None) -> None:
     """Save plain HF weights; for a peft model, the merged weights plus the adapter.
 
     ``state_dict``: the full weights of a sharded model (gathered by the caller), saved with its config.
@@ -88,13 +104,32 @@ def save_checkpoint(
 
     ``state_dict`` replaces ``model.state_dict()`` (the gathered weights of a sharded model).
     """
+    tmp = start_checkpoint(run_dir, step)
+    (tmp / "model").mkdir()
+    export_model(model, tokenizer, tmp / "model", state_dict)
+    torch.save(trainer_state, tmp / "trainer_state.pt")
+    return commit_checkpoint(run_dir, step, keep=keep)
+
+
+def pending_dir(run_dir: str | Path, step: int) -> Path:
+    """Where checkpoint ``step`` is built before its atomic rename."""
     final = checkpoint_dir(run_dir, step)
-    tmp = final.with_name(final.name + ".tmp")
+    return final.with_name(final.name + ".tmp")
+
+
+def start_checkpoint(run_dir: str | Path, step: int) -> Path:
+    """An empty :func:`pending_dir` for checkpoint ``step`` (one process creates it, then all write into it)."""
+    tmp = pending_dir(run_dir, step)
     if tmp.exists():
         shutil.rmtree(tmp)
-    (tmp / "model").mkdir(parents=True)
-    _export_model(model, tokenizer, tmp / "model", state_dict)
-    torch.save(trainer_state, tmp / "trainer_state.pt")
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def commit_checkpoint(run_dir: str | Path, step: int, *, keep: int) -> Path:
+    """Mark the :func:`pending_dir` of ``step`` complete, rename it into place, point ``latest`` at it,
+    prune old ones."""
+    final, tmp = checkpoint_dir(run_dir, step), pending_dir(run_dir, step)
     (tmp / "DONE").write_text(str(step))
     if final.exists():
         shutil.rmtree(final)
@@ -123,7 +158,30 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
-    return torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+    """``trainer_state.pt``, memory-mapped: tensors are read from the file as they are used, and the
+    ranks of one machine share the pages."""
+    return torch.load(checkpoint / "trainer_state.pt", weights_only=False, mmap=True)
+
+
+def is_sharded(checkpoint: Path) -> bool:
+    """Whether ``checkpoint`` holds its weights and optimizer state as per-rank shards (``sharded/``)."""
+    return (checkpoint / SHARDED / ".metadata").exists()
+
+
+def save_sharded(directory: Path, state: dict[str, Any]) -> None:
+    """Every rank writes its own shard of ``state`` (DTensors, or plain tensors on one process) under
+    ``directory`` (collective); rank 0 adds the metadata once every shard is written."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(state, checkpoint_id=str(directory))
+
+
+def load_sharded(directory: Path, state: dict[str, Any]) -> None:
+    """Fill ``state`` in place from the shards under ``directory``: each rank reads the parts of the
+    files that overlap its own shards, whatever number of ranks wrote them (collective)."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.load(state, checkpoint_id=str(directory))
 
 
 def load_policy_weights(model: Any, checkpoint: Path) -> None:

@@ -477,6 +477,9 @@ class TrainerConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are "
                                   "deleted. One SmolLM2-135M checkpoint is 1.6 GB (542 MB weights + 1,076 MB AdamW "
                                   "state; bench/checkpoint_size.py).")
+    hf_weights_every_checkpoint: bool = Field(
+        False, description="Sharded checkpoints (trainer.learners > 1): also write Hugging Face weights under "
+        "model/ at every checkpoint, not only the final one.")
     save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
     optimizer_state_to_disk: bool = Field(
         False, description="Keep the optimizer's state (AdamW's two moments: twice the trainable weights in float32, "

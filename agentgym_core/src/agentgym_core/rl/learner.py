@@ -5,17 +5,18 @@ on), the optimizer and LR schedule. It answers four calls from the training loop
 
 * :meth:`Learner.score` — old, reference log-probs, entropies and values of a batch (no grad);
 * :meth:`Learner.update` — the PPO update of one step (:func:`agentgym_core.rl.update.ppo_update`);
-* :meth:`Learner.policy_state_dict` — the full policy weights, for a rollout backend that keeps its
-  own copy;
+* :meth:`Learner.policy_state_dict` — the full policy weights in the rollout engine's dtype, for a
+  rollout backend that keeps its own copy (:mod:`agentgym_core.rl.weight_sync`);
 * :meth:`Learner.save` / :meth:`Learner.load` — checkpoints in one portable layout, with every
   rank's RNG state (dropout draws from it during the update), each rank resuming its own.
 
 With ``trainer.learners = N > 1`` every rank builds a Learner on the same initial weights and
 shards them with FSDP2 ``fully_shard`` (one shard per decoder layer, then the root). Each rank
 trains on its share of every mini-batch's rows with the loss normalised by the mini-batch's
-global token count, so N ranks step exactly as one process does; checkpoints gather to full
-Hugging Face weights and an optimizer state keyed by parameter name, so a run saved with N ranks
-resumes with any other number.
+global token count, so N ranks step exactly as one process does. A checkpoint of one process
+holds full Hugging Face weights and an optimizer state keyed by parameter name; on several ranks
+each writes its own shard with ``torch.distributed.checkpoint`` (HF weights gathered for the final
+one). A run saved with N ranks resumes with any other number, each rank reading its share.
 
 Precision. The weights the optimizer updates are float32 ("master weights"); matmuls run in
 bfloat16 under ``model.mixed_precision`` (autocast on one process, FSDP2's
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,18 +39,26 @@ import torch
 
 from agentgym_core.rl.batch import RLBatch
 from agentgym_core.rl.checkpoint import (
+    SHARDED,
     check_weights_match,
+    commit_checkpoint,
+    export_model,
+    is_sharded,
     load_policy_weights,
+    load_sharded,
     load_trainer_state,
+    pending_dir,
     rank_rng_state,
     read_model_weights,
     rng_state,
     save_checkpoint,
+    save_sharded,
     set_rng_state,
+    start_checkpoint,
 )
 from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.critic import build_critic
-from agentgym_core.rl.distributed import DistContext, gather_object
+from agentgym_core.rl.distributed import DistContext, broadcast_object, gather_object
 from agentgym_core.rl.forward import (
     TokenStats,
     bf16_autocast,
@@ -60,6 +70,7 @@ from agentgym_core.rl.losses import kl_penalty
 from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
 from agentgym_core.rl.setup import build_optimizer
 from agentgym_core.rl.update import UpdateInputs, ppo_update
+from agentgym_core.rl.weight_sync import gather_weights, weight_bytes
 
 __all__ = ["Learner", "ScoredBatch", "balanced_shares", "master_weights", "narrow_linear_weights"]
 
@@ -126,6 +137,12 @@ class Learner:
             if config.trainer.optimizer_state_to_disk:
                 raise ConfigError("trainer.optimizer_state_to_disk needs one learner process (trainer.learners=1); "
                                   "sharded optimizer states are not written to disk")
+        initial: dict[str, torch.Tensor] = {}
+        unsaved: dict[str, torch.Tensor] | None = None
+        if self.ctx.distributed:  # rank 0's weights, broadcast into every rank's shards once sharded
+            initial = model.state_dict() if self.ctx.is_main else {}
+            unsaved = _unsaved_buffers(model) if self.ctx.is_main else None
+            _to_meta(model)  # no rank holds a full copy on its device before sharding (rank 0: in host memory)
         self.reference: torch.nn.Module | None = None
         if alg.kl.coef > 0 and not config.model.lora.enabled:  # LoRA: the reference is the model with adapters off
             # Copied before the masters are made: a frozen reference keeps the dtype it was loaded in.
@@ -134,7 +151,7 @@ class Learner:
                 narrow_linear_weights(self.reference, torch.bfloat16)  # scored under bf16 autocast only
         master_weights(model, config)
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = self.ctx.device if self.ctx.distributed else next(model.parameters()).device
         self.pad_token_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
         # The critic: its own model (separate, the default) or a head on the policy's trunk (rl/critic.py).
         self.value_head = build_critic(alg.critic, model, model_config=config.model,
@@ -142,11 +159,14 @@ class Learner:
             if alg.critic.enabled else None
         if self.ctx.distributed:
             self._shard()
+            self._fill_shards(initial, unsaved)
+            del initial
         policy_params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer, self.lr_schedule = build_optimizer(
             policy_params, list(self.value_head.parameters()) if self.value_head else [], config.optim,
             config.trainer.steps)
         self.state_on_disk: OptimizerStateOnDisk | None = None  # AdamW's moments between updates
+        self.weight_sync_bytes: int | None = None  # of the last policy_state_dict
         if config.trainer.optimizer_state_to_disk:
             self.state_on_disk = OptimizerStateOnDisk.in_run_dir(self.optimizer, config.trainer.run_dir)
 
@@ -166,6 +186,23 @@ class Learner:
             for layer in _decoder_layers(module):
                 fully_shard(layer, **kwargs)
             fully_shard(module, **kwargs)
+
+    def _fill_shards(self, initial: dict[str, torch.Tensor], unsaved: dict[str, torch.Tensor] | None) -> None:
+        """Give the sharded policy and reference (on the meta device) their shards on this rank's device,
+        filled from rank 0's ``initial`` weights one tensor at a time (collective). ``unsaved``: rank 0's
+        buffers a state dict leaves out (rotary frequencies), a few small tensors sent whole."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        unsaved = broadcast_object(unsaved, self.ctx)
+        for module in (self.model, self.reference):
+            if module is None:
+                continue
+            module.to_empty(device=self.device)
+            set_model_state_dict(module, dict(initial), options=StateDictOptions(
+                full_state_dict=True, broadcast_from_rank0=True))
+            with torch.no_grad():
+                for name, value in unsaved.items():
+                    module.get_buffer(name).copy_(value)
 
     @property
     def precision(self) -> contextlib.AbstractContextManager:
@@ -252,34 +289,25 @@ class Learner:
         return out.logprobs[0].tolist()
 
     # ---- 3. weights out ---------------------------------------------------------------------------------
-    def policy_state_dict(self) -> dict[str, torch.Tensor]:
-        """The full policy weights (gathered to rank 0's CPU memory when sharded; collective)."""
-        if not self.ctx.distributed:
-            return self.model.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    def policy_state_dict(self, dtype: torch.dtype | None = None) -> Mapping[str, torch.Tensor]:
+        """The full policy weights in ``dtype`` (None: the learner's), on the learner's device.
 
-        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return self._without_tied_output(full)
+        Sharded: gathered one tensor at a time, cast before the all-gather (collective; see
+        :mod:`agentgym_core.rl.weight_sync`). ``weight_sync_bytes`` is set to their size.
+        """
+        tied = None
+        if getattr(getattr(self.model, "config", None), "tie_word_embeddings", False):
+            output = self.model.get_output_embeddings()  # one copy, as save_pretrained writes it
+            tied = next((f"{name}.weight" for name, module in self.model.named_modules() if module is output),
+                        None)
+        weights = gather_weights(self.model, dtype=dtype, tied_output=tied)
+        self.weight_sync_bytes = weight_bytes(weights)
+        return weights
 
-    def rollout_weights(self) -> dict[str, torch.Tensor]:
-        """The full policy weights for this rank's rollout engine: every rank gets them when sharded
-        (collective; gathered one tensor at a time, so the device holds one full tensor beyond its shard)."""
-        if not self.ctx.distributed:
-            return self.model.state_dict()
-        full = {}
-        for name, tensor in self.model.state_dict().items():
-            if hasattr(tensor, "full_tensor"):  # a DTensor: this rank's shard of it
-                tensor = tensor.full_tensor()
-            full[name] = tensor.detach().cpu()
-        return self._without_tied_output(full)
-
-    def _without_tied_output(self, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if getattr(self.model.config, "tie_word_embeddings", False):  # one copy, as save_pretrained writes it
-            output = self.model.get_output_embeddings()
-            for name, module in self.model.named_modules():
-                if module is output:
-                    full.pop(f"{name}.weight", None)
-        return full
+    def rollout_weights(self, dtype: torch.dtype | None = None) -> Mapping[str, torch.Tensor]:
+        """The full weights for this rank's own rollout engine: :meth:`policy_state_dict` (every rank gets
+        them, on its device; collective when sharded)."""
+        return self.policy_state_dict(dtype)
 
     def close(self) -> None:
         """Delete what the learner keeps on disk between updates (``trainer.optimizer_state_to_disk``); the
@@ -306,19 +334,47 @@ class Learner:
             self.state_on_disk.store()  # the file still holds it: nothing written
         return found
 
-    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
-        """Checkpoint ``step`` (collective; rank 0 writes). Model in HF format, optimizer by parameter name,
-        every rank's RNG state (``rng_by_rank``; ``rng`` is rank 0's)."""
+    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int,
+             hf_weights: bool = True) -> None:
+        """Checkpoint ``step`` (collective; rank 0 commits it). Every rank's RNG state (``rng_by_rank``;
+        ``rng`` is rank 0's) with the LR schedule and ``extra_state``.
+
+        One process: the model in HF format and the optimizer by parameter name. Several ranks: each
+        writes its own shard of weights and optimizer state (``sharded/``, torch.distributed.checkpoint),
+        and the full HF weights are gathered tensor by tensor only when ``hf_weights`` asks for them.
+        """
         rngs = gather_object(rng_state(), self.ctx)  # taken before the collectives below, which draw nothing
-        weights = self.policy_state_dict() if self.ctx.distributed else None
-        optimizer = self.optimizer_state()
-        if not self.ctx.is_main:
-            return
-        state = {**extra_state, "optimizer_by_name": optimizer, "lr_schedule": self.lr_schedule.state_dict(),
+        state = {**extra_state, "lr_schedule": self.lr_schedule.state_dict(),
                  "value_head": self.value_head.state_dict() if self.value_head is not None else None,
                  "rng": rngs[0], "rng_by_rank": rngs}
-        save_checkpoint(run_dir, step, model=self.model, tokenizer=tokenizer, trainer_state=state, keep=keep,
-                        state_dict=weights)
+        if not self.ctx.distributed:
+            save_checkpoint(run_dir, step, model=self.model, tokenizer=tokenizer, keep=keep,
+                            trainer_state={**state, "optimizer_by_name": self.optimizer_state()})
+            return
+        import torch.distributed as dist
+
+        if self.ctx.is_main:
+            start_checkpoint(run_dir, step)
+        dist.barrier()  # the directory exists before any rank writes into it
+        tmp = pending_dir(run_dir, step)
+        save_sharded(tmp / SHARDED, self._sharded_state())
+        weights = self.policy_state_dict() if hf_weights else None  # gathered per tensor, on the device
+        if not self.ctx.is_main:
+            return
+        if weights is not None:
+            (tmp / "model").mkdir()
+            export_model(self.model, tokenizer, tmp / "model", {k: v.cpu() for k, v in weights.items()})
+        del weights
+        torch.save(state, tmp / "trainer_state.pt")
+        commit_checkpoint(run_dir, step, keep=keep)
+
+    def _sharded_state(self) -> dict[str, Any]:
+        """This rank's shards of the weights and optimizer state, keyed by parameter name (DTensors when
+        sharded, plain tensors on one process): what torch.distributed.checkpoint saves and fills."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        return {"model": get_model_state_dict(self.model),
+                "optimizer": get_optimizer_state_dict(self._trainable(), self.optimizer)}
 
     def load(self, checkpoint: Path) -> dict[str, Any]:
         """Restore weights, optimizer, LR schedule, value head and this rank's RNG state (see
@@ -335,14 +391,27 @@ class Learner:
 
     def _load(self, checkpoint: Path) -> dict[str, Any]:
         """Weights, value head, optimizer and LR schedule from ``checkpoint``; returns its state."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
         state = load_trainer_state(checkpoint)
-        if self.ctx.distributed:  # every rank reads the full weights and keeps its own shard of them
-            from torch.distributed.checkpoint.state_dict import set_model_state_dict
-
-            result = set_model_state_dict(self.model, read_model_weights(checkpoint),
-                                          options=StateDictOptions(full_state_dict=True, strict=False))
+        if is_sharded(checkpoint):  # any number of ranks wrote it: each reads its own share of the files
+            if self.value_head is not None:
+                raise ConfigError(f"{checkpoint} was written by several learner ranks, which train no critic; "
+                                  "resume it with the recipe it was written with")
+            sharded = self._sharded_state()
+            load_sharded(checkpoint / SHARDED, sharded)
+            set_model_state_dict(self.model, sharded["model"])
+            set_optimizer_state_dict(self._trainable(), self.optimizer, sharded["optimizer"])
+            self.lr_schedule.load_state_dict(state["lr_schedule"])
+            return state
+        if self.ctx.distributed:  # a whole-model checkpoint: rank 0 reads it and broadcasts tensor by tensor
+            weights = read_model_weights(checkpoint) if self.ctx.is_main else {}
+            result = set_model_state_dict(self.model, weights, options=StateDictOptions(
+                full_state_dict=True, broadcast_from_rank0=True, strict=False))
             check_weights_match(self.model, checkpoint, result.missing_keys, result.unexpected_keys)
         else:
             load_policy_weights(self.model, checkpoint)
@@ -396,6 +465,31 @@ def _gather_rows(parts: tuple[TokenStats, torch.Tensor | None], shares: list[lis
                 out[share] = part[key]
         whole[key] = out.to(device)
     return TokenStats(logprobs=whole["logprobs"], entropy=whole["entropy"], values=whole["values"]), whole["ref"]
+
+
+def _to_meta(model: torch.nn.Module) -> None:
+    """Move ``model`` to the meta device, keeping tied parameters tied (``Module.to`` gives each module
+    that shares a parameter a new one of its own when the device type changes)."""
+    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                owners.setdefault(id(param), []).append((module, name))
+    model.to("meta")
+    for (first, first_name), *others in owners.values():
+        for module, name in others:
+            setattr(module, name, getattr(first, first_name))
+
+
+def _unsaved_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s non-persistent buffers by name, on the CPU (a state dict does not hold them)."""
+    out = {}
+    for prefix, module in model.named_modules():
+        for name in module._non_persistent_buffers_set:
+            buffer = module._buffers.get(name)
+            if buffer is not None:
+                out[f"{prefix}.{name}" if prefix else name] = buffer.detach().cpu()
+    return out
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

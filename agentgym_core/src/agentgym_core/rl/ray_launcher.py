@@ -6,8 +6,8 @@ model. :class:`RayRoles` gives it the two roles it drives, with the calls the lo
 * :class:`RayLearnerGroup`: ``trainer.learners`` actors, each one rank of the existing
   :class:`~agentgym_core.rl.learner.Learner` (FSDP2 over a gloo/NCCL group the ranks open among
   themselves). Every call goes to every rank (their collectives must match) and rank 0 answers.
-  ``policy_state_dict`` returns a reference to rank 0's weights in Ray's object store, never the
-  weights themselves: they go from there straight to the rollout workers.
+  ``policy_state_dict`` returns a reference to rank 0's weights (in the rollout engine's dtype) in
+  Ray's object store, never the weights themselves: they go from there straight to the rollout workers.
 * :class:`RayRolloutGroup`: ``trainer.rollout_workers`` actors, each a
   :class:`~agentgym_core.rl.rollout_worker.RolloutWorker` (its backend, engines and environment
   clients) sampling one contiguous slice of each step's episodes; the slices come back in order,
@@ -93,7 +93,7 @@ class LearnerRank:
 
         from agentgym_core.rl.distributed import init_from_environment
         from agentgym_core.rl.learner import Learner
-        from agentgym_core.rl.setup import load_policy, resolve_device
+        from agentgym_core.rl.setup import load_policy_for_ranks, resolve_device
 
         if self.world_size > 1:  # each actor sees its own GPUs as cuda:0..; LOCAL_RANK 0 picks its first
             os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
@@ -104,7 +104,8 @@ class LearnerRank:
         ctx = init_from_environment(device, timeout_s=self.config.trainer.collective_timeout_s)
         random.seed(self.config.trainer.seed)
         torch.manual_seed(self.config.trainer.seed)
-        model, self.tokenizer = load_policy(self.config.model, device=ctx.device)
+        model, self.tokenizer = load_policy_for_ranks(self.config.model, ctx.device, rank=ctx.rank,
+                                                      world_size=ctx.world_size)
         self.learner = Learner(self.config, model, tokenizer=self.tokenizer, ctx=ctx)
         self.trimmer = HeapTrimmer(self.config.model.heap_trim_interval_s).__enter__()  # as a local learner
 
@@ -123,16 +124,22 @@ class LearnerRank:
         self.learner.step_schedule()
         return self.learner.lr
 
-    def policy_state_dict(self) -> tuple[Any, bool]:
-        """(rank 0's full weights or None, True); called with num_returns=2, so the driver can wait for
-        the flag without fetching the weights."""
-        weights = self.learner.policy_state_dict()  # collective on several ranks
-        if self.rank != 0:
-            return None, True
-        return {k: v.detach().cpu() for k, v in weights.items()}, True
+    def policy_state_dict(self, dtype: Any = None) -> tuple[Any, int]:
+        """(rank 0's full weights in ``dtype`` or None, their bytes); called with num_returns=2, so the
+        driver can wait for the size without fetching the weights."""
+        from agentgym_core.rl.weight_sync import WeightSnapshot
 
-    def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any]) -> None:
-        self.learner.save(Path(run_dir), step, tokenizer=self.tokenizer, extra_state=extra_state, keep=keep)
+        weights = self.learner.policy_state_dict(dtype)  # collective on several ranks
+        if self.rank != 0:
+            return None, 0
+        # Only the engine's dtype goes into the object store (bfloat16 for vLLM: half the float32 masters).
+        snapshot = WeightSnapshot((k, v.detach().cpu()) for k, v in weights.items())
+        return snapshot, int(self.learner.weight_sync_bytes)
+
+    def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any],
+             hf_weights: bool = True) -> None:
+        self.learner.save(Path(run_dir), step, tokenizer=self.tokenizer, extra_state=extra_state, keep=keep,
+                          hf_weights=hf_weights)
 
     def load(self, checkpoint: str) -> dict[str, Any]:
         state = self.learner.load(Path(checkpoint))
@@ -282,6 +289,7 @@ class RayLearnerGroup:
     def __init__(self, ranks: list[Any], remote: _Remote) -> None:
         self.ranks, self.remote = ranks, remote
         self.lr = 0.0
+        self.weight_sync_bytes: int | None = None  # of the last policy_state_dict
 
     def _all(self, method: str, *args: Any) -> Any:
         refs = [getattr(rank, method).remote(*args) for rank in self.ranks]
@@ -297,18 +305,22 @@ class RayLearnerGroup:
         self.lr = self._all("step_schedule")
         self.remote.step += 1
 
-    def rollout_weights(self) -> Any:
+    def rollout_weights(self, dtype: Any = None) -> Any:
         """The weights for the rollout workers, which are remote: :meth:`policy_state_dict`'s reference."""
-        return self.policy_state_dict()
+        return self.policy_state_dict(dtype)
 
-    def policy_state_dict(self) -> Any:
-        """A reference to rank 0's full weights in the object store (the weights stay out of the driver)."""
-        calls = [rank.policy_state_dict.options(num_returns=2).remote() for rank in self.ranks]
-        self.remote.get([done for _, done in calls], "learner.policy_state_dict")  # a rank's error, or a timeout
+    def policy_state_dict(self, dtype: Any = None) -> Any:
+        """A reference to rank 0's full weights in ``dtype`` in the object store (the weights stay out of
+        the driver); ``weight_sync_bytes`` is set to their size."""
+        calls = [rank.policy_state_dict.options(num_returns=2).remote(dtype) for rank in self.ranks]
+        # a rank's error, or a timeout, surfaces here
+        sizes = self.remote.get([size for _, size in calls], "learner.policy_state_dict")
+        self.weight_sync_bytes = sizes[0]
         return calls[0][0]
 
-    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int) -> None:
-        self._all("save", str(run_dir), step, keep, extra_state)  # rank 0 writes, with its own tokenizer
+    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int,
+             hf_weights: bool = True) -> None:
+        self._all("save", str(run_dir), step, keep, extra_state, hf_weights)  # rank 0 commits, with its tokenizer
 
     def load(self, checkpoint: Path) -> dict[str, Any]:
         state = self._all("load", str(checkpoint))

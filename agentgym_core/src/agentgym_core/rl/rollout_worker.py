@@ -88,8 +88,8 @@ class RolloutWorker:
         engine = self.engine
         rounds = () if sampling_round == 0 else (f"round{sampling_round}",)
         engine.config.sampling.seed = step_seed(seed, "sampling", *(env.name for env in self.envs), *rounds, step)
-        # Per-step stats; the engine also offsets its seed by its call count, which must
-        # restart each step for a resumed run to sample what an uninterrupted one did.
+        # Per-step stats; the engine also offsets its seed by its run count (re-runs of failed episodes),
+        # which must restart each step for a resumed run to sample what an uninterrupted one did.
         engine.stats = RolloutStats()
         before = {env.name: env.pool.snapshot() for env in self.envs}
         start = time.perf_counter()
@@ -106,14 +106,18 @@ class RolloutWorker:
     def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int,
                          first_index: int) -> tuple[list[Trajectory], int, int]:
         """Every attempt (failed ones kept), how many episodes were re-run, and how many failed every attempt."""
-        attempts = self.engine.run(episodes, step=step, first_index=first_index)
+        indices = list(range(first_index, first_index + len(episodes)))  # each episode's number in the step
+        attempts = self.engine.run(episodes, step=step, indices=indices)
         trajectories, reruns = list(attempts), 0
         for _ in range(self.config.rollout.rerun_failed):
-            episodes = [spec for spec, traj in zip(episodes, attempts, strict=True) if traj.failed]
-            if not episodes:
+            # A re-run keeps each episode's number, so its seed is the one it gets on any worker.
+            failed = [(spec, i) for spec, i, traj in zip(episodes, indices, attempts, strict=True)
+                      if traj.failed]
+            if not failed:
                 break
+            episodes, indices = [spec for spec, _ in failed], [i for _, i in failed]
             reruns += len(episodes)
-            attempts = self.engine.run(episodes, step=step)
+            attempts = self.engine.run(episodes, step=step, indices=indices)
             trajectories += attempts
         return trajectories, reruns, sum(traj.failed for traj in attempts)
 

@@ -21,7 +21,8 @@ from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, R
 from agentgym_core.rollout.trajectory import Trajectory, invalid_action_rate
 
 __all__ = [
-    "EnvHandle", "build_optimizer", "evaluate", "load_policy", "make_backend", "open_envs", "resolve_device", "summarize",
+    "EnvHandle", "build_optimizer", "evaluate", "load_policy", "load_policy_for_ranks", "make_backend", "open_envs",
+    "resolve_device", "summarize",
 ]
 
 
@@ -34,7 +35,8 @@ def resolve_device(device: str) -> torch.device:
 
 def load_policy(config: ModelConfig, device: str | torch.device | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) from ``config.path`` on ``device`` (default ``config.device``); with LoRA
-    enabled, wrapped with fresh peft adapters."""
+    enabled, wrapped with fresh peft adapters. On the ``meta`` device: the model's structure only,
+    no weights read (a learner rank that receives its shards from rank 0)."""
     from agentgym_core.models import load_pretrained
 
     if config.threads:
@@ -42,7 +44,10 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None) -
     if config.onednn_primitive_cache is not None:  # before this process's first oneDNN kernel
         limit_onednn_primitive_cache(config.onednn_primitive_cache)
     device = resolve_device(config.device) if device is None else torch.device(device)
-    model, tokenizer = load_pretrained(config.path, device=str(device), dtype=config.dtype)
+    if device.type == "meta":
+        model, tokenizer = _model_structure(config)
+    else:
+        model, tokenizer = load_pretrained(config.path, device=str(device), dtype=config.dtype)
     if config.gradient_checkpointing:  # transformers 5 renamed it; 4.x has only the old name
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
@@ -52,6 +57,36 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None) -
         checkpoint_only_above(model, config.gradient_checkpointing_above_tokens)
     model.eval()
     return model, tokenizer
+
+
+def load_policy_for_ranks(config: ModelConfig, device: torch.device, *, rank: int,
+                          world_size: int) -> tuple[Any, Any]:
+    """The policy as a learner rank builds it before FSDP2 shards it, without a full copy per GPU.
+
+    One process: :func:`load_policy` on ``device``. Several ranks: rank 0 reads the weights into host
+    memory, every other rank builds the structure on the ``meta`` device (nothing allocated); once
+    sharded, the learner moves each rank's shards to ``device`` and rank 0 broadcasts the weights
+    tensor by tensor (:meth:`agentgym_core.rl.learner.Learner`). Both in the dtype ``device`` gets.
+    """
+    if world_size <= 1:
+        return load_policy(config, device=device)
+    if config.dtype == "auto":  # what load_pretrained picks on the training device, not on the host
+        config = config.model_copy(update={"dtype": "bfloat16" if device.type == "cuda" else "float32"})
+    return load_policy(config, device="cpu" if rank == 0 else "meta")
+
+
+def _model_structure(config: ModelConfig) -> tuple[Any, Any]:
+    """(model on the meta device, tokenizer) for ``config.path``: its config read, no weight loaded."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from agentgym_core.models import _load_kwargs, load_tokenizer, resolve_model
+
+    resolved = resolve_model(config.path)
+    dtype = torch.float32 if config.dtype == "auto" else getattr(torch, config.dtype)
+    model_config = AutoConfig.from_pretrained(resolved.directory, **_load_kwargs(resolved))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(model_config, dtype=dtype)
+    return model, load_tokenizer(resolved)
 
 
 def wrap_lora(model: Any, config: ModelConfig) -> Any:

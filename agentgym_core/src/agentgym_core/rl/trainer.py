@@ -68,9 +68,10 @@ from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_stats
 from agentgym_core.rl.plugin_options import bind_plugin_options
 from agentgym_core.rl.roles import LearnerRole, Roles, RolloutRole
 from agentgym_core.rl.rollout_worker import build_rollout_worker
-from agentgym_core.rl.setup import load_policy, resolve_device, summarize
+from agentgym_core.rl.setup import load_policy, load_policy_for_ranks, resolve_device, summarize
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.update import UpdateInputs
+from agentgym_core.rl.weight_sync import engine_dtype, weight_sync_metrics
 from agentgym_core.rollout.backend import capabilities_of
 
 __all__ = ["train"]
@@ -158,8 +159,9 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     curriculum.load_state_dict(state["curriculum"])
                 start_step = int(state["step"])
             worker: RolloutRole = roles.rollout_worker(stack, scheduler, curriculum)  # on every local rank
+            sync_dtype = engine_dtype(cfg, ctx.device)  # what the rollout engine holds: what the learner sends
             if checkpoint is not None and worker.receives_weights:  # sample from the restored weights
-                worker.load_weights(learner.rollout_weights())
+                worker.load_weights(learner.rollout_weights(sync_dtype))
             writer = None
             if ctx.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
@@ -278,11 +280,14 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
 
                 # ---- 7. weights to the rollout side (every local rank's own engine) ------------------------
                 if worker.receives_weights:
-                    weights = learner.rollout_weights()
+                    t_sync = time.perf_counter()
+                    weights = learner.rollout_weights(sync_dtype)  # cast, then gathered tensor by tensor
                     probe = sync_probe.expect(learner, step + 1) if sync_probe is not None else None
                     worker.load_weights(weights, **({"probe": probe} if probe is not None else {}))
-                    if probe is not None and probe.gap is not None and ctx.is_main:  # checked now (synchronous)
-                        metrics["weight_sync_gap"] = probe.gap
+                    if ctx.is_main:
+                        metrics.update(weight_sync_metrics(learner, time.perf_counter() - t_sync))
+                        if probe is not None and probe.gap is not None:  # checked now (synchronous)
+                            metrics["weight_sync_gap"] = probe.gap
                     del weights
 
                 # ---- 8. log (rank 0) --------------------------------------------------------------------------
@@ -439,7 +444,10 @@ def _checkpoint_if_due(cfg: TrainConfig, learner: LearnerRole, tokenizer: Any, s
     """Every ``save_every`` steps and after the last (collective on several ranks; rank 0 writes)."""
     if done % cfg.trainer.save_every and done != cfg.trainer.steps:
         return
-    learner.save(run_dir, done, tokenizer=tokenizer, keep=cfg.trainer.keep_checkpoints, extra_state={
+    # Sharded runs write HF weights for the final checkpoint (or every one when asked); else shards only.
+    hf_weights = done == cfg.trainer.steps or cfg.trainer.hf_weights_every_checkpoint
+    learner.save(run_dir, done, tokenizer=tokenizer, keep=cfg.trainer.keep_checkpoints, hf_weights=hf_weights,
+                 extra_state={
         "step": done, "round_scheduler": scheduler.state_dict(), "config": cfg.model_dump(mode="json"),
         "curriculum": curriculum.state_dict() if curriculum is not None else None})
 
@@ -463,8 +471,12 @@ class _LocalRoles:
         self.rollout_model: Any = None
 
     def learner(self, stack: contextlib.ExitStack) -> Learner:
-        if self.model is None:
+        if self.model is None and self.samples_module:  # each rank samples from a whole copy: load it whole
             self.model, self.tokenizer = load_policy(self.config.model, device=self.ctx.device)
+        elif self.model is None:
+            # Several ranks: rank 0 reads the weights into host memory, the others build the structure only.
+            self.model, self.tokenizer = load_policy_for_ranks(self.config.model, self.ctx.device, rank=self.ctx.rank,
+                                                               world_size=self.ctx.world_size)
         else:  # a model handed in follows model.device as a loaded one does (tests pass CPU models)
             self.model.to(self.ctx.device)
         if self.samples_module:  # before the learner shards the module and makes float32 masters

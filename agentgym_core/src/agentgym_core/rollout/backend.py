@@ -40,7 +40,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["BackendCapabilities", "ContinuousBackend", "capabilities_of", "generate_with_batch", "RolloutBackend", "RunningBatch", "Sample", "SamplingParams", "SessionBackend"]
+__all__ = [
+    "BackendCapabilities", "ContinuousBackend", "capabilities_of", "generate_with_batch", "RolloutBackend", "RunningBatch",
+    "RowSeeds", "Sample", "SamplingParams", "SessionBackend", "row_seed",
+]
 
 
 class BackendCapabilities(BaseModel):
@@ -88,7 +91,8 @@ class SamplingParams(BaseModel):
     )
     seed: int | None = Field(
         default=None,
-        description="Seed of one generate call (same seed + prompts = same samples); the engine adds its call count.",
+        description="Seed of one batch: each reply draws from its own stream, seeded by this, its row's key and "
+        "turn (row_seed), so the same seed replays the same samples.",
     )
 
     @property
@@ -192,6 +196,31 @@ class ContinuousBackend(SessionBackend, Protocol):
     def open_batch(self, params: SamplingParams) -> RunningBatch:
         """A new, empty running batch sampling with ``params``."""
         ...
+
+
+def row_seed(seed: int, key: Hashable, turn: int) -> int:
+    """The sampling seed of one reply: a pure function of the batch seed, the row's key and how many
+    replies that key asked for before (its turn), never of the order rows joined a batch.
+
+    Every backend that seeds rows derives the seed here, so a trajectory gets the same seed whatever
+    backend, worker or rank samples it. Keys are ints or tuples of ints (the rollout engine's episode
+    numbers), whose hash is the same in every process.
+    """
+    return hash((seed, key, turn)) & (2**63 - 1)
+
+
+class RowSeeds:
+    """Hands out :func:`row_seed` for each reply a running batch adds (None when the batch is unseeded)."""
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+        self._turns: dict[Hashable, int] = {}  # key -> replies it asked for so far (a new stream per turn)
+
+    def next(self, key: Hashable) -> int | None:
+        """The seed of ``key``'s next reply."""
+        turn = self._turns.get(key, 0)
+        self._turns[key] = turn + 1
+        return None if self.seed is None else row_seed(self.seed, key, turn)
 
 
 def generate_with_batch(

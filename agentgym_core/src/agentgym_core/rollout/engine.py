@@ -109,11 +109,15 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         step: int = 0,
         on_done: Callable[[Trajectory], None] | None = None,
         first_index: int = 0,
+        indices: Sequence[int] | None = None,
     ) -> list[Trajectory]:
         """Roll out every episode; returns trajectories in the order of ``episodes``.
 
-        ``first_index`` numbers the episodes from there: a continuous backend seeds each row's stream
-        by that number, so a slice of a batch rolled out elsewhere samples what it would in the whole.
+        ``first_index`` numbers the episodes from there (``indices`` numbers each one instead): a
+        continuous backend seeds each row's stream by that number (:func:`~agentgym_core.rollout.
+        backend.row_seed`), so a slice of a batch rolled out elsewhere samples what it would in the
+        whole. The batch seed moves on by one each run since ``stats`` was last reset (a re-run of
+        failed episodes draws new streams), never by how many decode steps the timing made.
         """
         cfg = self.config
         max_turns = self._turn_budget(step)
@@ -122,15 +126,21 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         sessions = self.config.reuse_kv_cache and isinstance(self.backend, SessionBackend)
         keys = [self._source_key(spec) for spec in episodes]  # fails early on an unknown env name
         lives = [_Live(spec, self._new_trajectory(spec, max_turns, Trajectory)) for spec in episodes]
-        for index, live in enumerate(lives, start=first_index):
+        numbers = list(indices) if indices is not None else range(first_index, first_index + len(lives))
+        if len(numbers) != len(lives) or len(set(numbers)) != len(numbers):
+            raise ValueError(f"run: {len(numbers)} indices for {len(episodes)} episodes; pass one distinct index "
+                             "per episode")
+        by_index: dict[int, _Live] = {}
+        for index, live in zip(numbers, lives, strict=True):
             live.index = index
+            by_index[index] = live
             if sessions:
                 live.session = (id(self), self._runs, index)
         decoder: RunningBatch | None = None
         if isinstance(self.backend, ContinuousBackend):
             sampling = cfg.sampling
-            if sampling.seed is not None:  # new streams per run, offset as in _generate: fresh stats replay a run
-                sampling = sampling.model_copy(update={"seed": sampling.seed + self.stats.generation_calls})
+            if sampling.seed is not None:  # new streams per run: fresh stats replay a run
+                sampling = sampling.model_copy(update={"seed": sampling.seed + self.stats.runs})
             decoder = self.backend.open_batch(sampling)  # rows keyed by episode index: per-trajectory streams
         finished = 0
 
@@ -176,7 +186,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
                         self.stats.generation_calls += 1
                         self.stats.gen_seconds += time.perf_counter() - t
                         for index, sample in replies:
-                            live = lives[index - first_index]
+                            live = by_index[index]
                             self._close_turn(live, sample, live.cap, time.perf_counter() - live.turn_start)
                             self._after_reply(live, in_env, finish)
                     elif in_env:
@@ -203,6 +213,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
             for live in lives:
                 self._end_session(live)
         self.stats.wall_seconds += time.perf_counter() - t0
+        self.stats.runs += 1
         return [live.traj for live in lives]
 
     def _after_reply(self, live: _Live, in_env: dict[Future, _Live], finish: Callable[[_Live], None]) -> None:

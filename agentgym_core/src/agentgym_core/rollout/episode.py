@@ -117,6 +117,7 @@ class RolloutStats:
     failed: int = 0
     failure_reasons: dict[str, int] = field(default_factory=dict)
     generation_calls: int = 0  # backend generate calls, or decode steps of the running batch
+    runs: int = 0  # finished ``run`` calls (the continuous path's seed offset)
     sampled_tokens: int = 0
     wall_seconds: float = 0.0
     gen_seconds: float = 0.0

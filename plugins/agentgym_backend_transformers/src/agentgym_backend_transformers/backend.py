@@ -18,7 +18,9 @@ their rotary positions, so the row computes what a forward pass over its whole h
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import contextlib
+import copy
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -30,7 +32,7 @@ from agentgym_backend_transformers.sessions import SessionStore
 from agentgym_core.models import load_pretrained
 from agentgym_core.rollout.backend import BackendCapabilities, Sample, SamplingParams
 
-__all__ = ["TransformersBackend", "kv_storage_dtype", "make_backend", "pick_device"]
+__all__ = ["TransformersBackend", "kv_storage_dtype", "make_backend", "pick_device", "sampling_copy"]
 
 
 def pick_device(device: str = "auto") -> str:
@@ -53,11 +55,13 @@ class TransformersBackend:
     def __init__(
         self, model: Any, tokenizer: Any, *, max_batch_size: int = 64, session_cache_mb: float = 1024.0,
         share_prefixes: bool = True, prefill: str = "auto", kv_cache_dtype: str = "model",
-        prefill_chunk_tokens: int | None = 16384,
+        prefill_chunk_tokens: int | None = 16384, dtype: str = "model",
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat_template; the backend renders turns with the model's own template")
-        self.model = model
+        self.source = model  # the module lent (or loaded); sampled from directly unless dtype asks for a copy
+        self.model = sampling_copy(model, dtype)
+        self._source_version = _version(model) if self.model is not model else None
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -77,7 +81,7 @@ class TransformersBackend:
         if prefill_chunk_tokens is not None and prefill_chunk_tokens < 1:
             raise ValueError(f"prefill_chunk_tokens={prefill_chunk_tokens}: use a positive number of columns (or None)")
         self.prefill_chunk_tokens = prefill_chunk_tokens  # batched: padded columns per forward pass (None: no bound)
-        self.kv_dtype = kv_storage_dtype(model, kv_cache_dtype)  # None: the model's own
+        self.kv_dtype = kv_storage_dtype(self.model, kv_cache_dtype)  # None: the model's own
         if self.kv_dtype is not None:
             allow_reduced_precision_kv()
 
@@ -95,6 +99,26 @@ class TransformersBackend:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def refresh(self) -> None:
+        """Copy the lent module's weights into the sampling copy if they changed since the last copy
+        (an optimizer step bumps every parameter's version counter; nothing is copied otherwise)."""
+        if self._source_version is None:
+            return
+        version = _version(self.source)
+        if version != self._source_version:
+            with torch.no_grad():
+                for mine, theirs in zip(self.model.parameters(), self.source.parameters(), strict=True):
+                    mine.copy_(theirs)
+            self._source_version = version
+            self.sessions.clear()  # cached keys/values were computed by the old weights
+
+    def sampling_precision(self) -> contextlib.AbstractContextManager:
+        """TF32 matmuls while float32 weights sample on a GPU (tensor cores; log-probs move by about what
+        the learner's bf16 autocast moves them); nothing elsewhere."""
+        if self.device.type != "cuda" or next(self.model.parameters()).dtype != torch.float32:
+            return contextlib.nullcontext()
+        return _tf32()
 
     # -- tokenizer side -------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
@@ -161,10 +185,16 @@ class TransformersBackend:
 
     def open_batch(self, params: SamplingParams) -> DecodeBatch:
         """A running decode batch the caller feeds between steps (continuous batching; see decoding.py)."""
+        self.refresh()  # one engine run, one set of weights
         return DecodeBatch(self, params, max_rows=self.max_batch_size)
 
     @torch.inference_mode()
     def score(self, sequences: Sequence[Sequence[int]], *, temperature: float = 1.0) -> list[list[float]]:
+        self.refresh()
+        with self.sampling_precision():
+            return self._score(sequences, temperature)
+
+    def _score(self, sequences: Sequence[Sequence[int]], temperature: float) -> list[list[float]]:
         out: list[list[float]] = []
         for seq in sequences:  # one at a time: no padding, so nothing can differ from a plain forward
             ids = torch.tensor([list(seq)], dtype=torch.long, device=self.device)
@@ -172,6 +202,42 @@ class TransformersBackend:
             lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
             out.append([0.0, *lp.tolist()])
         return out
+
+
+def sampling_copy(model: Any, dtype: str) -> Any:
+    """The module to sample from: ``model`` itself, or a frozen copy of it in another dtype.
+
+    ``dtype``: ``model`` (always ``model`` itself), ``auto`` (a bfloat16 copy of float32 weights on a
+    GPU, where decoding reads every weight per token; ``model`` itself elsewhere), or a dtype name
+    (a copy when the weights are in another). The copy is built tensor by tensor in its own dtype:
+    the float32 model is never duplicated on the way.
+    """
+    if dtype not in ("model", "auto", "float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype={dtype!r}: use 'model', 'auto', 'float32', 'bfloat16' or 'float16'")
+    first = next(model.parameters())
+    if dtype == "auto":
+        dtype = "bfloat16" if first.device.type == "cuda" and first.dtype == torch.float32 else "model"
+    if dtype == "model" or getattr(torch, dtype) == first.dtype:
+        return model
+    target = getattr(torch, dtype)
+    memo: dict[int, Any] = {id(p): torch.nn.Parameter(p.detach().to(target), requires_grad=False)
+                            for p in model.parameters()}  # tied weights: one id, one copy
+    return copy.deepcopy(model, memo).eval()
+
+
+def _version(model: Any) -> int:
+    """Sum of the parameters' version counters (each in-place change bumps its tensor's)."""
+    return sum(p._version for p in model.parameters())
+
+
+@contextlib.contextmanager
+def _tf32() -> Iterator[None]:
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def kv_storage_dtype(model: Any, kv_cache_dtype: str) -> torch.dtype | None:
@@ -196,7 +262,7 @@ def kv_storage_dtype(model: Any, kv_cache_dtype: str) -> torch.dtype | None:
 
 
 LIVE_MODULE_OPTIONS = ("max_batch_size", "session_cache_mb", "share_prefixes", "prefill", "prefill_chunk_tokens",
-                       "kv_cache_dtype")
+                       "kv_cache_dtype", "dtype")
 """Options that apply to a module the trainer lends (the others say how to load one)."""
 
 

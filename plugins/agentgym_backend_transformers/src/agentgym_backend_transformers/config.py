@@ -20,7 +20,8 @@ class TransformersBackendConfig(BaseModel):
     )
     device: str = Field(default="auto", description="'auto' (CUDA when present, else CPU), 'cpu', 'cuda', 'cuda:1'.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        default="auto", description="Weights dtype; 'auto' = float32 on CPU, bfloat16 on CUDA."
+        default="auto", description="Weights dtype; 'auto' = float32 on CPU, bfloat16 on CUDA. A module the trainer "
+        "lends in another dtype is sampled from a copy in this one, refreshed after each update."
     )
     max_batch_size: int = Field(
         default=64, ge=1, description="Most prompts sampled together in one forward pass; larger calls are chunked."

@@ -24,9 +24,13 @@ below the others, a leaving row is replaced by one from the end (so rows change 
 buffers outlive an empty batch for the next turn's rows.
 
 Seeded sampling draws each row from its own random stream, seeded by (the batch seed, the row's
-key, how many times that key was added), so a trajectory's samples do not depend on which other
-rows happened to share its decode steps: the same seed replays the same trajectories whatever the
-environments' timing (keys that are ints or tuples of ints hash the same in every process).
+key, how many times that key was added: :func:`agentgym_core.rollout.backend.row_seed`), so a
+trajectory's samples do not depend on which other rows happened to share its decode steps: the
+same seed replays the same trajectories whatever the environments' timing (keys that are ints or
+tuples of ints hash the same in every process). The stream is counter-based (:func:`draw_tokens`:
+a hash of the row's seed and the token's position, inverted through the row's CDF), so a decode
+step draws every row at once, on the device, instead of one ``torch.multinomial`` per row; the
+draws are not torch's Philox stream, so a seed samples other tokens than before this change did.
 
 Sessions: a row added with a session key starts from the KV cache kept for that key (only the part
 of the prompt after the cached tokens is prefilled) and, when it finishes, keeps its own keys and
@@ -50,12 +54,12 @@ import torch
 
 from agentgym_backend_transformers.kv_cache import fill_holes, growing_cache
 from agentgym_backend_transformers.sessions import SessionKV
-from agentgym_core.rollout.backend import Sample, SamplingParams
+from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams
 
 if TYPE_CHECKING:
     from agentgym_backend_transformers.backend import TransformersBackend
 
-__all__ = ["DecodeBatch", "filter_logits", "prefill_groups"]
+__all__ = ["DecodeBatch", "draw_tokens", "filter_logits", "prefill_groups", "seeded_uniform"]
 
 MIN_SHARED_PREFIX = 16  # tokens: a shorter common prefix is not worth its own forward pass
 MAX_KEPT_PREFIXES = 8  # prompt prefixes a batch keeps (least recently used go first)
@@ -76,6 +80,42 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash, elementwise on int64 values in [0, 2**32): every product stays below
+    2**63 (31-bit odd multipliers), so it computes the same bits on every device."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x6C8E9CF5) & _MASK32
+    return x ^ (x >> 16)
+
+
+def seeded_uniform(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """One uniform number in [0, 1) per row, a pure function of (seed, counter): (B,) int64 -> (B,) float32.
+
+    A counter-based stream: row b's draw depends on nothing but its own seed and counter, so a
+    whole batch draws in one call on its device and every row gets what it would alone.
+    """
+    lo, hi = seeds & _MASK32, (seeds >> 32) & 0x7FFFFFFF
+    h = _mix32(_mix32(_mix32(counters & _MASK32) ^ lo) ^ hi)
+    h = _mix32(h ^ 0x5BD1E995)
+    return (h >> 8).to(torch.float32) / float(1 << 24)  # 24 bits: float32's resolution
+
+
+def draw_tokens(probs: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """Sample one token per row of ``probs`` (B, V) by inverting its CDF at :func:`seeded_uniform`.
+
+    One batched draw per decode step (no per-row generator, no per-row kernel launch). Tokens of
+    probability 0 are never drawn: the first index whose cumulative mass exceeds the target is taken.
+    """
+    cdf = probs.float().cumsum(-1)  # (B, V)
+    target = seeded_uniform(seeds, counters) * cdf[:, -1]  # (B,)
+    return torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+
 @dataclass
 class _Row:
     """One reply being sampled."""
@@ -84,7 +124,7 @@ class _Row:
     prompt: list[int]
     cap: int
     session: Hashable | None
-    generator: Any = None  # this row's random stream (None: torch's global one)
+    seed: int | None = None  # this row's stream (None: torch's global one); see draw_tokens
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     reason: str = "length"
@@ -103,12 +143,13 @@ class DecodeBatch:
         self.backend = backend
         self.params = params
         self.max_rows = max_rows
-        self._added: dict[Hashable, int] = {}  # key -> how many prompts it added (a new stream per turn)
+        self._row_seeds = RowSeeds(params.seed)  # each row's stream: (seed, key, how many prompts the key added)
         self.queue: list[_Row] = []
         self.rows: list[_Row] = []  # batch row b -> its reply
         self._cache: Any = None  # a DynamicCache over self.rows (GrowingLayers when _plain)
         self._attention: torch.Tensor | None = None  # (B, C) 1 on real columns
         self._next_position: torch.Tensor | None = None  # (B,)
+        self._seeds: torch.Tensor | None = None  # (B,) each row's seed, on the device (0 when unseeded)
         self._logits: torch.Tensor | None = None  # (B, V) logits of each row's next token
         self._plain: bool | None = None  # full-attention cache layers only: rows may merge and be trimmed
         self._prefixes: list[SessionKV] = []  # prompt prefixes read for this batch, most recently used last
@@ -125,17 +166,17 @@ class DecodeBatch:
         if session is not None and any(r.session == session for r in (*self.rows, *self.queue)):
             raise ValueError(f"add: session {session!r} is already in this batch; use one key per trajectory")
         cap = max(1, min(self.params.max_new_tokens, int(max_new_tokens)))
-        turn = self._added.get(key, 0)
-        self._added[key] = turn + 1
-        generator = None
-        if self.params.seed is not None and self.params.temperature > 0:
-            generator = torch.Generator(device=self.backend.device)
-            generator.manual_seed(hash((self.params.seed, key, turn)) & (2**63 - 1))
-        self.queue.append(_Row(key=key, prompt=list(prompt), cap=cap, session=session, generator=generator))
+        seed = self._row_seeds.next(key)
+        self.queue.append(_Row(key=key, prompt=list(prompt), cap=cap, session=session,
+                               seed=seed if self.params.temperature > 0 else None))
 
     @torch.inference_mode()
     def step(self) -> list[tuple[Hashable, Sample]]:
         """Admit queued prompts, sample one token per row; returns the replies that finished."""
+        with self.backend.sampling_precision():
+            return self._step()
+
+    def _step(self) -> list[tuple[Hashable, Sample]]:
         # Models with other cache layers (sliding windows) cannot merge batches: admit into an empty one.
         if self.queue and len(self.rows) < self.max_rows and (self._plain is not False or not self.rows):
             joining, self.queue = self.queue[: self.max_rows - len(self.rows)], self.queue[self.max_rows - len(self.rows):]
@@ -150,15 +191,18 @@ class DecodeBatch:
             chosen = scaled.argmax(-1)
         else:
             probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1)  # (B, V)
-            if self.rows[0].generator is None:
+            if self.rows[0].seed is None:
                 chosen = torch.multinomial(probs, 1).squeeze(-1)  # (B,)
-            else:  # one draw per row from its own stream
-                chosen = torch.cat([torch.multinomial(probs[b], 1, generator=row.generator)
-                                    for b, row in enumerate(self.rows)])
+            else:  # one batched draw; each row's from its own (seed, position) stream
+                assert self._seeds is not None
+                chosen = draw_tokens(probs, self._seeds, self._next_position)
         chosen_lp = log_p.gather(-1, chosen[:, None]).squeeze(-1)
         keep: list[int] = []
         done: list[tuple[Hashable, Sample]] = []
-        for b, (token, lp) in enumerate(zip(chosen.tolist(), chosen_lp.tolist(), strict=True)):
+        # One copy to the host per decode step: ids and log-probs together (ids are exact in float64).
+        tokens, lps = torch.stack([chosen.double(), chosen_lp.double()]).tolist()
+        for b, (token, lp) in enumerate(zip(tokens, lps, strict=True)):
+            token = int(token)
             row = self.rows[b]
             row.tokens.append(token)
             row.logprobs.append(lp)
@@ -187,7 +231,7 @@ class DecodeBatch:
     def close(self) -> None:
         """Drop the batch (rows still decoding are abandoned, their sessions not kept)."""
         self.queue, self.rows = [], []
-        self._cache = self._attention = self._next_position = self._logits = None
+        self._cache = self._attention = self._next_position = self._logits = self._seeds = None
 
     # -- internals -------------------------------------------------------------------------------
     def _admit(self, joining: list[_Row]) -> None:
@@ -368,9 +412,12 @@ class DecodeBatch:
         if self._plain and not self.rows:  # the batch's own cache (kept while the batch is empty)
             self._batch_cache()
             self._attention, self._next_position, self._logits = attention[:0, :0], nxt[:0], logits[:0]
-        elif not self.rows:
+            self._seeds = nxt[:0]
+        seeds = torch.tensor([row.seed or 0 for row in joining], dtype=torch.long, device=nxt.device)  # (b,)
+        if not self.rows and not self._plain:
             self.rows, self._cache, self._attention, self._next_position, self._logits = (
                 joining, cache, attention, nxt, logits)
+            self._seeds = seeds
             return
         assert self._attention is not None and self._next_position is not None and self._logits is not None
         old_w, new_w = self._attention.shape[1], attention.shape[1]
@@ -384,6 +431,7 @@ class DecodeBatch:
                 mine.values = torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)], dim=0)
         self._attention = torch.cat([_left_pad(self._attention, width), _left_pad(attention, width)], dim=0)
         self._next_position = torch.cat([self._next_position, nxt])
+        self._seeds = torch.cat([self._seeds, seeds])
         self._logits = torch.cat([self._logits, logits])
         self.rows = [*self.rows, *joining]
 
@@ -404,13 +452,14 @@ class DecodeBatch:
                     layer.keep_rows([], self._attention.shape[1])
             else:
                 self._cache = None
-            self._attention = self._next_position = self._logits = None
+            self._attention = self._next_position = self._logits = self._seeds = None
             return []
         if not self._plain:
             index = torch.tensor(keep, dtype=torch.long, device=self._attention.device)
             self.rows = [self.rows[b] for b in keep]
             self._cache.batch_select_indices(index)
             self._attention, self._next_position = self._attention[index], self._next_position[index]
+            self._seeds = self._seeds[index]
             return keep
         order = fill_holes(keep)
         index = torch.tensor(order, dtype=torch.long, device=self._attention.device)
@@ -421,6 +470,7 @@ class DecodeBatch:
             layer.keep_rows(order, first)
         self._attention = attention[:, first:]
         self._next_position = self._next_position[index]
+        self._seeds = self._seeds[index]
         return order
 
     def _save_session(self, b: int, session: Hashable, token_ids: list[int]) -> None:

@@ -82,8 +82,8 @@ class VllmBackendConfig(BaseModel):
     weight_dir: str | None = Field(
         default=None,
         description="Server mode: a directory every replica can read (shared disk); load_weights writes each "
-        "bucket there as safetensors and asks the replicas to load it. None: a temporary directory (replicas "
-        "on this machine only).",
+        "bucket there as safetensors and asks the replicas to load it. None: shared memory (/dev/shm) where the "
+        "machine has it, else a temporary directory (replicas on this machine only).",
     )
     timeout_s: float = Field(default=600.0, gt=0, description="Server mode: limit on one HTTP request.")
     max_concurrent_requests: int = Field(

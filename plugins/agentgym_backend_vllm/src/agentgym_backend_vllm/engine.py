@@ -11,6 +11,12 @@ Each request's token cap is ``min(turn cap, remaining trajectory budget, max_mod
 prompt length)``. Log-probs: ``logprobs=0`` asks for the sampled token's log-prob only; with
 ``logprobs_mode='processed_logprobs'`` it is taken after temperature, as the trainer recomputes it.
 
+Seeds: a seeded batch gives each request its own seed from (batch seed, row key, turn)
+(:func:`agentgym_core.rollout.backend.row_seed`, the transformers backend's too), never from the
+order requests arrived, so a run replays whatever the environments' timing and whichever worker
+samples an episode. vLLM samples requests that carry a seed with a generator each, a slower path
+than an unseeded batch: the price of replayable runs.
+
 Weights (see :mod:`agentgym_backend_vllm.weights`): ``load_weights`` sends the state dict in
 buckets through ``collective_rpc`` to :class:`AgentgymWorkerExtension`, then calls
 ``reset_prefix_cache()`` so no cached block holds keys of the old weights. Sharing the learner's
@@ -34,7 +40,7 @@ from typing import Any
 from agentgym_backend_vllm.config import VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason, request_cap
 from agentgym_backend_vllm.weights import BEGIN_METHOD, FINISH_METHOD, LOAD_METHOD, weight_buckets
-from agentgym_core.rollout.backend import Sample, SamplingParams, generate_with_batch
+from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams, generate_with_batch
 
 __all__ = ["EngineBatch", "VllmEngineBackend", "import_vllm"]
 
@@ -65,6 +71,8 @@ class VllmEngineBackend:
         self.asleep = False
         self.weights_discarded = False  # sleep level 2 dropped them; only load_weights brings weights back
         self.weight_syncs: list[dict[str, float]] = []  # one record per load_weights: seconds, buckets, bytes
+        dtype = getattr(engine.model_config, "dtype", None)  # vLLM resolves 'auto' to a torch dtype
+        self.weights_dtype = dtype if not isinstance(dtype, str) else None  # what load_weights sends
         self._lock = threading.RLock()  # one engine, possibly several batches (generate, score, rollouts)
         self._owners: dict[str, EngineBatch] = {}  # request id -> the batch its reply goes to
         self._open_batches = 0
@@ -210,7 +218,7 @@ class VllmEngineBackend:
                 self.engine.wake_up(tags=["weights"])  # weights first: the KV cache is not needed yet
             self.engine.collective_rpc(BEGIN_METHOD)
             try:
-                for bucket in weight_buckets(state_dict, bucket_bytes):
+                for bucket in weight_buckets(state_dict, bucket_bytes, dtype=self.weights_dtype):
                     if not self.config.engine_in_this_process:  # serialized to the engine process
                         bucket = [(name, tensor.cpu()) for name, tensor in bucket]
                     self.engine.collective_rpc(LOAD_METHOD, args=(bucket,))
@@ -253,7 +261,7 @@ class EngineBatch:
         self.backend, self.params = backend, params
         self._keys: dict[str, Hashable] = {}  # request id -> caller's key, while decoding
         self._outputs: list[Any] = []  # finished RequestOutputs not yet returned
-        self._added = 0
+        self._seeds = RowSeeds(params.seed)  # per reply, from (seed, key, turn): not from the add order
         self._closed = False
 
     @property
@@ -264,16 +272,11 @@ class EngineBatch:
     def pending_outputs(self) -> int:
         return len(self._outputs)
 
-    def _seed(self) -> int | None:
-        seed = None if self.params.seed is None else self.params.seed + self._added  # per row, in add order
-        self._added += 1
-        return seed
-
     def add(self, key: Hashable, prompt: Sequence[int], *, max_new_tokens: int, session: Hashable | None = None) -> None:
         if self._closed:
             raise RuntimeError("add() on a closed batch; open a new one with open_batch()")
         cap = self.backend.request_cap(len(prompt), max_new_tokens, self.params.max_new_tokens)
-        sampling = self.backend.vllm_params(self.params, cap, seed=self._seed())
+        sampling = self.backend.vllm_params(self.params, cap, seed=self._seeds.next(key))
         self._keys[self.backend._submit(self, prompt, sampling)] = key
 
     def add_scoring(self, key: Hashable, sequence: Sequence[int]) -> str:

@@ -16,7 +16,9 @@ README's "Pinned versions" names the source file of each per release; the contro
 ``POST /collective_rpc``            ``{"method": "agentgym_begin_weight_update"}``, then per bucket
                                     ``{"method": "agentgym_load_weights_file", "args": [path]}``, then
                                     ``{"method": "agentgym_finish_weight_update"}`` (string arguments
-                                    only, so weights travel as safetensors files every replica reads)
+                                    only, so weights travel as safetensors files every replica reads:
+                                    in shared memory by default, in the replicas' dtype when named;
+                                    an NCCL broadcast to the replicas is not done yet)
 ==================================  ==================================================================
 
 A replica must be started with ``--worker-extension-cls
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -48,7 +51,7 @@ import requests
 from agentgym_backend_vllm.config import VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason, request_cap
 from agentgym_backend_vllm.weights import BEGIN_METHOD, FINISH_METHOD, LOAD_FILE_METHOD, weight_buckets
-from agentgym_core.rollout.backend import Sample, SamplingParams, generate_with_batch
+from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams, generate_with_batch
 
 __all__ = ["ReplicaError", "ServerBatch", "VllmServerBackend"]
 
@@ -79,6 +82,8 @@ class VllmServerBackend:
         self.replicas = [_Replica(u) for u in config.urls]
         self.asleep = False
         self.weight_syncs: list[dict[str, float]] = []
+        # The replicas' dtype when the recipe names it; else the trainer's choice stands (bfloat16 on a GPU).
+        self.weights_dtype = None if config.dtype == "auto" else _torch_dtype(config.dtype)
         self._sessions: dict[Hashable, _Replica] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -267,14 +272,15 @@ class VllmServerBackend:
         from safetensors.torch import save_file
 
         start, buckets, total = time.perf_counter(), 0, 0
-        folder = Path(tempfile.mkdtemp(prefix="agentgym-weights-", dir=self.config.weight_dir))
+        folder = Path(tempfile.mkdtemp(prefix="agentgym-weights-", dir=self.config.weight_dir or _memory_dir()))
         self._all("POST", "/pause", params={"mode": "wait"})
         try:
             if self.asleep:
                 self._all("POST", "/wake_up", params={"tags": "weights"})
             self._all("POST", "/collective_rpc", body={"method": BEGIN_METHOD})
             try:
-                for bucket in weight_buckets(state_dict, int(self.config.weight_bucket_mb * 2**20)):
+                for bucket in weight_buckets(state_dict, int(self.config.weight_bucket_mb * 2**20),
+                                             dtype=self.weights_dtype):
                     path = folder / f"bucket_{buckets:05d}.safetensors"
                     # clone: tied weights share storage, which safetensors refuses to write twice
                     save_file({name: t.detach().to("cpu").contiguous().clone() for name, t in bucket}, str(path))
@@ -305,13 +311,25 @@ class VllmServerBackend:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def _memory_dir() -> str | None:
+    """Where bucket files go by default: shared memory, so a weight update never touches a disk
+    (None: the system's temporary directory, where there is no /dev/shm)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
 class ServerBatch:
     """A :class:`agentgym_core.rollout.RunningBatch` whose rows are HTTP requests in flight."""
 
     def __init__(self, backend: VllmServerBackend, params: SamplingParams) -> None:
         self.backend, self.params = backend, params
         self._futures: dict[Future, Hashable] = {}
-        self._added = 0
+        self._seeds = RowSeeds(params.seed)  # per reply, from (seed, key, turn): not from the add order
         self._closed = False
 
     @property
@@ -322,8 +340,7 @@ class ServerBatch:
         if self._closed:
             raise RuntimeError("add() on a closed batch; open a new one with open_batch()")
         cap = self.backend.request_cap(len(prompt), max_new_tokens, self.params.max_new_tokens)
-        seed = None if self.params.seed is None else self.params.seed + self._added
-        self._added += 1
+        seed = self._seeds.next(key)
         self._futures[self.backend.submit(self.backend.request_body(prompt, self.params, cap, seed=seed), session)] = key
 
     def step(self) -> list[tuple[Hashable, Sample]]:

@@ -1,8 +1,9 @@
 """Weights in place: the state dict in buckets, and the worker-side code that loads them.
 
-The trainer hands ``load_weights`` its full state dict after every update. Sending it in buckets
-of about ``weight_bucket_mb`` keeps the transfer from holding a second whole copy of the model at
-once. On the vLLM side each bucket reaches every worker through ``collective_rpc``; the worker
+The trainer hands ``load_weights`` its full state dict after every update, already in the
+engine's dtype (bfloat16 on a GPU: see ``agentgym_core.rl.weight_sync``); a tensor in another dtype
+is cast here. Sending it in buckets of about ``weight_bucket_mb`` keeps the transfer from holding a
+second whole copy of the model at once. On the vLLM side each bucket reaches every worker through ``collective_rpc``; the worker
 extension below hands it to the model's own ``load_weights``, which maps checkpoint names
 (``model.layers.0.self_attn.q_proj.weight``) onto vLLM's fused parameters (``qkv_proj``) itself.
 
@@ -45,13 +46,20 @@ FINISH_METHOD = "agentgym_finish_weight_update"
 """collective_rpc method: end one weight update (after the last bucket); returns how many tensors it took."""
 
 
-def weight_buckets(state_dict: Mapping[str, Any], bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
-    """Consecutive ``(name, tensor)`` lists of at most ``bucket_bytes`` each (a larger tensor goes alone)."""
+def weight_buckets(state_dict: Mapping[str, Any], bucket_bytes: int, *, dtype: Any = None
+                   ) -> Iterator[list[tuple[str, Any]]]:
+    """Consecutive ``(name, tensor)`` lists of at most ``bucket_bytes`` each (a larger tensor goes alone).
+
+    ``dtype``: the engine's weight dtype; floating tensors in another one are cast one by one as
+    their bucket fills (on their own device), so no more bytes travel than the engine keeps.
+    """
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
     bucket: list[tuple[str, Any]] = []
     size = 0
     for name, tensor in state_dict.items():
+        if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
+            tensor = tensor.to(dtype)
         nbytes = tensor.numel() * tensor.element_size()
         if bucket and size + nbytes > bucket_bytes:
             yield bucket

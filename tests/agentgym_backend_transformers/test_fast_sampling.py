@@ -1,0 +1,99 @@
+"""Sampling paths that matter on a GPU, tested where a CPU can: one batched seeded draw per decode
+step, a bf16 sampling copy of a lent float32 module refreshed after updates, TF32 where float32
+remains (the CUDA-only parts are marked ``gpu``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentgym_backend_transformers import make_backend
+from agentgym_backend_transformers.decoding import draw_tokens, seeded_uniform
+from agentgym_core.rollout.backend import SamplingParams
+from agentgym_core.testing.tiny_model import tiny_chat_model
+
+
+def _prompts(backend):
+    """Three prompts of different lengths (plain text ids: sampling needs no chat template)."""
+    return [backend.encode(t) for t in ("Guess a number.", "Pick a colour, any colour.", "Hi.")]
+
+
+def test_a_seeded_decode_step_draws_every_row_at_once(tiny_backend, monkeypatch):
+    """No torch.multinomial per row (a kernel launch and a generator each): one draw for the batch."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a seeded batch called torch.multinomial")
+
+    monkeypatch.setattr(torch, "multinomial", refuse)
+    samples = tiny_backend.generate(
+        _prompts(tiny_backend), SamplingParams(temperature=1.0, max_new_tokens=6, seed=3)
+    )
+    assert all(s.token_ids for s in samples)
+
+
+def test_a_rows_draw_depends_only_on_its_seed_and_position():
+    probs = torch.softmax(torch.randn(4, 50, generator=torch.Generator().manual_seed(0)), -1)
+    seeds = torch.tensor([11, 2**62 + 5, 0, 77])
+    positions = torch.tensor([3, 40, 7, 7])
+    together = draw_tokens(probs, seeds, positions)
+    flipped = draw_tokens(probs.flip(0), seeds.flip(0), positions.flip(0)).flip(0)
+    alone = torch.cat(
+        [draw_tokens(probs[b : b + 1], seeds[b : b + 1], positions[b : b + 1]) for b in range(4)]
+    )
+    assert torch.equal(together, flipped) and torch.equal(together, alone)
+    assert not torch.equal(seeded_uniform(seeds, positions), seeded_uniform(seeds, positions + 1))
+
+
+def test_draws_follow_the_distribution_and_never_pick_a_masked_token():
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0])
+    n = 20000
+    tokens = draw_tokens(probs.expand(n, -1), torch.arange(n) * 7919 + 13, torch.full((n,), 5))
+    freq = torch.bincount(tokens, minlength=5).float() / n
+    assert freq[1] == 0 and freq[4] == 0
+    torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
+    u = seeded_uniform(torch.arange(n), torch.zeros(n, dtype=torch.long))
+    assert float(u.min()) >= 0 and float(u.max()) < 1 and abs(float(u.mean()) - 0.5) < 0.01
+
+
+def test_a_lent_float32_module_samples_from_a_bf16_copy_refreshed_after_an_update():
+    model, tokenizer = tiny_chat_model(seed=0)
+    backend = make_backend({"dtype": "bfloat16"}, model=model, tokenizer=tokenizer)
+    assert backend.source is model and {p.dtype for p in model.parameters()} == {torch.float32}
+    assert {p.dtype for p in backend.model.parameters()} == {torch.bfloat16}
+    params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=1)
+    backend.generate(_prompts(backend)[:1], params)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, foreach=True)  # the trainer's update, in place
+    model(input_ids=torch.tensor([_prompts(backend)[0]])).logits.float().pow(2).mean().backward()
+    optimizer.step()
+    backend.open_batch(params).close()  # a new rollout starts from the new weights
+    for mine, theirs in zip(backend.model.parameters(), model.parameters(), strict=True):
+        assert torch.equal(mine, theirs.to(torch.bfloat16))
+    auto = make_backend({}, model=model, tokenizer=tokenizer)
+    assert auto.model is model  # 'auto' on a CPU: the module itself
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_lent_float32_module_samples_in_bf16_and_replays_batched_draws():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model, tokenizer = tiny_chat_model(seed=0)
+    model.to("cuda")
+    backend = make_backend({}, model=model, tokenizer=tokenizer)  # auto: a bf16 copy on a GPU
+    assert next(backend.model.parameters()).dtype == torch.bfloat16
+    ids = _prompts(backend)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=4)
+    together = backend.generate(ids, params)
+    alone = [backend.generate([p], params)[0] for p in ids]  # row 0 of each call: the same key, 0
+    assert together[0].token_ids == alone[0].token_ids
+
+
+@pytest.mark.gpu
+def test_on_cuda_float32_sampling_runs_in_tf32_and_restores_the_flag():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model, tokenizer = tiny_chat_model(seed=0)
+    backend = make_backend({"dtype": "float32"}, model=model.to("cuda"), tokenizer=tokenizer)
+    before = torch.backends.cuda.matmul.allow_tf32
+    with backend.sampling_precision():
+        assert torch.backends.cuda.matmul.allow_tf32
+    assert torch.backends.cuda.matmul.allow_tf32 == before

@@ -1,0 +1,23 @@
+"""The collective paths of weight sync and sharded checkpoints on a real NCCL group of one rank
+(skipped without a CUDA device; the gloo tests run the same code with several ranks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from setup_ranks import nccl_world_of_one
+
+from agentgym_core.rl.distributed import spawn
+
+
+@pytest.mark.gpu
+def test_bf16_weights_gathered_on_the_gpu_and_a_sharded_checkpoint_round_trip_over_nccl(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    spawn(nccl_world_of_one, 1, str(tmp_path))
+    got = torch.load(tmp_path / "nccl.pt")
+    assert got["devices"] == {"cuda:0"}  # gathered and cast on the GPU: no trip through host memory
+    for k, v in got["expected"].items():
+        assert got["weights"][k].dtype == torch.bfloat16
+        torch.testing.assert_close(got["weights"][k], v, atol=0, rtol=0)
+    assert got["restored"] and all(float(v.abs().sum()) > 0 for v in got["restored"].values())
