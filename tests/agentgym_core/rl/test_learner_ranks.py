@@ -60,7 +60,7 @@ def test_two_fsdp_ranks_compute_what_one_process_computes(tmp_path, one_process)
     a, b = final_weights(tmp_path / "run", 2), final_weights(one_process, 2)
     assert a.keys() == b.keys()
     for k in a:
-        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=0), k
+        torch.testing.assert_close(a[k], b[k], atol=5e-5, rtol=0), k
 
 
 @pytest.mark.slow
