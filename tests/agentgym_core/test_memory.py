@@ -213,5 +213,6 @@ def test_a_small_onednn_cache_stops_rss_growing_with_every_new_matmul_shape():
         done = subprocess.run([sys.executable, "-c", _ONEDNN_SCENARIO, setting], env=env, capture_output=True,
                               text=True, timeout=120, check=True)
         growth[setting] = float(done.stdout.strip().splitlines()[-1])
-    # measured: 200 shapes grew RSS 175 MB with oneDNN's 1,024 entries and 84 MB with 32
-    assert growth["32"] < 0.7 * growth["default"], growth
+    # measured: 200 shapes grew RSS 175 MB with oneDNN's 1,024 entries and 84 MB with 32 here, 151 and
+    # 108 MB on CI (the allocator's share varies by machine); a cap that is not applied gives about 1.0
+    assert growth["32"] < 0.8 * growth["default"], growth

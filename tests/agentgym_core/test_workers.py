@@ -6,6 +6,7 @@ workers' episodes go on."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -49,18 +50,8 @@ def test_workers_must_be_at_least_one():
 
 @pytest.fixture(scope="module")
 def url():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=_log(), text=True, env=SERVER_ENV)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_serving(server, base)
-    except BaseException:
-        server.terminate()  # its workers go with it
-        server.wait(timeout=30)
-        raise
+    server, base = _start_workers()
+    port = int(base.rsplit(":", 1)[1])
     yield base
     server.terminate()
     assert server.wait(timeout=30) == 0
@@ -72,6 +63,38 @@ def _log() -> Any:
     """Where a server's stderr goes: a file (a full pipe would block a worker that logs, and its
     supervisor would take it for hung)."""
     return tempfile.TemporaryFile("w+")
+
+
+def _start_workers(*options: str) -> tuple[subprocess.Popen, str]:
+    """``agentgym serve textcraft --workers 2 --port 0 OPTIONS`` and its URL, once it answers.
+
+    The server picks a free port itself and prints it: a port the test picked and freed for the server
+    could be picked by a test running beside it meanwhile, and SO_REUSEPORT would let both servers share it.
+    """
+    # Open for the server's life, appended to by it, read here by name.
+    out = tempfile.NamedTemporaryFile("a+", suffix=".out")  # noqa: SIM115
+    server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", "0", *options],
+                              stdout=out, stderr=_log(), text=True, env=SERVER_ENV)
+    try:
+        base = _served_url(server, out.name)
+        _wait_until_serving(server, base)
+    except BaseException:
+        server.terminate()  # its workers go with it
+        server.wait(timeout=30)
+        raise
+    return server, base
+
+
+def _served_url(server: subprocess.Popen, out_path: str) -> str:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = re.search(r"on (http://127\.0\.0\.1:\d+) ", Path(out_path).read_text())
+        if found:
+            return found.group(1)
+        if server.poll() is not None:
+            pytest.fail(f"server exited with status {server.returncode} (run it by hand to see why)")
+        time.sleep(0.1)
+    pytest.fail("server printed no address in 120 s")
 
 
 def _wait_until_serving(server: subprocess.Popen, base: str) -> None:
@@ -242,31 +265,28 @@ TOKEN = "workers-test-token"
 
 def _wait_for_restart(url: str, worker: int, restarts: int, headers: dict) -> dict:
     deadline = time.monotonic() + 90
+    last: Any = None
     while time.monotonic() < deadline:
         try:
-            health = requests.get(f"{url}/v1/health", headers=headers, timeout=5).json()
-        except requests.RequestException:  # this connection went to the worker being replaced
+            last = requests.get(f"{url}/v1/health", headers=headers, timeout=5)
+            health = last.json()
+        except (requests.RequestException, ValueError) as e:  # this connection went to the worker being replaced
+            last = e
             time.sleep(0.2)
             continue
         entry = health["workers"][worker]
         if entry["restarts"] >= restarts and entry["status"] == "ok":
             return health
         time.sleep(0.2)
-    pytest.fail(f"worker {worker} was not restarted within 90 s")
+    pytest.fail(f"worker {worker} was not restarted within 90 s; the last health answer: "
+                f"{getattr(last, 'text', last)!r}")
 
 
 @pytest.mark.slow
 def test_a_hung_or_killed_worker_is_restarted_and_the_other_workers_episodes_go_on():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", str(port),
-                               "--worker-timeout", "2", "--token", TOKEN],
-                              stdout=subprocess.DEVNULL, stderr=_log(), text=True, env=SERVER_ENV)
-    base = f"http://127.0.0.1:{port}"
+    server, base = _start_workers("--worker-timeout", "2", "--token", TOKEN)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
-        _wait_until_serving(server, base)
         assert requests.get(f"{base}/v1/health", timeout=10).status_code == 401  # the token is asked for
         for victim, how in ((1, signal.SIGSTOP), (0, signal.SIGKILL)):
             health = _wait_for_restart(base, victim, 0, auth)

@@ -26,7 +26,7 @@ worker's event loop) and restarts one that died, or that left its heartbeat unan
 connections stop going to it, and a new worker takes its number and ports. Its instances are gone:
 while it is away requests for them answer ``503 worker_lost``, afterwards ``404 unknown_instance``
 with a message saying the worker was restarted. The other workers' episodes go on untouched.
-A worker that dies or hangs before it ever served stops the whole server (a configuration error
+A worker that dies or hangs before its app starts stops the whole server (a configuration error
 would only repeat).
 
 A client that keeps its connection (AgentGym's clients with a session, ``bench/env_server.py``)
@@ -207,6 +207,10 @@ class WorkerFront:
         return OK if self.states is None else self.states[worker]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.states is not None and self.states[self.index] == STARTING:
+            # Up (uvicorn's start-up reaches the app first): from now on the parent counts this worker's
+            # silence, even if it hangs before the parent's first heartbeat reaches it.
+            self.states[self.index] = OK
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -499,6 +503,8 @@ class _Supervisor:
                 self.last_ok[k] = now
                 self.states[k] = OK
                 continue
+            if self.last_ok[k] is None and self.states[k] == OK:  # it said it serves: count its silence from now
+                self.last_ok[k] = now
             if self.last_ok[k] is None:  # never served: its start-up failed or hangs
                 if not alive:
                     return f"{process.name} exited with status {process.exitcode} before it served"

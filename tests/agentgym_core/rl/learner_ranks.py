@@ -87,7 +87,9 @@ def counted_run(run_dir: str, counts_dir: str, overrides: list[str]) -> None:
         return sample(self, episodes, step, first_index)
 
     def counting_forward(model, sequences, *args, **kwargs):
-        if model is learner_module_model[0]:  # the policy's scoring pass (the reference's scores the same rows)
+        # The policy's scoring pass (the reference's scores the same rows); the weight-sync probe's one-row
+        # forwards on the same module ask for no entropy and are not rows of the batch.
+        if model is learner_module_model[0] and kwargs.get("with_entropy"):
             counts["scored_rows"] += len(sequences)
         return forward(model, sequences, *args, **kwargs)
 

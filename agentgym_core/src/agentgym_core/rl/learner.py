@@ -58,7 +58,7 @@ from agentgym_core.rl.checkpoint import (
 )
 from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.critic import build_critic
-from agentgym_core.rl.distributed import DistContext, broadcast_object, gather_object
+from agentgym_core.rl.distributed import DistContext, barrier, broadcast_object, gather_object
 from agentgym_core.rl.forward import (
     TokenStats,
     bf16_autocast,
@@ -351,11 +351,10 @@ class Learner:
             save_checkpoint(run_dir, step, model=self.model, tokenizer=tokenizer, keep=keep,
                             trainer_state={**state, "optimizer_by_name": self.optimizer_state()})
             return
-        import torch.distributed as dist
 
         if self.ctx.is_main:
             start_checkpoint(run_dir, step)
-        dist.barrier()  # the directory exists before any rank writes into it
+        barrier(self.ctx)  # on the host group: the directory exists before any rank writes into it
         tmp = pending_dir(run_dir, step)
         save_sharded(tmp / SHARDED, self._sharded_state())
         weights = self.policy_state_dict() if hf_weights else None  # gathered per tensor, on the device

@@ -71,7 +71,10 @@ def make_config(tiny: Path, run_dir: Path, *overrides: str) -> Any:
         "trainer.tensorboard=false", "trainer.seed=3", "rollout.tasks_per_step=2", "rollout.group_size=2",
         "rollout.max_new_tokens=6", "rollout.max_total_tokens=256", "algorithm.rounds_ctrl.rounds=2",
         "optim.lr=0.001", "algorithm.kl.coef=0.01", "algorithm.mini_batches=2", "trainer.remote_timeout_s=120",
-        "trainer.placement_timeout_s=60", *overrides])
+        "trainer.placement_timeout_s=60",
+        # Ray's rollout workers sample from copies, where auto turns the behaviour correction on; the runs
+        # compared with the local one must compute the same loss.
+        "algorithm.off_policy.correction=none", *overrides])
 
 
 def run_training(config: Any) -> dict:

@@ -65,7 +65,10 @@ def test_a_ray_run_stopped_after_a_step_resumes_where_it_was(ray_cluster, tiny_p
     from agentgym_core.rl.trainer import train
 
     run_dir = tmp_path / "run"
-    config = make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.learners=2", "trainer.save_every=1")
+    # One learner rank, so the run can be compared with the local one token for token: two ranks score and
+    # reduce in another order, and AdamW turns step 1's float-noise gradient (policy == reference) into
+    # lr-sized moves. Two ranks' sharded checkpoints resume exactly: the dropout test below.
+    config = make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.save_every=1")
     for resume, stop_after in ((False, 1), (True, None)):  # as if killed after step 1, then --resume
         train(config, plugin_manager=PluginManager(autoload=True, allow=PLUGINS), resume=resume,
               stop_after=stop_after)
