@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
+import errno
+import socket
 
+from agentgym_core.commands.eval import json_object
+from agentgym_core.env import check_env_options
 from agentgym_core.plugins import get_plugin_manager
 from agentgym_core.server import DEFAULT_IDLE_TTL_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INSTANCES, create_app
 from agentgym_core.serving import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
@@ -28,6 +31,22 @@ def _bounded(kind: type, low: float, *, allow_zero: bool = False, what: str) -> 
         return value
 
     return parse  # type: ignore[return-value]
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ValueError (one line, rc 2) when ``host:port`` cannot be bound, e.g. another server holds it."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ValueError(f"port {port} on {host} is already in use (another `agentgym serve`?); stop that "
+                                 "server or pick another --port") from None
+            raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}; check --host and --port") from None
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -57,8 +76,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "instance lives in the worker that created it, and its id says which: a request "
                              "that reaches another worker is passed on to it over loopback, so no request "
                              "steps another worker's instances. --max-instances is per worker")
-    parser.add_argument("--env-kwargs", type=json.loads, default={},
-                        help='JSON object of constructor arguments, e.g. \'{"max_steps": 64}\'')
+    parser.add_argument("--env-kwargs", type=json_object, default={},
+                        help='JSON object of constructor arguments, e.g. \'{"max_steps": 64}\'; checked against '
+                             "the environment's constructor before the server starts")
     parser.set_defaults(func=run)
 
 
@@ -68,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
     from agentgym_core.serving import uvicorn_config
 
     env_cls = get_plugin_manager().env_class(args.env)
-    if not isinstance(args.env_kwargs, dict):
-        raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    # Both before "serving ...": a bad option would otherwise answer 500 to every create, and a
+    # port in use would print the address, then uvicorn's traceback.
+    check_env_options(env_cls, args.env_kwargs, where="--env-kwargs")
+    check_port_free(args.host, args.port)
     if args.workers > 1:
         from agentgym_core.workers import serve_workers
 

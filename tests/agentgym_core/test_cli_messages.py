@@ -1,0 +1,64 @@
+"""Messages a new user meets on the command line: each one line that says what is wrong and the fix.
+
+Each case runs the real ``agentgym`` command as a user would (a subprocess where the process's exit
+or output matters, ``agentgym_core.cli.main`` in-process otherwise) with the installed ``guess``
+example env.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentgym_core.cli import build_parser, main
+from agentgym_core.plugins import PluginManager, reset_plugin_manager
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def plugins():
+    """The guess env (examples/agentgym_env_guess), loaded by entry point as a user has it."""
+    pytest.importorskip("agentgym_env_guess")
+    reset_plugin_manager(PluginManager(autoload=True, allow=["guess", "estimators"]))
+    yield
+    reset_plugin_manager(None)
+
+
+def agentgym(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``agentgym ARGS`` in a fresh process, with plugins loaded from entry points as for a user."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGYM_")}
+    return subprocess.run([sys.executable, "-m", "agentgym_core.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def one_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("agentgym: error: "), result.stderr
+    return lines[0]
+
+
+def test_serve_on_a_port_in_use_says_so_before_serving():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = agentgym("serve", "guess", "--port", str(port))
+    line = one_line(result)
+    assert f"port {port} on 127.0.0.1 is already in use" in line and "--port" in line
+    assert "serving" not in result.stdout
+
+
+def test_serve_checks_env_kwargs_against_the_constructor_before_starting():
+    result = agentgym("serve", "guess", "--port", "0", "--env-kwargs", '{"hihg": 50}', timeout=60)
+    line = one_line(result)
+    assert "--env-kwargs: environment 'guess' takes no option 'hihg'. Did you mean 'high'?" in line
+    assert "Its options: low, high." in line
+    assert "serving" not in result.stdout
