@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agentgym_core.cli import build_parser, main
+from agentgym_core.cli import build_parser, main, subcommand_parsers
 from agentgym_core.plugins import PluginManager, reset_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,3 +62,52 @@ def test_serve_checks_env_kwargs_against_the_constructor_before_starting():
     assert "--env-kwargs: environment 'guess' takes no option 'hihg'. Did you mean 'high'?" in line
     assert "Its options: low, high." in line
     assert "serving" not in result.stdout
+
+
+def in_process_one_line(capsys, argv: list[str]) -> str:
+    code = main(argv)
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2, (code, captured.out, err)
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_print_config_fails_on_an_env_name_typo_as_a_run_would(capsys, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"model: {{path: no-such-model}}\nenvs: [{{name: guess}}]\ntrainer: {{run_dir: {tmp_path}/run}}\n")
+    err = in_process_one_line(capsys, ["train", str(recipe), "envs.0.name=gess", "--print-config"])
+    assert "'gess'" in err and "Did you mean 'guess'" in err
+    err = in_process_one_line(capsys, ["train", str(recipe), "envs.0.env_kwargs={hihg: 5}", "--print-config"])
+    assert "takes no option 'hihg'" in err
+    assert main(["train", str(recipe), "--print-config"]) == 0  # the right name still prints
+    assert "name: guess" in capsys.readouterr().out
+
+
+def test_bare_train_asks_for_a_recipe(capsys):
+    for command in ("train", "finetune"):
+        err = in_process_one_line(capsys, [command])
+        assert "no recipe given: pass a YAML recipe" in err and "--resume RUN_DIR" in err
+        assert "Field required" not in err
+
+
+def test_no_help_entry_of_any_subcommand_states_its_default_twice():
+    entries = 0
+    for name, parser in subcommand_parsers(build_parser()).items():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.help:
+                continue
+            entries += 1
+            text = formatter._expand_help(action)
+            assert len(re.findall(r"\(default\b", text)) <= 1, f"agentgym {name} --help: {text}"
+            assert "(default: None)" not in text, f"agentgym {name} --help: {text}"
+    assert entries > 60  # every subcommand was scanned
+    help_text = " ".join(subprocess_free_help("eval").split())
+    assert "(default: $OPENAI_API_KEY)" in help_text and "(default: smollm2-135m-instruct)" in help_text
+
+
+def subprocess_free_help(command: str) -> str:
+    """``agentgym COMMAND --help`` as printed (argparse exits after printing it)."""
+    parser = subcommand_parsers(build_parser())[command]
+    return parser.format_help()
