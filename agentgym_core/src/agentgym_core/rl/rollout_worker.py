@@ -26,6 +26,7 @@ from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
 from agentgym_core.rl.setup import EnvHandle, evaluate
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
+from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = ["RolloutResult", "RolloutWorker", "server_metrics", "shard_bounds"]
@@ -47,8 +48,9 @@ class RolloutWorker:
 
     def __init__(self, config: TrainConfig, envs: list[EnvHandle], backend: Any, *, scheduler: Any,
                  receives_weights: bool, shard: tuple[int, int] = (0, 1),
-                 curriculum: TaskCurriculum | None = None) -> None:
+                 curriculum: TaskCurriculum | None = None, progress: bool = False) -> None:
         self.config, self.envs, self.backend = config, envs, backend
+        self.progress = progress  # a console line per step's rollout that moves every turn
         self.curriculum = curriculum  # None: every env's tasks in per-epoch shuffles of its train split
         self.task_categories = {env.name: tasks_by_category(env.train_tasks, env.categories) for env in envs}
         self.receives_weights = receives_weights
@@ -89,7 +91,11 @@ class RolloutWorker:
         before = {env.name: env.pool.snapshot() for env in self.envs}
         start = time.perf_counter()
         lo, hi = shard_bounds(len(episodes), *self.shard)  # this worker's slice of the step (Ray: 1 of M)
-        trajectories, reruns, lost = self._run_with_reruns(episodes[lo:hi], step, first_index=lo)
+        mine = episodes[lo:hi]
+        label = f"rollout step {step}" + (f" round {sampling_round}" if sampling_round else "")
+        with RolloutProgress(len(mine), desc=label, max_turns=engine._turn_budget(step), enabled=self.progress,
+                             leave=False) as line:
+            trajectories, reruns, lost = self._run_with_reruns(mine, step, first_index=lo, line=line)
         seconds = time.perf_counter() - start
         metrics = {"reruns": float(reruns), "failed_after_reruns": float(lost)}
         for env in self.envs:
@@ -98,17 +104,18 @@ class RolloutWorker:
                 metrics.update(self.curriculum.metrics(env.name, list(self.task_categories[env.name])))
         return RolloutResult(trajectories, seconds, engine.stats.gen_seconds, engine.stats.generation_calls, metrics)
 
-    def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int,
-                         first_index: int) -> tuple[list[Trajectory], int, int]:
+    def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int, first_index: int,
+                         line: RolloutProgress) -> tuple[list[Trajectory], int, int]:
         """Every attempt (failed ones kept), how many episodes were re-run, and how many failed every attempt."""
-        attempts = self.engine.run(episodes, step=step, first_index=first_index)
+        attempts = self.engine.run(episodes, step=step, first_index=first_index, on_turn=line.turn, on_done=line.done)
         trajectories, reruns = list(attempts), 0
         for _ in range(self.config.rollout.rerun_failed):
             episodes = [spec for spec, traj in zip(episodes, attempts, strict=True) if traj.failed]
             if not episodes:
                 break
             reruns += len(episodes)
-            attempts = self.engine.run(episodes, step=step)
+            line.add(len(episodes))
+            attempts = self.engine.run(episodes, step=step, on_turn=line.turn, on_done=line.done)
             trajectories += attempts
         return trajectories, reruns, sum(traj.failed for traj in attempts)
 

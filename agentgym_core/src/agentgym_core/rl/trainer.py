@@ -407,7 +407,8 @@ class _LocalRoles:
         backend, shares = make_backend(self.pm, cfg, self.rollout_model, self.tokenizer)
         envs = stack.enter_context(open_envs(self.pm, cfg.envs, timeout_s=cfg.rollout.env_timeout_s))
         worker = RolloutWorker(cfg, envs, backend, scheduler=scheduler,
-                               receives_weights=self.separate_copy or not shares, curriculum=curriculum)
+                               receives_weights=self.separate_copy or not shares, curriculum=curriculum,
+                               progress=cfg.trainer.progress)
         stack.callback(worker.close)
         return worker
 

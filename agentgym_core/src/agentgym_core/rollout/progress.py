@@ -88,6 +88,12 @@ class RolloutProgress:
         self.bar.update(1)
         self._draw()
 
+    def add(self, trajectories: int) -> None:
+        """``trajectories`` more will finish than first said (e.g. failed episodes played again)."""
+        self.total += trajectories
+        self.bar.total = self.total
+        self._draw()
+
     def close(self) -> None:
         self._draw()
         self.bar.close()
