@@ -152,6 +152,9 @@ def collect(
     categories = catalog.category_index()
     out = Path(config.out or f"runs/collect-{config.env}-{datetime.now():%Y%m%d-%H%M%S}/trajectories.jsonl")
     result = CollectResult(path=out)
+    if out.name == "trajectories.jsonl":  # a run directory the viewer lists: say it is a collection, not an eval
+        out.parent.mkdir(parents=True, exist_ok=True)
+        (out.parent / "collect_config.json").write_text(config.model_dump_json(indent=2) + "\n", encoding="utf-8")
     total = len(tasks) * (1 if expert is not None else config.samples)
     # A model's line moves every turn; an expert plays a task whole, so its line moves per task.
     line = RolloutProgress(total, desc=f"collect {config.env} ({config.policy})", max_turns=config.max_turns,
