@@ -8,44 +8,15 @@ Runs are written as agentgym writes them (``viewer_runs``); screenshots go to
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from test_viewer_browser import browser, page  # noqa: F401 -- the same Chromium and page fixtures
 from viewer_runs import trajectories, write_trainer_step
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "viewer"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    pytest.importorskip("playwright")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser, serve_viewer):
-    context = browser.new_context(viewport={"width": 1500, "height": 950})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.set_default_timeout(15_000)
-    yield pg
-    context.close()
-    assert not errors, f"console errors: {errors}"
 
 
 def _shot(pg, name):
