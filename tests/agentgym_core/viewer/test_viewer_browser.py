@@ -15,8 +15,6 @@ import pytest
 pytestmark = pytest.mark.browser
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "viewer"
 
 
@@ -31,35 +29,6 @@ def run_root(tmp_path_factory):
     from viewer_runs import tiny_training_run
 
     return tiny_training_run(tmp_path_factory.mktemp("viewer-runs"))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser, serve_viewer):
-    """A page that records console errors; the test fails if there are any.
-
-    It depends on ``serve_viewer`` so that it closes before the server stops (the page polls).
-    """
-    context = browser.new_context(viewport={"width": 1500, "height": 950})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.set_default_timeout(15_000)
-    yield pg
-    context.close()
-    assert not errors, f"console errors: {errors}"
 
 
 def _shot(pg, name):

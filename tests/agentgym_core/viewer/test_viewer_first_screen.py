@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_viewer_browser import browser, page  # noqa: F401 -- the same Chromium and page fixtures
 from viewer_runs import trajectories, write_trainer_step
 
 pytestmark = pytest.mark.browser
