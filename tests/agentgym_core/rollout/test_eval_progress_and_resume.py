@@ -102,3 +102,37 @@ def test_ctrl_c_keeps_finished_trajectories_and_the_printed_command_resumes(tmp_
     assert len({(r["task_id"], r["sample_index"]) for r in records}) == len(records) == 40
     results = json.loads((out / "results.json").read_text())
     assert results["overall"]["samples"] == 40 and len(results["per_task"]) == 40
+
+
+def test_a_run_directory_is_never_mixed_into_and_a_resume_must_repeat_the_settings(tiny_backend, tmp_path):
+    out = str(tmp_path / "run")
+    config = EvalConfig(env="guess", split="test", limit=2, max_new_tokens=4, max_rounds=2, num_envs=2, out_dir=out)
+    first = evaluate(config, backend=tiny_backend, make_env=GuessEnv, progress=False)
+    with pytest.raises(ValueError, match="already holds 2 trajectories of an earlier evaluation; add --resume"):
+        evaluate(config, backend=tiny_backend, make_env=GuessEnv, progress=False)
+    changed = config.model_copy(update={"resume": True, "temperature": 0.7, "limit": 3})
+    with pytest.raises(ValueError, match=r"settings differ .*limit 2 -> 3; temperature 0\.0 -> 0\.7"):
+        evaluate(changed, backend=tiny_backend, make_env=GuessEnv, progress=False)
+    with pytest.raises(ValueError, match="name its run directory with --out RUN_DIR"):
+        evaluate(config.model_copy(update={"resume": True, "out_dir": None}), backend=tiny_backend,
+                 make_env=GuessEnv, progress=False)
+    # Resuming a finished run plays nothing and reports the same results, now faster settings aside.
+    again = evaluate(config.model_copy(update={"resume": True, "num_envs": 1}), backend=tiny_backend,
+                     make_env=GuessEnv, progress=False)
+    assert again.per_task == first.per_task and again.overall == first.overall
+    assert len((tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_line_cut_short_by_the_interrupt_is_dropped_before_resuming(tiny_backend, tmp_path):
+    out = tmp_path / "run"
+    config = EvalConfig(env="guess", split="test", limit=3, max_new_tokens=4, max_rounds=2, num_envs=1,
+                        out_dir=str(out))
+    evaluate(config, backend=tiny_backend, make_env=GuessEnv, progress=False)
+    log = out / "trajectories.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # the second was being written at Ctrl-C
+    resumed = evaluate(config.model_copy(update={"resume": True}), backend=tiny_backend, make_env=GuessEnv,
+                       progress=False)
+    assert resumed.overall.samples == 3
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sorted(r["task_id"] for r in records) == sorted(r["task_id"] for r in resumed.per_task)
