@@ -34,8 +34,13 @@ def plugins():
 def agentgym(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """``agentgym ARGS`` in a fresh process, with plugins loaded from entry points as for a user."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGYM_")}
-    return subprocess.run([sys.executable, "-m", "agentgym_core.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "agentgym_core.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def one_line(result: subprocess.CompletedProcess) -> str:
@@ -64,7 +69,9 @@ def test_serve_on_a_port_in_use_says_so_before_serving(capsys):
         line = in_process_one_line(capsys, ["serve", "guess", "--port", str(port)])
         assert f"port {port} on 127.0.0.1 is already in use" in line and "--port" in line
         # With several workers too (they bind the port themselves, with SO_REUSEPORT).
-        assert "already in use" in in_process_one_line(capsys, ["serve", "guess", "--port", str(port), "--workers", "2"])
+        assert "already in use" in in_process_one_line(
+            capsys, ["serve", "guess", "--port", str(port), "--workers", "2"]
+        )
 
 
 @pytest.mark.slow  # a real `agentgym serve` process: on today's code it would serve until the timeout
@@ -78,7 +85,9 @@ def test_serve_checks_env_kwargs_against_the_constructor_before_starting():
 
 def test_print_config_fails_on_an_env_name_typo_as_a_run_would(capsys, tmp_path):
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(f"model: {{path: no-such-model}}\nenvs: [{{name: guess}}]\ntrainer: {{run_dir: {tmp_path}/run}}\n")
+    recipe.write_text(
+        f"model: {{path: no-such-model}}\nenvs: [{{name: guess}}]\ntrainer: {{run_dir: {tmp_path}/run}}\n"
+    )
     err = in_process_one_line(capsys, ["train", str(recipe), "envs.0.name=gess", "--print-config"])
     assert "'gess'" in err and "Did you mean 'guess'" in err
     err = in_process_one_line(capsys, ["train", str(recipe), "envs.0.env_kwargs={hihg: 5}", "--print-config"])

@@ -7,7 +7,9 @@ import re
 from agentgym_core.rl.trainer import train
 
 
-def test_training_rollouts_and_evaluations_show_turns_and_tokens_per_second(tmp_path, pm, tiny_config, capsys):
+def test_training_rollouts_and_evaluations_show_turns_and_tokens_per_second(
+    tmp_path, pm, tiny_config, capsys
+):
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     config = tiny_config(tmp_path / "run", **{"trainer.steps": 1, "trainer.progress": "true"})

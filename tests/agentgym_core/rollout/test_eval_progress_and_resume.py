@@ -26,9 +26,17 @@ def frames(stderr: str) -> list[str]:
 
 
 def test_eval_progress_shows_turns_tokens_per_second_and_time_left_before_any_trajectory_ends(
-        tiny_backend, tmp_path, capsys):
-    config = EvalConfig(env="guess", split="test", limit=1, max_new_tokens=8, max_rounds=3, num_envs=1,
-                        out_dir=str(tmp_path / "run"))
+    tiny_backend, tmp_path, capsys
+):
+    config = EvalConfig(
+        env="guess",
+        split="test",
+        limit=1,
+        max_new_tokens=8,
+        max_rounds=3,
+        num_envs=1,
+        out_dir=str(tmp_path / "run"),
+    )
     evaluate(config, backend=tiny_backend, make_env=lambda: GuessEnv(step_delay=0.3))
     shown = frames(capsys.readouterr().err)
     before_end = [f for f in shown if "0/1 traj" in f]
@@ -54,7 +62,9 @@ def test_rollout_engine_reports_every_turn(tiny_backend):
     seen: list[int] = []
     config = EngineConfig(sampling=SamplingParams(max_new_tokens=4, seed=0), max_turns=3)
     with RolloutEngine(tiny_backend, GuessEnv, num_envs=2, config=config) as engine:
-        trajs = engine.run([EpisodeSpec(task_id=1), EpisodeSpec(task_id=2)], on_turn=lambda t: seen.append(t.task_id))
+        trajs = engine.run(
+            [EpisodeSpec(task_id=1), EpisodeSpec(task_id=2)], on_turn=lambda t: seen.append(t.task_id)
+        )
     assert len(seen) == sum(t.num_turns for t in trajs) == 6
 
 
@@ -70,8 +80,25 @@ def test_ctrl_c_keeps_finished_trajectories_and_the_printed_command_resumes(tmp_
     log = out / "trajectories.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGYM_")}
     cli = [sys.executable, "-m", "agentgym_core.cli"]
-    args = ["eval", "--env", "guess", "--model", str(tmp_path / "model"), "--limit", "40", "--num-envs", "1",
-            "--max-rounds", "3", "--max-new-tokens", "24", "--threads", "1", "--out", str(out)]
+    args = [
+        "eval",
+        "--env",
+        "guess",
+        "--model",
+        str(tmp_path / "model"),
+        "--limit",
+        "40",
+        "--num-envs",
+        "1",
+        "--max-rounds",
+        "3",
+        "--max-new-tokens",
+        "24",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen([*cli, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -87,7 +114,9 @@ def test_ctrl_c_keeps_finished_trajectories_and_the_printed_command_resumes(tmp_
     kept = [json.loads(line) for line in log.read_text().splitlines()]
     assert 2 <= len(kept) < 40
     message = stderr.strip().splitlines()[-1]
-    assert message.startswith(f"interrupted: {len(kept)} of 40 trajectories finished and are kept in {log}"), stderr
+    assert message.startswith(
+        f"interrupted: {len(kept)} of 40 trajectories finished and are kept in {log}"
+    ), stderr
     command = shlex.split(message.split("; to finish the rest, run: ")[1])
     assert command[0] == "agentgym" and command[-3:] == ["--out", str(out), "--resume"]
 
@@ -106,33 +135,47 @@ def test_ctrl_c_keeps_finished_trajectories_and_the_printed_command_resumes(tmp_
 
 def test_a_run_directory_is_never_mixed_into_and_a_resume_must_repeat_the_settings(tiny_backend, tmp_path):
     out = str(tmp_path / "run")
-    config = EvalConfig(env="guess", split="test", limit=2, max_new_tokens=4, max_rounds=2, num_envs=2, out_dir=out)
+    config = EvalConfig(
+        env="guess", split="test", limit=2, max_new_tokens=4, max_rounds=2, num_envs=2, out_dir=out
+    )
     first = evaluate(config, backend=tiny_backend, make_env=GuessEnv, progress=False)
-    with pytest.raises(ValueError, match="already holds 2 trajectories of an earlier evaluation; add --resume"):
+    with pytest.raises(
+        ValueError, match="already holds 2 trajectories of an earlier evaluation; add --resume"
+    ):
         evaluate(config, backend=tiny_backend, make_env=GuessEnv, progress=False)
     changed = config.model_copy(update={"resume": True, "temperature": 0.7, "limit": 3})
     with pytest.raises(ValueError, match=r"settings differ .*limit 2 -> 3; temperature 0\.0 -> 0\.7"):
         evaluate(changed, backend=tiny_backend, make_env=GuessEnv, progress=False)
     with pytest.raises(ValueError, match="name its run directory with --out RUN_DIR"):
-        evaluate(config.model_copy(update={"resume": True, "out_dir": None}), backend=tiny_backend,
-                 make_env=GuessEnv, progress=False)
+        evaluate(
+            config.model_copy(update={"resume": True, "out_dir": None}),
+            backend=tiny_backend,
+            make_env=GuessEnv,
+            progress=False,
+        )
     # Resuming a finished run plays nothing and reports the same results, now faster settings aside.
-    again = evaluate(config.model_copy(update={"resume": True, "num_envs": 1}), backend=tiny_backend,
-                     make_env=GuessEnv, progress=False)
+    again = evaluate(
+        config.model_copy(update={"resume": True, "num_envs": 1}),
+        backend=tiny_backend,
+        make_env=GuessEnv,
+        progress=False,
+    )
     assert again.per_task == first.per_task and again.overall == first.overall
     assert len((tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()) == 2
 
 
 def test_a_line_cut_short_by_the_interrupt_is_dropped_before_resuming(tiny_backend, tmp_path):
     out = tmp_path / "run"
-    config = EvalConfig(env="guess", split="test", limit=3, max_new_tokens=4, max_rounds=2, num_envs=1,
-                        out_dir=str(out))
+    config = EvalConfig(
+        env="guess", split="test", limit=3, max_new_tokens=4, max_rounds=2, num_envs=1, out_dir=str(out)
+    )
     evaluate(config, backend=tiny_backend, make_env=GuessEnv, progress=False)
     log = out / "trajectories.jsonl"
     lines = log.read_text().splitlines(keepends=True)
     log.write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # the second was being written at Ctrl-C
-    resumed = evaluate(config.model_copy(update={"resume": True}), backend=tiny_backend, make_env=GuessEnv,
-                       progress=False)
+    resumed = evaluate(
+        config.model_copy(update={"resume": True}), backend=tiny_backend, make_env=GuessEnv, progress=False
+    )
     assert resumed.overall.samples == 3
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert sorted(r["task_id"] for r in records) == sorted(r["task_id"] for r in resumed.per_task)

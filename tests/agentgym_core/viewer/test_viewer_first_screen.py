@@ -29,16 +29,37 @@ def training_run(run_dir: Path, steps: int = 4) -> Path:
     run_dir.mkdir(parents=True)
     lines = []
     for s in range(1, steps + 1):
-        lines.append({"step": s, "kind": "train", "time_step": 30.0 + s, "turns": 2.0 + s % 2,
-                      "horizon": 4.0, "entropy": 2.0 - 0.1 * s, "kl": 0.01 * s, "grad_norm": 1.0 / s,
-                      "pool/word/s0/steps_per_s": 5.0 + s, "lr": 1e-6, "infra_failed": 0.0, "reruns": 0.0,
-                      "failed_after_reruns": 0.0, "staleness_mean": 0.0, "pool/word/s0/errors": 0.0,
-                      "pool/word/s0/down": 0.0, "trajectories": 16.0, "my_plugin_rate": 0.0,
-                      "skipped_update": 1.0 if s == steps else 0.0,
-                      "success": 0.1 * s, "reward": 0.2 * s - 0.1, "pg_loss": 0.05 / s, "kl_loss": 0.002 * s,
-                      "word/success": 0.1 * s})
-    lines += [{"step": s, "kind": "eval", "success": 0.05 * s, "reward": 0.1 * s, "tasks": 8.0}
-              for s in (0, steps)]
+        lines.append(
+            {
+                "step": s,
+                "kind": "train",
+                "time_step": 30.0 + s,
+                "turns": 2.0 + s % 2,
+                "horizon": 4.0,
+                "entropy": 2.0 - 0.1 * s,
+                "kl": 0.01 * s,
+                "grad_norm": 1.0 / s,
+                "pool/word/s0/steps_per_s": 5.0 + s,
+                "lr": 1e-6,
+                "infra_failed": 0.0,
+                "reruns": 0.0,
+                "failed_after_reruns": 0.0,
+                "staleness_mean": 0.0,
+                "pool/word/s0/errors": 0.0,
+                "pool/word/s0/down": 0.0,
+                "trajectories": 16.0,
+                "my_plugin_rate": 0.0,
+                "skipped_update": 1.0 if s == steps else 0.0,
+                "success": 0.1 * s,
+                "reward": 0.2 * s - 0.1,
+                "pg_loss": 0.05 / s,
+                "kl_loss": 0.002 * s,
+                "word/success": 0.1 * s,
+            }
+        )
+    lines += [
+        {"step": s, "kind": "eval", "success": 0.05 * s, "reward": 0.1 * s, "tasks": 8.0} for s in (0, steps)
+    ]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     for s in range(1, steps + 1):
         write_trainer_step(run_dir, s, trajectories(8, seed=s))
@@ -51,17 +72,32 @@ def test_first_screen_shows_outcomes_and_losses_first_and_folds_constant_charts(
     page.wait_for_selector("body[data-ready='1']")
     sections = page.locator("details.chart-section").evaluate_all("els => els.map(e => e.dataset.section)")
     assert sections[0] == "headline" and sections[-1] == "constant"
-    first = page.locator("details[data-section=headline] .chart").evaluate_all("els => els.map(e => e.dataset.metric)")
+    first = page.locator("details[data-section=headline] .chart").evaluate_all(
+        "els => els.map(e => e.dataset.metric)"
+    )
     assert first == ["success", "reward", "pg_loss", "kl_loss"]
     # The headline is the first thing on screen: its charts sit above every other chart.
-    tops = page.locator(".chart").evaluate_all("els => els.map(e => [e.dataset.metric, e.getBoundingClientRect().top])")
+    tops = page.locator(".chart").evaluate_all(
+        "els => els.map(e => [e.dataset.metric, e.getBoundingClientRect().top])"
+    )
     headline_bottom = max(top for key, top in tops if key in first)
     assert all(top > headline_bottom for key, top in tops if key not in first)
 
     constant = page.locator("details[data-section=constant]")
     assert constant.evaluate("e => e.open") is False  # folded away
-    folded = {"lr", "infra_failed", "reruns", "failed_after_reruns", "staleness_mean", "pool/word/s0/errors",
-              "pool/word/s0/down", "trajectories", "my_plugin_rate", "horizon", "tasks"}
+    folded = {
+        "lr",
+        "infra_failed",
+        "reruns",
+        "failed_after_reruns",
+        "staleness_mean",
+        "pool/word/s0/errors",
+        "pool/word/s0/down",
+        "trajectories",
+        "my_plugin_rate",
+        "horizon",
+        "tasks",
+    }
     assert constant.locator("summary").inner_text().startswith(f"{len(folded)} constant charts")
     charted = set(constant.locator(".chart").evaluate_all("els => els.map(e => e.dataset.metric)"))
     assert charted == folded
@@ -69,10 +105,12 @@ def test_first_screen_shows_outcomes_and_losses_first_and_folds_constant_charts(
 
     # Axis labels are HTML in CSS pixels: at least 11 px, whatever the chart's width.
     sizes = page.locator(".chart .yaxis span, .chart .xaxis span").evaluate_all(
-        "els => els.filter(e => e.offsetParent).map(e => parseFloat(getComputedStyle(e).fontSize))")
+        "els => els.filter(e => e.offsetParent).map(e => parseFloat(getComputedStyle(e).fontSize))"
+    )
     assert sizes and min(sizes) >= 11
     heights = page.locator("details[data-section=headline] .chart .yaxis span").evaluate_all(
-        "els => els.map(e => e.getBoundingClientRect().height)")
+        "els => els.map(e => e.getBoundingClientRect().height)"
+    )
     assert min(heights) >= 11
     _shot(page, "first-screen")
 
@@ -98,7 +136,9 @@ def test_token_view_shows_loading_then_labels_a_skipped_update_not_trained(page,
     legend = page.inner_text("#token-legend")
     assert "not trained: this step's update was skipped" in legend and "trained, advantage" not in legend
     assert "none trained" in page.inner_text("#token-stats")
-    assert page.locator(".tokens .skip").count() > 0 and page.locator(".tokens .pos, .tokens .neg").count() == 0
+    assert (
+        page.locator(".tokens .skip").count() > 0 and page.locator(".tokens .pos, .tokens .neg").count() == 0
+    )
     _shot(page, "tokens-skipped-update")
 
     page.unroute("**/api/tokens?*")

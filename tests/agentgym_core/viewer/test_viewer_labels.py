@@ -19,8 +19,12 @@ def test_a_collect_run_is_labelled_collect(serve_viewer, tmp_path):
     from agentgym_core.testing.tiny_model import tiny_tokenizer
 
     out = tmp_path / "collect-guess" / "trajectories.jsonl"
-    collect(CollectConfig(env="guess", policy="expert", n=2, out=str(out)), progress=False,
-            plugin_manager=PluginManager(autoload=True, allow=["guess"]), tokenizer=tiny_tokenizer())
+    collect(
+        CollectConfig(env="guess", policy="expert", n=2, out=str(out)),
+        progress=False,
+        plugin_manager=PluginManager(autoload=True, allow=["guess"]),
+        tokenizer=tiny_tokenizer(),
+    )
     write_log_run(tmp_path / "eval-guess", trajectories(2))
     base = serve_viewer(tmp_path)
     kinds = {r["name"]: r["kind"] for r in httpx.get(f"{base}/api/runs").json()["runs"]}
@@ -47,7 +51,9 @@ def test_tokens_of_a_skipped_update_are_not_trained(serve_viewer, tmp_path):
     assert trained["trained"] is True and trained["not_trained"] is None
     write_log_run(tmp_path / "eval", trajs)
     evaluation = httpx.get(f"{base}/api/tokens", params={"run": "eval", "step": -1, "i": 0}).json()
-    assert evaluation["trained"] is False and evaluation["not_trained"] == "nothing is trained in an evaluation"
+    assert (
+        evaluation["trained"] is False and evaluation["not_trained"] == "nothing is trained in an evaluation"
+    )
 
 
 def test_a_tokenizer_that_is_there_but_unreadable_says_which_library_is_missing(tmp_path, monkeypatch):

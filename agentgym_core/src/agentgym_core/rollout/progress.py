@@ -54,8 +54,18 @@ class RolloutProgress:
         file: where to draw (default stderr).
     """
 
-    def __init__(self, total: int, *, desc: str, max_turns: int, enabled: bool = True, leave: bool = True,
-                 tokens: bool = True, min_interval_s: float = 0.5, file: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        desc: str,
+        max_turns: int,
+        enabled: bool = True,
+        leave: bool = True,
+        tokens: bool = True,
+        min_interval_s: float = 0.5,
+        file: TextIO | None = None,
+    ) -> None:
         from tqdm import tqdm
 
         self.total, self.max_turns, self.show_tokens = total, max_turns, tokens
@@ -65,8 +75,15 @@ class RolloutProgress:
         self._in_flight: dict[int, int] = {}  # id(trajectory) -> turns taken, while it runs
         self._start = time.perf_counter()
         self._drawn = 0.0
-        self.bar = tqdm(total=total, desc=desc, disable=not enabled, leave=leave, dynamic_ncols=True, file=file,
-                        bar_format="{desc}: {n_fmt}/{total_fmt} traj [{elapsed}{postfix}]")
+        self.bar = tqdm(
+            total=total,
+            desc=desc,
+            disable=not enabled,
+            leave=leave,
+            dynamic_ncols=True,
+            file=file,
+            bar_format="{desc}: {n_fmt}/{total_fmt} traj [{elapsed}{postfix}]",
+        )
 
     # -- engine callbacks ----------------------------------------------------------------------
     def turn(self, traj: Trajectory) -> None:
@@ -107,8 +124,9 @@ class RolloutProgress:
         bound = self.finished == 0
         per_trajectory = self.max_turns if bound else self.finished_turns / self.finished
         not_started = max(0, self.total - self.finished - len(self._in_flight))
-        remaining = not_started * per_trajectory + sum(max(per_trajectory - taken, 1.0)
-                                                       for taken in self._in_flight.values())
+        remaining = not_started * per_trajectory + sum(
+            max(per_trajectory - taken, 1.0) for taken in self._in_flight.values()
+        )
         return remaining / (self.turns / elapsed), bound
 
     def status(self) -> str:
@@ -119,7 +137,9 @@ class RolloutProgress:
             parts.append(f"{self.tokens / elapsed:.1f} tok/s" if self.tokens and elapsed > 0 else "? tok/s")
         left, bound = self.seconds_left()
         if self.finished < self.total:
-            parts.append("? left" if left is None else f"{'at most ' if bound else '~'}{format_seconds(left)} left")
+            parts.append(
+                "? left" if left is None else f"{'at most ' if bound else '~'}{format_seconds(left)} left"
+            )
         parts += [f"{key} {value}" for key, value in self.extra.items()]
         return ", ".join(parts)
 
