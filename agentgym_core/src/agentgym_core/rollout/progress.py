@@ -102,6 +102,7 @@ class RolloutProgress:
         self.finished += 1
         self.finished_turns += traj.num_turns
         self.extra.update(extra)
+        self.bar.set_postfix_str(self.status(), refresh=False)  # the count and its counters in one frame
         self.bar.update(1)
         self._draw()
 
