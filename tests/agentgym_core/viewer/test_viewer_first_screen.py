@@ -146,3 +146,20 @@ def test_token_view_shows_loading_then_labels_a_skipped_update_not_trained(page,
     page.wait_for_selector(".tokens")
     assert "trained, advantage" in page.inner_text("#token-legend")
     assert page.locator(".tokens .skip").count() == 0
+
+
+def test_a_collection_is_labelled_collection_not_evaluation(page, serve_viewer, tmp_path):
+    from viewer_runs import write_log_run
+
+    run = tmp_path / "collect-textcraft"
+    write_log_run(run, trajectories(4))
+    (run / "collect_config.json").write_text(json.dumps({"env": "textcraft", "policy": "expert", "n": 4}))
+    base = serve_viewer(tmp_path)
+    page.goto(f"{base}/#run=collect-textcraft")
+    page.wait_for_selector("#list tbody tr")
+    assert page.inner_text("#run-kind") == "collection"
+    assert page.locator("#steps button").all_inner_texts()[0].startswith("collect")
+    page.locator("#list tbody tr").first.click()
+    page.wait_for_selector("#detail .turn")
+    assert "· collect" in page.inner_text("#detail h2") and "eval" not in page.inner_text("#detail h2")
+    _shot(page, "collect-run")
