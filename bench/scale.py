@@ -2,7 +2,11 @@
 
 * ``rollout_workers``: 1 vs 2 Ray rollout workers (trainer.launcher=ray, synchronous);
 * ``async_vs_sync``: rollout.max_staleness=1 vs 0 (Ray, one learner, one rollout worker);
-* ``env_servers``: 1 vs 3 servers of an environment that answers one call at a time (``envs[].urls``).
+* ``env_servers``: 1 vs 3 servers of an environment that answers one call at a time (``envs[].urls``);
+* ``rank_rollouts``: the local launcher's rollout phase with each step's episodes split over 2 learner
+  ranks (each rank samples its slice) against one process sampling them all, as rank 0 alone did;
+* ``rank_scoring``: ``Learner.score`` on 2 FSDP2 ranks, each scoring its share of the rows, against
+  every rank scoring every row (policy and reference forwards), in the same 2 ranks.
 
 Every run trains the tiny random model on the example "guess" environment slowed to ``--env-ms``
 per step (50 ms by default; reset and step sleep, the way a real simulator or a web page takes
@@ -16,6 +20,7 @@ and U from the synchronous run next to the speed-up.
 
     python bench/scale.py                       # all comparisons, writes bench/results/scale.json
     python bench/scale.py --only async_vs_sync
+    python bench/scale.py --only rank_rollouts rank_scoring   # local launcher only: no Ray
 
 Another comparison is one more function with the signature ``(args, env_url) -> dict`` added to
 ``COMPARISONS``.
@@ -65,9 +70,10 @@ def slow_guess_env(env_ms: float, *, one_call_at_a_time: bool = False) -> type:
 
 
 def run_training(args: argparse.Namespace, env_url: str | list[str], label: str, *overrides: str,
-                 concurrency: int | None = None) -> dict[str, Any]:
+                 concurrency: int | None = None, spawned_ranks: bool = False) -> dict[str, Any]:
     """One training run; its throughput and per-phase times (means over the steps after the first).
-    ``env_url`` is one server, or a list of them (a pool); ``concurrency`` overrides ``--concurrency``."""
+    ``env_url`` is one server, or a list of them (a pool); ``concurrency`` overrides ``--concurrency``;
+    ``spawned_ranks``: the overrides ask for several local learner ranks, which discover plugins themselves."""
     where = f"url: '{env_url}'" if isinstance(env_url, str) else f"urls: {json.dumps(env_url)}"
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
         run_dir = Path(tmp) / "run"
@@ -81,7 +87,7 @@ def run_training(args: argparse.Namespace, env_url: str | list[str], label: str,
             f"algorithm.ppo_epochs={args.ppo_epochs}", "optim.lr=0.0001", "algorithm.kl.coef=0",
             "trainer.launcher=ray", *overrides])
         start = time.perf_counter()
-        train(config, plugin_manager=PluginManager(autoload=True, allow=PLUGINS))
+        train(config, plugin_manager=None if spawned_ranks else PluginManager(autoload=True, allow=PLUGINS))
         wall = time.perf_counter() - start
         lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [x for x in lines if x["kind"] == "train"][1:]
@@ -102,10 +108,12 @@ def run_training(args: argparse.Namespace, env_url: str | list[str], label: str,
 
 
 def best_of(args: argparse.Namespace, env_url: str | list[str], label: str, *overrides: str,
-            concurrency: int | None = None) -> dict[str, Any]:
+            concurrency: int | None = None, spawned_ranks: bool = False,
+            key: str = "trajectories_per_s") -> dict[str, Any]:
     """The fastest of ``--repeats`` runs (other jobs on a shared machine only ever slow a run down)."""
-    runs = [run_training(args, env_url, label, *overrides, concurrency=concurrency) for _ in range(args.repeats)]
-    return max(runs, key=lambda r: r["trajectories_per_s"])
+    runs = [run_training(args, env_url, label, *overrides, concurrency=concurrency, spawned_ranks=spawned_ranks)
+            for _ in range(args.repeats)]
+    return max(runs, key=lambda r: r[key])
 
 
 def compare_rollout_workers(args: argparse.Namespace, env_url: str) -> dict[str, Any]:
@@ -154,11 +162,99 @@ def compare_env_servers(args: argparse.Namespace, env_url: str) -> dict[str, Any
             "step_speedup": three["trajectories_per_s"] / one["trajectories_per_s"]}
 
 
+def compare_rank_rollouts(args: argparse.Namespace, env_url: str) -> dict[str, Any]:
+    """The local launcher's rollout phase: 2 learner ranks sampling half of each step each, against one
+    process sampling all of it (what rank 0 did alone while the other ranks waited).
+
+    Every episode of a step is live at once in both (``max_concurrency`` = the step's episodes), so the
+    difference is the sampling compute split over two processes, not more environment slots.
+    ``speedup`` is of the rollout phase (trajectories per second of ``time_rollout``, which for 2
+    ranks includes gathering the slices).
+    """
+    live = 2 * args.tasks
+    local = ("trainer.launcher=local", "algorithm.ppo_epochs=1")
+    alone = best_of(args, env_url, "1 rank samples all", *local, "trainer.learners=1", concurrency=live,
+                    key="rollout_trajectories_per_s")
+    split = best_of(args, env_url, "2 ranks sample half each", *local, "trainer.learners=2", concurrency=live,
+                    spawned_ranks=True, key="rollout_trajectories_per_s")
+    return {"one_rank": alone, "two_ranks": split,
+            "speedup": split["rollout_trajectories_per_s"] / alone["rollout_trajectories_per_s"],
+            "step_speedup": split["trajectories_per_s"] / alone["trajectories_per_s"]}
+
+
+def _score_on_rank(model_dir: str, rows: int, repeats: int, out: str) -> None:
+    """One of 2 ranks: seconds per ``Learner.score`` sharded, and per every-rank-scores-all (the median)."""
+    import statistics
+
+    import torch
+
+    from agentgym_core.rl.batch import RLBatch
+    from agentgym_core.rl.config import load_config
+    from agentgym_core.rl.distributed import barrier, init_from_environment
+    from agentgym_core.rl.forward import forward_tokens
+    from agentgym_core.rl.learner import Learner
+    from agentgym_core.rl.setup import load_policy
+
+    torch.set_num_threads(1)
+    ctx = init_from_environment("cpu")
+    config = load_config(None, ["envs=[{name: guess}]", f"model.path={model_dir}", "model.mixed_precision='no'",
+                                "algorithm.kl.coef=0.01", "algorithm.old_logprobs=recompute",
+                                "algorithm.micro_batch_tokens=2048"])
+    model, tokenizer = load_policy(config.model, device="cpu")
+    learner = Learner(config, model, tokenizer=tokenizer, ctx=ctx)
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(96, 384, (rows,), generator=generator).tolist()
+    sequences = [torch.randint(3, 200, (n,), generator=generator).tolist() for n in lengths]
+    mask = torch.zeros(rows, max(lengths))
+    for i, n in enumerate(lengths):
+        mask[i, n // 3 : n] = 1  # the last two thirds: the policy's tokens
+    zeros = torch.zeros_like(mask)
+    batch = RLBatch(trajectories=[], sequences=sequences, mask=mask, token_rewards=zeros, rollout_logprobs=zeros,
+                    group_ids=torch.arange(rows), turn_spans=[[] for _ in lengths], turn_states=[[] for _ in lengths])
+    kw = {"temperature": 1.0, "packing": config.algorithm.packing, "max_tokens": 2048}
+
+    def every_rank_all() -> None:  # what Learner.score did before it was sharded
+        with torch.no_grad():
+            forward_tokens(learner.model, sequences, mask, with_entropy=True, **kw)
+            forward_tokens(learner.reference, sequences, mask, **kw)
+
+    timings: dict[str, list[float]] = {"sharded": [], "every_rank_all": []}
+    for _ in range(repeats):
+        for label, call in (("sharded", lambda: learner.score(batch, temperature=1.0)), ("every_rank_all", every_rank_all)):
+            barrier(ctx)
+            start = time.perf_counter()
+            call()
+            barrier(ctx)  # the phase ends when the slowest rank is done
+            timings[label].append(time.perf_counter() - start)
+    if ctx.rank == 0:
+        Path(out).write_text(json.dumps({k: statistics.median(v) for k, v in timings.items()}))
+
+
+def compare_rank_scoring(args: argparse.Namespace, env_url: str) -> dict[str, Any]:
+    """``Learner.score`` on 2 FSDP2 ranks: each scoring its share of the rows, against every rank scoring every
+    row (the policy's and the reference's forwards), same ranks, same batch, alternating; medians."""
+    from agentgym_core.rl.distributed import spawn
+
+    with tempfile.TemporaryDirectory(prefix="score-") as tmp:
+        out = str(Path(tmp) / "scoring.json")
+        spawn(_score_on_rank, 2, str(args.model_dir), args.score_rows, args.repeats + 2, out)
+        seconds = json.loads(Path(out).read_text())
+    result = {"rows": args.score_rows, "sharded_seconds": seconds["sharded"],
+              "every_rank_all_seconds": seconds["every_rank_all"],
+              "speedup": seconds["every_rank_all"] / seconds["sharded"]}
+    print(f"  sharded {result['sharded_seconds']:.2f} s, every rank all {result['every_rank_all_seconds']:.2f} s "
+          f"({args.score_rows} rows)", flush=True)
+    return result
+
+
 COMPARISONS: dict[str, Callable[[argparse.Namespace, str], dict[str, Any]]] = {
     "rollout_workers": compare_rollout_workers,
     "async_vs_sync": compare_async_vs_sync,
     "env_servers": compare_env_servers,
+    "rank_rollouts": compare_rank_rollouts,
+    "rank_scoring": compare_rank_scoring,
 }
+RAY_COMPARISONS = {"rollout_workers", "async_vs_sync", "env_servers"}
 
 
 def main() -> None:
@@ -172,6 +268,7 @@ def main() -> None:
     parser.add_argument("--ppo-epochs", type=int, default=18, help="Update passes per step (sizes the update).")
     parser.add_argument("--repeats", type=int, default=2, help="Runs per setting; the fastest counts.")
     parser.add_argument("--cpus", type=int, default=4, help="CPUs of the private Ray.")
+    parser.add_argument("--score-rows", type=int, default=48, help="rank_scoring: rows of the scored batch.")
     parser.add_argument("--out", default="bench/results/scale.json")
     args = parser.parse_args()
 
@@ -191,16 +288,19 @@ def main() -> None:
         model, tokenizer = tiny_chat_model(seed=0)
         model.save_pretrained(args.model_dir)
         tokenizer.save_pretrained(args.model_dir)
-        ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, _temp_dir=str(Path(tmp) / "ray"),
-                 log_to_driver=False)
+        chosen = args.only or list(COMPARISONS)
+        if RAY_COMPARISONS.intersection(chosen):
+            ray.init(address="local", num_cpus=args.cpus, include_dashboard=False,
+                     _temp_dir=str(Path(tmp) / "ray"), log_to_driver=False)
         results: dict[str, Any] = {}
         try:
-            for name in args.only or COMPARISONS:
+            for name in chosen:
                 print(f"{name}:", flush=True)
                 results[name] = COMPARISONS[name](args, env_url)
                 print(f"  speed-up x{results[name]['speedup']:.2f}", flush=True)
         finally:
-            ray.shutdown()
+            if ray.is_initialized():
+                ray.shutdown()
     settings = {k: v for k, v in vars(args).items() if k not in ("model_dir", "out")}
     print(f"wrote {write_json(args.out, {'settings': settings, 'cpu_count': os.cpu_count(), **results})}")
 

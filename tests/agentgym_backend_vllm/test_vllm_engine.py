@@ -197,6 +197,22 @@ def test_colocated_engine_sleeps_after_a_rollout_and_wakes_weights_then_kv_cache
     assert backend.engine.calls[-1] == ("sleep", 2)
 
 
+def test_level_2_sleep_refuses_to_sample_from_discarded_weights(fake_vllm, tiny_model_dir):
+    """A second batch between two weight loads (a failed episode re-run, an evaluation) would wake an
+    engine whose weights level 2 dropped: it is refused in one line instead of sampling garbage."""
+    backend = make(tiny_model_dir, gpu_sharing="colocate", sleep_level=2)
+    ids = prompt(backend)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=3)
+    backend.generate([ids], greedy)  # the rollout: the engine sleeps at its end, dropping the weights
+    with pytest.raises(RuntimeError, match="discarded when the engine slept .*sleep_level: 1"):
+        backend.generate([ids], greedy)
+    backend.load_weights(_perturbed(tiny_model_dir))
+    backend.generate([ids], greedy)  # weights came back: sampling works again
+    level_1 = make(tiny_model_dir, gpu_sharing="colocate", sleep_level=1)
+    level_1.generate([ids], greedy)
+    level_1.generate([ids], greedy)  # level 1 keeps the weights in host memory: a second batch is fine
+
+
 def test_separate_gpu_mode_never_sleeps(fake_vllm, tiny_model_dir):
     backend = make(tiny_model_dir, gpu_sharing="separate")
     backend.generate([prompt(backend)], SamplingParams(temperature=0.0, max_new_tokens=2))

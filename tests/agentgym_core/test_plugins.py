@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentgym_core import hookimpl
-from agentgym_core.plugins import DuplicateRegistrationError, PluginManager, UnknownNameError
+from agentgym_core.plugins import DuplicateRegistrationError, PluginError, PluginManager, UnknownNameError
 
 
 def make_distribution(root: Path, dist: str, plugins: dict[str, str]) -> None:
@@ -125,3 +125,62 @@ def test_hook_may_take_a_subset_of_arguments():
     manager.register(Observer(), "observer")
     manager.hook.agentgym_observe_update(step=7, metrics={"loss": 1.0})
     assert calls == [7]
+
+
+LAZY_ENV = """
+    from agentgym_core import hookimpl
+
+    @hookimpl
+    def agentgym_register_envs(register):
+        register("{name}", "{module}:GuessEnv", summary="registered by reference")
+"""
+
+RECORDS_IMPORT = """
+    import sys
+    sys.modules.setdefault("imported_plugins_log", type(sys)("imported_plugins_log")).__dict__.setdefault(
+        "names", []).append("{name}")
+""" + GOOD_ENV
+
+
+def test_registration_by_reference_imports_its_module_only_when_used(site):
+    (site / "alpha_heavy_module.py").write_text("IMPORTED = True\nfrom agentgym_env_guess import GuessEnv\n")
+    make_distribution(site, "agentgym-env-alpha", {"alpha": LAZY_ENV.format(name="alpha", module="alpha_heavy_module")})
+    manager = PluginManager(autoload=True, allow=["alpha"])
+    registration = manager.catalog("env")["alpha"]
+    assert registration.summary == "registered by reference" and not registration.is_loaded
+    import sys
+
+    assert "alpha_heavy_module" not in sys.modules  # listing did not import it
+    from agentgym_env_guess import GuessEnv
+
+    assert manager.env_class("alpha") is GuessEnv and registration.is_loaded
+
+
+def test_a_reference_that_does_not_import_names_the_plugin_and_the_error(site):
+    make_distribution(site, "agentgym-env-alpha", {"alpha": LAZY_ENV.format(name="alpha", module="no_such_module_qq")})
+    make_distribution(site, "agentgym-env-beta", {"beta": LAZY_ENV.format(name="beta", module="not a module")})
+    manager = PluginManager(autoload=True, allow=["alpha", "beta"])
+    with pytest.raises(PluginError, match=r"plugin 'alpha' .*registered the environment 'alpha' as "
+                                          r"'no_such_module_qq:GuessEnv', which failed to import: "
+                                          r"ModuleNotFoundError"):
+        manager.env_class("alpha")
+    with pytest.raises(PluginError, match=r"'not a module:GuessEnv' is not a 'module:attribute' reference"):
+        manager.catalog("env")
+
+
+def test_looking_up_a_name_imports_the_entry_point_of_that_name_first(site):
+    import sys
+
+    for name in ("alpha", "beta", "gamma"):
+        make_distribution(site, f"agentgym-env-{name}", {name: RECORDS_IMPORT.format(name=name)})
+    manager = PluginManager(autoload=True, allow=["alpha", "beta", "gamma"])
+    log = sys.modules.setdefault("imported_plugins_log", type(sys)("imported_plugins_log"))
+    log.names = []
+    assert manager.env_class("beta") is not None
+    assert log.names == ["beta"]  # `agentgym serve beta` does not import the other plugins
+    manager.env_class("gamma")
+    assert log.names == ["beta", "gamma"]
+    with pytest.raises(UnknownNameError, match="Installed environments: alpha, beta, gamma"):
+        manager.env_class("delta")  # not an entry point name: every plugin is asked
+    assert sorted(log.names) == ["alpha", "beta", "gamma"]
+    assert {p.name for p in manager.plugins()} >= {"alpha", "beta", "gamma"}

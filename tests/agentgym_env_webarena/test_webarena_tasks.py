@@ -98,3 +98,13 @@ def test_the_plugin_registers_both_environments_through_its_entry_point():
     manager = PluginManager(autoload=True, allow=["webarena"])
     assert manager.get("env", "webarena") is WebArenaEnv
     assert manager.get("env", "webarena_local") is LocalWebArenaEnv
+
+
+def test_categories_from_the_raw_file_match_webarena_verified_sites_str():
+    # Categories are read from the JSON without webarena-verified's model (so listing envs stays light);
+    # they must name every task as the model's own sites_str does.
+    taskset = TaskSet(VERIFIED_TASKS_FILE)
+    by_model: dict[str, list[int]] = {}
+    for task_id in sorted(taskset.tasks):
+        by_model.setdefault(taskset.get(task_id).sites_str, []).append(task_id)
+    assert taskset.categories() == by_model

@@ -15,6 +15,12 @@ catalog callbacks share one signature::
 
     register(name: str, obj: object, *, summary: str = "") -> None
 
+``obj`` may be the object or a ``"module:attribute"`` string naming it; the module is then
+imported only when the object is first used, so listing what is installed (``agentgym plugins``,
+``agentgym serve`` of another plugin's env) does not import your dependencies. Name the plugin's
+entry point after the env it serves: ``agentgym serve NAME`` imports the entry point called NAME
+first.
+
 Every catalog hook is called for every plugin (no result wins); two plugins registering the same
 name in one catalog is an error naming both packages. Observer hooks return nothing and are called
 for every plugin, in registration order reversed (pluggy's LIFO).

@@ -4,6 +4,14 @@ There is one way in: a plugin is registered with the pluggy manager, by name, an
 catalog hooks fill the registries. Builtins (``DEFAULT_PLUGINS``) enter through the same door as
 third-party plugins from the ``agentgym`` entry-point group; they are listed and can be blocked.
 
+Nothing heavy is imported to find a name. Entry points are read from the installed metadata when
+the manager is built, but a plugin module is imported only when something asks for it: looking up
+``env_class("textcraft")`` imports the entry point named ``textcraft`` first and the others only
+if that one does not provide the name, while listings (``catalog``, ``plugins``) and observer
+hooks import them all. A plugin may register ``"module:attribute"`` instead of the object
+(Gymnasium's entry-point strings); the module is imported when the object is first used, so
+``agentgym plugins`` lists an estimator without importing torch.
+
 Environment variables:
     AGENTGYM_DISABLE_PLUGIN_AUTOLOAD=1   do not load entry-point plugins (builtins still load).
     AGENTGYM_PLUGINS=a,b                 allow-list: load only these entry-point plugins.
@@ -16,7 +24,9 @@ import difflib
 import importlib
 import os
 import shlex
+import sys
 import traceback
+import types
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -31,6 +41,7 @@ __all__ = [
     "DEFAULT_PLUGINS",
     "ENTRY_POINT_GROUP",
     "DuplicateRegistrationError",
+    "PluginError",
     "PluginInfo",
     "PluginManager",
     "Registration",
@@ -38,6 +49,7 @@ __all__ = [
     "checkout_root",
     "get_plugin_manager",
     "install_hint",
+    "lazy_exports",
     "reset_plugin_manager",
 ]
 
@@ -86,6 +98,44 @@ def install_hint(folder: str) -> str:
         return f"`pip install -e {shlex.quote(str(root / folder))}`"
     return f"`pip install -e ./{folder}` (in a checkout of agentgym; scripts/install.sh installs every package)"
 
+def lazy_exports(package: str, exports: dict[str, str]) -> None:
+    """Make ``package``'s public names load on first use (PEP 562), from the modules that define them.
+
+    ``exports`` maps each public name to its module. A plugin package's ``__init__`` calls this so
+    that importing its plugin module (``my_env.plugin``) does not import the whole package and its
+    dependencies::
+
+        __all__ = ["MyEnv"]
+        lazy_exports(__name__, {"MyEnv": "my_env.env"})
+    """
+    sys.modules[package].__class__ = _LazyPackage
+    sys.modules[package].__dict__["_lazy_exports"] = dict(exports)
+
+
+class _LazyPackage(types.ModuleType):
+    """A package whose exported names are imported from their modules when first looked up."""
+
+    _lazy_exports: dict[str, str]
+
+    def __getattr__(self, name: str) -> Any:
+        module = self.__dict__.get("_lazy_exports", {}).get(name)
+        if module is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        self.__dict__[name] = value  # the next lookup is a plain attribute
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Importing submodule ``pkg.gae`` sets attribute ``gae`` on the package; where the package
+        # exports a function ``gae`` from that module, the function must stay the public name.
+        if isinstance(value, types.ModuleType) and self.__dict__.get("_lazy_exports", {}).get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(self.__dict__) | set(self.__dict__.get("_lazy_exports", {})))
+
+
 _KIND_LABELS = {
     "env": "environment",
     "advantage_estimator": "advantage estimator",
@@ -124,15 +174,56 @@ class PluginInfo:
 
 @dataclass(frozen=True)
 class Registration:
-    """One named thing a plugin put into a catalog."""
+    """One named thing a plugin put into a catalog.
+
+    ``target`` is what the plugin registered: the object itself, or a ``"module:attribute"``
+    string that :attr:`obj` imports on first use.
+    """
 
     kind: str
     name: str
-    obj: Any
+    target: Any
     plugin: str
     package: str
     version: str
     summary: str = ""
+    _loaded: list[Any] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def obj(self) -> Any:
+        """The registered object, imported now if the plugin registered it by reference."""
+        if not isinstance(self.target, str):
+            return self.target
+        if not self._loaded:
+            self._loaded.append(_import_reference(self.target, self))
+        return self._loaded[0]
+
+    @property
+    def is_loaded(self) -> bool:
+        """Whether using :attr:`obj` imports nothing more."""
+        return not isinstance(self.target, str) or bool(self._loaded)
+
+
+def _import_reference(reference: str, registration: Registration) -> Any:
+    where = (f"plugin {registration.plugin!r} (package {registration.package}) registered the "
+             f"{_KIND_LABELS[registration.kind]} {registration.name!r} as {reference!r}")
+    module_name, _, attribute = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise PluginError(f"{where}, which failed to import: {type(exc).__name__}: {exc}") from exc
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise PluginError(f"{where}, but module {module_name!r} has no attribute {attribute!r}") from None
+
+
+def _check_reference(reference: str) -> str | None:
+    """Why ``reference`` is not a ``"module:attribute"`` string, or None when it is one."""
+    module_name, colon, attribute = reference.partition(":")
+    if not colon or not attribute.isidentifier() or not all(p.isidentifier() for p in module_name.split(".")):
+        return f"{reference!r} is not a 'module:attribute' reference (e.g. 'my_env.env:MyEnv')"
+    return None
 
 
 def _split_env_list(value: str | None) -> set[str] | None:
@@ -166,6 +257,7 @@ class PluginManager:
     _pm: pluggy.PluginManager = field(init=False, repr=False)
     _infos: dict[str, PluginInfo] = field(init=False, default_factory=dict, repr=False)
     _catalogs: dict[str, dict[str, Registration]] = field(init=False, default_factory=dict)
+    _pending: dict[str, metadata.EntryPoint] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.autoload is None:
@@ -184,12 +276,19 @@ class PluginManager:
 
     # -- loading --------------------------------------------------------------------------------
     def _load_entry_points(self) -> None:
-        seen: set[str] = set()
+        """Note every allowed entry point; each is imported when first needed (``_load_pending``)."""
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in seen:  # the same distribution visible twice on sys.path
+            if ep.name in self._pending:  # the same distribution visible twice on sys.path
                 continue
-            seen.add(ep.name)
             if self._allow is not None and ep.name not in self._allow:
+                continue
+            self._pending[ep.name] = ep
+
+    def _load_pending(self, names: Iterable[str] | None = None) -> None:
+        """Import the entry-point plugins ``names`` (default: all) that are not imported yet."""
+        for name in list(self._pending if names is None else names):
+            ep = self._pending.pop(name, None)
+            if ep is None:
                 continue
             dist = getattr(ep, "dist", None)
             self._load(ep.name, ep.load, package=dist.name if dist else "?",
@@ -217,18 +316,26 @@ class PluginManager:
     @property
     def hook(self) -> Any:
         """Call observer hooks: ``pm.hook.agentgym_observe_update(step=..., metrics=...)``."""
+        self._load_pending()  # an observer may live in any plugin
         return self._pm.hook
 
     def plugins(self) -> list[PluginInfo]:
+        self._load_pending()
         return sorted(self._infos.values(), key=lambda p: (not p.builtin, p.name))
 
     def broken_plugins(self) -> list[PluginInfo]:
+        self._load_pending()
         return [p for p in self._infos.values() if p.status == "broken"]
 
     def catalog(self, kind: str) -> dict[str, Registration]:
         """All registrations of one kind (``env``, ``advantage_estimator``, ...), by name."""
         if kind not in hookspecs.CATALOG_HOOKS:
             raise ValueError(f"unknown catalog kind {kind!r}; expected one of {sorted(hookspecs.CATALOG_HOOKS)}")
+        self._load_pending()
+        return self._loaded_catalog(kind)
+
+    def _loaded_catalog(self, kind: str) -> dict[str, Registration]:
+        """The registrations of ``kind`` among the plugins imported so far."""
         if kind not in self._catalogs:
             self._catalogs[kind] = self._build_catalog(kind)
         return self._catalogs[kind]
@@ -242,6 +349,9 @@ class PluginManager:
             def register(name: str, obj: Any, *, summary: str = "", _info: PluginInfo = info) -> None:
                 if not isinstance(name, str) or not name:
                     raise PluginError(f"plugin {_info.name!r} registered a {kind} with an invalid name {name!r}")
+                if isinstance(obj, str) and (problem := _check_reference(obj)) is not None:
+                    raise PluginError(f"plugin {_info.name!r} registered the {_KIND_LABELS[kind]} {name!r} "
+                                      f"by reference, but {problem}")
                 if name in catalog:
                     first = catalog[name]
                     raise DuplicateRegistrationError(
@@ -256,11 +366,21 @@ class PluginManager:
         return catalog
 
     def get(self, kind: str, name: str) -> Any:
-        """The object registered under ``name`` in catalog ``kind``; a teaching error if absent."""
-        catalog = self.catalog(kind)
-        if name in catalog:
-            return catalog[name].obj
-        raise UnknownNameError(self._unknown_message(kind, name, sorted(catalog)))
+        """The object registered under ``name`` in catalog ``kind``; a teaching error if absent.
+
+        The entry point of the same name is imported first (``agentgym serve textcraft`` imports
+        the ``textcraft`` plugin, not the estimators and their torch); the other plugins are
+        imported only when it does not provide ``name``.
+        """
+        if kind not in hookspecs.CATALOG_HOOKS:
+            raise ValueError(f"unknown catalog kind {kind!r}; expected one of {sorted(hookspecs.CATALOG_HOOKS)}")
+        self._load_pending([name])
+        registration = self._loaded_catalog(kind).get(name)
+        if registration is None:
+            registration = self.catalog(kind).get(name)
+        if registration is not None:
+            return registration.obj
+        raise UnknownNameError(self._unknown_message(kind, name, sorted(self.catalog(kind))))
 
     def _unknown_message(self, kind: str, name: str, known: list[str]) -> str:
         label = _KIND_LABELS[kind]

@@ -56,6 +56,14 @@ MAX_BATCH = 1024
 MAX_REQUEST_ID_CHARS = 128
 MAX_SEED = 2**63 - 1
 
+# A server's defaults, here rather than in the server modules so that `agentgym serve --help`
+# shows them without importing the web framework.
+DEFAULT_MAX_INSTANCES = 256
+DEFAULT_IDLE_TTL_S = 900.0
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 30.0
+
 
 def check_text(text: str) -> str:
     """Refuse text that cannot be encoded as UTF-8 (lone surrogates such as ``"\\ud800"``)."""

@@ -39,9 +39,9 @@ __all__ = ["ServerError", "create_app", "error_status", "validate_server_options
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_INSTANCES = 256
-DEFAULT_IDLE_TTL_S = 900.0
-DEFAULT_MAX_BODY_BYTES = 1 << 20
+DEFAULT_MAX_INSTANCES = p.DEFAULT_MAX_INSTANCES
+DEFAULT_IDLE_TTL_S = p.DEFAULT_IDLE_TTL_S
+DEFAULT_MAX_BODY_BYTES = p.DEFAULT_MAX_BODY_BYTES
 
 # Statuses Starlette raises itself (routing, unreadable bodies) -> the protocol's codes.
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}

@@ -23,14 +23,12 @@ from typing import Any
 import uvicorn
 
 from agentgym_core.env import Env
+from agentgym_core.protocol import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
 from agentgym_core.server import create_app
 
 __all__ = ["DEFAULT_BODY_TIMEOUT_S", "DEFAULT_HEADER_TIMEOUT_S", "serve_app", "serve_env", "uvicorn_config"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_HEADER_TIMEOUT_S = 10.0
-DEFAULT_BODY_TIMEOUT_S = 30.0
 
 
 def _timeout_answer() -> bytes:

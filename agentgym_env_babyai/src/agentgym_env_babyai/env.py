@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from minigrid.minigrid_env import MiniGridEnv
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentgym_core.compat import AgentGymCompat
+from agentgym_core.compat_spec import AgentGymCompat
 from agentgym_core.env import (
     Env,
     EnvError,

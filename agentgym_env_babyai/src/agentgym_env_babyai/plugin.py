@@ -12,12 +12,9 @@ __all__ = ["mission_thought"]
 
 @hookimpl
 def agentgym_register_envs(register: Register) -> None:
-    # Imported here so listing plugins does not pay for importing minigrid.
-    from agentgym_env_babyai.env import BabyAIEnv
-
     register(
         "babyai",
-        BabyAIEnv,
+        "agentgym_env_babyai.env:BabyAIEnv",  # by reference: minigrid is imported when the env is used
         summary="BabyAI grid worlds (minigrid), 40 levels, AgentGym text and macro actions",
     )
 

@@ -1,18 +1,6 @@
 """agentgym-env-sciworld: the ScienceWorld simulator as an agentgym environment plugin."""
 
-from agentgym_env_sciworld.actions import ACTION_TEMPLATES, INSTRUCTION
-from agentgym_env_sciworld.catalog import (
-    EXCLUDED_FAMILIES,
-    Family,
-    SciWorldTask,
-    families,
-    task,
-    task_catalog,
-)
-from agentgym_env_sciworld.config import SciWorldConfig
-from agentgym_env_sciworld.env import SciWorldEnv
-from agentgym_env_sciworld.expert import ExpertEpisode, GoldPathExpert
-from agentgym_env_sciworld.simulator import POOL, Simulator, SimulatorDiedError, SimulatorPool
+from agentgym_core.plugins import lazy_exports
 
 __all__ = [
     "ACTION_TEMPLATES",
@@ -32,3 +20,24 @@ __all__ = [
     "task",
     "task_catalog",
 ]
+
+# Loaded on first use, so that importing the plugin module (for `agentgym plugins`, or a server of
+# another env) does not import this package's dependencies.
+lazy_exports(__name__, {
+    "ACTION_TEMPLATES": "agentgym_env_sciworld.actions",
+    "EXCLUDED_FAMILIES": "agentgym_env_sciworld.catalog",
+    "INSTRUCTION": "agentgym_env_sciworld.actions",
+    "POOL": "agentgym_env_sciworld.simulator",
+    "ExpertEpisode": "agentgym_env_sciworld.expert",
+    "Family": "agentgym_env_sciworld.catalog",
+    "GoldPathExpert": "agentgym_env_sciworld.expert",
+    "SciWorldConfig": "agentgym_env_sciworld.config",
+    "SciWorldEnv": "agentgym_env_sciworld.env",
+    "SciWorldTask": "agentgym_env_sciworld.catalog",
+    "Simulator": "agentgym_env_sciworld.simulator",
+    "SimulatorDiedError": "agentgym_env_sciworld.simulator",
+    "SimulatorPool": "agentgym_env_sciworld.simulator",
+    "families": "agentgym_env_sciworld.catalog",
+    "task": "agentgym_env_sciworld.catalog",
+    "task_catalog": "agentgym_env_sciworld.catalog",
+})

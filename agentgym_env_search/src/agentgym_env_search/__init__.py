@@ -11,22 +11,7 @@ Public names:
     normalize_answer, exact_match, best_f1   scoring
 """
 
-from agentgym_env_search.corpus import Corpus, CorpusFormatError, Passage, cache_root
-from agentgym_env_search.demo import demo_corpus_path, demo_qa
-from agentgym_env_search.env import SearchEnv, SearchEnvConfig
-from agentgym_env_search.indexes import open_retriever, shared_retriever
-from agentgym_env_search.protocol import format_information, parse_search_action
-from agentgym_env_search.qa import SEARCH_R1_DATASETS, QADataError, QAItem, QASet, load_qa_dir, load_qa_file
-from agentgym_env_search.retrievers import (
-    BM25Retriever,
-    Hit,
-    Retriever,
-    available_retrievers,
-    get_retriever_factory,
-    register_retriever,
-)
-from agentgym_env_search.scoring import best_f1, exact_match, normalize_answer
-from agentgym_env_search.service import RemoteRetriever, create_retriever_app, serve_retriever
+from agentgym_core.plugins import lazy_exports
 
 __all__ = [
     "SEARCH_R1_DATASETS",
@@ -60,3 +45,38 @@ __all__ = [
     "serve_retriever",
     "shared_retriever",
 ]
+
+# Loaded on first use, so that importing the plugin module (for `agentgym plugins`, or a server of
+# another env) does not import this package's dependencies.
+lazy_exports(__name__, {
+    "SEARCH_R1_DATASETS": "agentgym_env_search.qa",
+    "BM25Retriever": "agentgym_env_search.retrievers",
+    "Corpus": "agentgym_env_search.corpus",
+    "CorpusFormatError": "agentgym_env_search.corpus",
+    "Hit": "agentgym_env_search.retrievers",
+    "Passage": "agentgym_env_search.corpus",
+    "QADataError": "agentgym_env_search.qa",
+    "QAItem": "agentgym_env_search.qa",
+    "QASet": "agentgym_env_search.qa",
+    "RemoteRetriever": "agentgym_env_search.service",
+    "Retriever": "agentgym_env_search.retrievers",
+    "SearchEnv": "agentgym_env_search.env",
+    "SearchEnvConfig": "agentgym_env_search.env",
+    "available_retrievers": "agentgym_env_search.retrievers",
+    "best_f1": "agentgym_env_search.scoring",
+    "cache_root": "agentgym_env_search.corpus",
+    "create_retriever_app": "agentgym_env_search.service",
+    "demo_corpus_path": "agentgym_env_search.demo",
+    "demo_qa": "agentgym_env_search.demo",
+    "exact_match": "agentgym_env_search.scoring",
+    "format_information": "agentgym_env_search.protocol",
+    "get_retriever_factory": "agentgym_env_search.retrievers",
+    "load_qa_dir": "agentgym_env_search.qa",
+    "load_qa_file": "agentgym_env_search.qa",
+    "normalize_answer": "agentgym_env_search.scoring",
+    "open_retriever": "agentgym_env_search.indexes",
+    "parse_search_action": "agentgym_env_search.protocol",
+    "register_retriever": "agentgym_env_search.retrievers",
+    "serve_retriever": "agentgym_env_search.service",
+    "shared_retriever": "agentgym_env_search.indexes",
+})

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentgym_core.compat import AgentGymCompat
+from agentgym_core.compat_spec import AgentGymCompat
 from agentgym_core.env import (
     Env,
     EnvError,

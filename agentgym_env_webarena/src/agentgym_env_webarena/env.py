@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentgym_core import Env, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
-from agentgym_core.compat import AgentGymCompat
+from agentgym_core.compat_spec import AgentGymCompat
 from agentgym_env_webarena.actions import ACTION_HELP, ActionParseError, extract_action, parse_action
 from agentgym_env_webarena.browser import BrowserPool
 from agentgym_env_webarena.config import WebArenaConfig
-from agentgym_env_webarena.grading import agent_response, grade
 from agentgym_env_webarena.prompt import INSTRUCTION, format_observation
 from agentgym_env_webarena.session import BrowserSession, SessionLostError
 from agentgym_env_webarena.tasks import VERIFIED_TASKS_FILE, TaskSet, render_start_urls
@@ -154,6 +153,9 @@ class WebArenaEnv(Env):
             trace = self.pool.run(self.session.network_trace(), timeout=self._timeout())
         except Exception:  # noqa: BLE001 - a dead browser leaves no trace; grade the answer alone
             trace = []
+        # WebArena-Verified's evaluators take seconds to import: only an episode that ends pays for it.
+        from agentgym_env_webarena.grading import agent_response, grade
+
         response = agent_response(self._task, answer, self.config.answer_format)
         result = grade(self._task, response, trace, self.site_urls())
         self._done = True

@@ -14,15 +14,18 @@ webarena-verified groups its own results.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import random
 from importlib import resources
 from pathlib import Path
-
-from webarena_verified.types.task import WebArenaVerifiedTask
+from typing import TYPE_CHECKING, Any
 
 from agentgym_core import InvalidTaskError, TaskCatalog
+
+if TYPE_CHECKING:
+    from webarena_verified.types.task import WebArenaVerifiedTask
 
 __all__ = [
     "LOCAL_TASKS_FILE",
@@ -33,7 +36,16 @@ __all__ = [
 ]
 
 TEST_IDS_ENV_VAR = "AGENTGYM_WEBARENA_TEST_IDS"
-VERIFIED_TASKS_FILE = Path(str(resources.files("webarena_verified") / "assets/dataset/webarena-verified.json"))
+
+def _package_folder(package: str) -> Path:
+    """An installed package's folder, found without importing it (webarena_verified takes seconds)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"package {package!r} is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+VERIFIED_TASKS_FILE = _package_folder("webarena_verified") / "assets/dataset/webarena-verified.json"
 LOCAL_TASKS_FILE = Path(str(resources.files("agentgym_env_webarena") / "testing_sites/tasks.json"))
 _TEST_SIZE = 50
 _SPLIT_SEED = 20250910
@@ -61,17 +73,23 @@ def render_start_urls(task: WebArenaVerifiedTask, sites: dict[str, str]) -> list
 
 
 class TaskSet:
-    """The tasks of one JSON file, validated by webarena-verified's own model."""
+    """The tasks of one JSON file; a task is validated by webarena-verified's own model when first used.
+
+    Splits and categories need only each task's id and sites, so listing them (``agentgym envs``)
+    does not import webarena-verified's evaluators.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        raw = json.loads(path.read_text())
-        self.tasks: dict[int, WebArenaVerifiedTask] = {}
-        for item in raw:
-            task = WebArenaVerifiedTask.model_validate(item)
-            if task.task_id in self.tasks:
-                raise ValueError(f"{path}: task_id {task.task_id} appears twice")
-            self.tasks[task.task_id] = task
+        self.tasks: dict[int, dict[str, Any]] = {}
+        for item in json.loads(path.read_text()):
+            task_id = item.get("task_id") if isinstance(item, dict) else None
+            if not isinstance(task_id, int) or not isinstance(item.get("sites"), list):
+                raise ValueError(f"{path}: every task needs an integer 'task_id' and a list of 'sites', got {item!r:.80}")
+            if task_id in self.tasks:
+                raise ValueError(f"{path}: task_id {task_id} appears twice")
+            self.tasks[task_id] = item
+        self._validated: dict[int, WebArenaVerifiedTask] = {}
 
     @classmethod
     @functools.cache
@@ -80,17 +98,21 @@ class TaskSet:
         return cls(path)
 
     def get(self, task_id: int) -> WebArenaVerifiedTask:
-        try:
-            return self.tasks[task_id]
-        except KeyError:
+        if task_id not in self.tasks:
             raise InvalidTaskError(
                 f"no task {task_id} in {self.path.name}; ids run from {min(self.tasks)} to {max(self.tasks)}"
-            ) from None
+            )
+        if task_id not in self._validated:
+            from webarena_verified.types.task import WebArenaVerifiedTask
+
+            self._validated[task_id] = WebArenaVerifiedTask.model_validate(self.tasks[task_id])
+        return self._validated[task_id]
 
     def categories(self) -> dict[str, list[int]]:
+        """Task ids by sites joined with '-', as webarena-verified's ``sites_str`` names them."""
         cats: dict[str, list[int]] = {}
         for task_id, task in sorted(self.tasks.items()):
-            cats.setdefault(task.sites_str, []).append(task_id)
+            cats.setdefault("-".join(sorted(task["sites"])), []).append(task_id)
         return cats
 
     def catalog(self, test_ids: list[int] | None = None, test_size: int = _TEST_SIZE) -> TaskCatalog:

@@ -1,6 +1,8 @@
 """Runs of the tiny trainer on one process or on several gloo learner ranks (spawned processes).
 
-Module-level functions, so ``torch.multiprocessing`` can import them in the spawned ranks.
+Module-level functions, so ``torch.multiprocessing`` can import them in the spawned ranks. Ranks run
+under strict collectives (:mod:`agentgym_core.testing.strict_collectives`): a collective NCCL would
+refuse on a GPU run fails them here.
 """
 
 from __future__ import annotations
@@ -17,10 +19,22 @@ BASE = [
 ]
 
 
+# AdamW's first steps move every weight by about lr whatever its gradient's size, so float noise in a
+# near-zero gradient shows up as lr-sized weight differences: rank comparisons use a smaller rate.
+RANKS_LR = ["optim.lr=0.001"]
+
+
 def run(run_dir: str, overrides: list[str], resume: bool = False, stop_after: int | None = None) -> dict:
     """One trainer process (a rank when WORLD_SIZE is set): the word env, the tiny model, seed 0."""
+    import os
+
     import torch
     from word_env import WordPlugin
+
+    from agentgym_core.testing.strict_collectives import install
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        install("cuda")
 
     from agentgym_core.plugins import PluginManager
     from agentgym_core.rl.config import load_config
@@ -53,3 +67,36 @@ def final_weights(run_dir: str | Path, step: int) -> dict:
 
     path = Path(run_dir) / "checkpoints" / f"step_{step:06d}" / "model"
     return AutoModelForCausalLM.from_pretrained(path).state_dict()
+
+
+def counted_run(run_dir: str, counts_dir: str, overrides: list[str]) -> None:
+    """:func:`run` as one of several ranks, counting the episodes this rank sampled and the rows it scored."""
+    import os
+
+    import agentgym_core.rl.learner as learner_module
+    from agentgym_core.rl.rollout_worker import RolloutWorker
+
+    counts = {"episodes": 0, "scored_rows": 0}
+    sample, forward = RolloutWorker._run_with_reruns, learner_module.forward_tokens
+
+    def counting_sample(self, episodes, step, first_index):
+        counts["episodes"] += len(episodes)
+        return sample(self, episodes, step, first_index)
+
+    def counting_forward(model, sequences, *args, **kwargs):
+        if model is learner_module_model[0]:  # the policy's scoring pass (the reference's scores the same rows)
+            counts["scored_rows"] += len(sequences)
+        return forward(model, sequences, *args, **kwargs)
+
+    learner_module_model: list = [None]
+    init = learner_module.Learner.__init__
+
+    def remember_policy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        learner_module_model[0] = self.model
+
+    RolloutWorker._run_with_reruns = counting_sample
+    learner_module.forward_tokens = counting_forward
+    learner_module.Learner.__init__ = remember_policy
+    run(run_dir, overrides)
+    Path(counts_dir, f"rank{os.environ.get('RANK', '0')}.json").write_text(json.dumps(counts))

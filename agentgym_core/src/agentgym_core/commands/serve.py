@@ -9,8 +9,13 @@ import socket
 from agentgym_core.commands.eval import json_object
 from agentgym_core.env import check_env_options
 from agentgym_core.plugins import get_plugin_manager
-from agentgym_core.server import DEFAULT_IDLE_TTL_S, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INSTANCES, create_app
-from agentgym_core.serving import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
+from agentgym_core.protocol import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_IDLE_TTL_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INSTANCES,
+)
 
 
 def _bounded(kind: type, low: float, *, allow_zero: bool = False, what: str) -> argparse._ActionsContainer:
@@ -83,8 +88,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
+    import uvicorn  # the web stack is imported only to serve, not for `agentgym --help`
 
+    from agentgym_core.server import create_app
     from agentgym_core.serving import uvicorn_config
 
     env_cls = get_plugin_manager().env_class(args.env)

@@ -47,6 +47,27 @@ def trainable_trajectories(trajectories: Sequence[Trajectory]) -> tuple[list[Tra
     return kept, infra_failed
 
 
+def apply_truncation_policy(trajectories: Sequence[Trajectory], policy: str | float) -> list[Trajectory]:
+    """The trajectories to train on under ``algorithm.truncated_episodes`` (order kept).
+
+    An episode cut by the turn or token budget ended without an outcome; its zero reward says the
+    budget ran out, not that the policy failed. ``"train"`` keeps it as it is; ``"drop"`` leaves it
+    out of the batch (its group's baseline comes from the episodes that ended); a number replaces its
+    last turn's reward, so the budget running out has a price of its own.
+    """
+    if policy == "train":
+        return list(trajectories)
+    if policy == "drop":
+        return [t for t in trajectories if not t.truncated]
+    out = []
+    for t in trajectories:
+        if t.truncated and t.turns:
+            last = t.turns[-1].model_copy(update={"reward": float(policy)})
+            t = t.model_copy(update={"turns": [*t.turns[:-1], last]})
+        out.append(t)
+    return out
+
+
 def build_batch(trajectories: Sequence[Trajectory]) -> RLBatch:
     """Pad the trajectories' token ids, masks, rewards and log-probs to (B, T)."""
     trajs = list(trajectories)

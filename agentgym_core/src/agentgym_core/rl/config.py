@@ -297,6 +297,23 @@ class CriticConfig(_Section):
     value_clip: float | None = Field(0.2, description="Clip range of the value update; None disables.")
 
 
+class OffPolicyConfig(_Section):
+    """``algorithm.off_policy``: correcting for a sampler that is not the learner (see docs: off-policy)."""
+
+    correction: Literal["auto", "none", "tis", "decoupled"] = Field(
+        "auto", description="Behaviour-policy correction of the loss: 'tis' weighs each token by min(pi_old / "
+        "pi_sampler, cap); 'decoupled' weighs by pi_old / pi_sampler and drops tokens past the cap (recomputes the "
+        "old log-probs); 'none'; 'auto': tis wherever the sampler is not the learner's own module in the same "
+        "precision (another backend, the Ray launcher, several learners, asynchronous rollouts, mixed precision).",
+    )
+    cap: float = Field(2.0, gt=1.0, description="Largest importance weight pi_old / pi_sampler a token may carry.")
+    warn_kl: float | None = Field(
+        0.05, gt=0.0, description="Warn when the step's sampler-to-learner KL estimate (sampler_kl) passes this.")
+    stop_kl: float | None = Field(
+        1.0, gt=0.0, description="Stop the run when sampler_kl passes this (a sync that did not take, a wrong "
+        "chat template); None never stops.")
+
+
 class AlgorithmConfig(_Section):
     """``algorithm``: estimator, losses and the PPO update schedule."""
 
@@ -308,6 +325,12 @@ class AlgorithmConfig(_Section):
         default_factory=RoundsConfig, description="Turn-horizon schedule (plus the scheduler plugin's own options).")
     kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference policy.")
     critic: CriticConfig = Field(default_factory=CriticConfig, description="Value head (GAE).")
+    off_policy: OffPolicyConfig = Field(
+        default_factory=OffPolicyConfig, description="Correction for tokens the learner did not sample itself.")
+    truncated_episodes: Literal["train", "drop"] | float = Field(
+        "train", description="Episodes cut by the turn or token budget: 'train' them with the reward the env "
+        "gave (as a failure, usually), 'drop' them from the batch (overlong filtering), or a number that "
+        "replaces their last turn's reward.")
     clip_low: float = Field(0.2, ge=0.0, description="PPO clip: ratio >= 1 - clip_low.")
     clip_high: float | None = Field(None, ge=0.0, description="PPO clip-higher: ratio <= 1 + clip_high (None: clip_low).")
     clip_ratio_c: float | None = Field(
@@ -349,6 +372,8 @@ class AlgorithmConfig(_Section):
     @property
     def recomputes_old_logprobs(self) -> bool:
         """Whether the learner scores the batch before the update (see ``old_logprobs``)."""
+        if self.off_policy.correction == "decoupled":  # its proximal policy is the recomputed one
+            return True
         if self.old_logprobs != "auto":
             return self.old_logprobs == "recompute"
         return self._current_logprobs_problem() is not None
@@ -366,6 +391,8 @@ class AlgorithmConfig(_Section):
     @model_validator(mode="after")
     def _current_logprobs_only_when_exact(self) -> AlgorithmConfig:
         problem = self._current_logprobs_problem() if self.old_logprobs == "current" else None
+        if self.old_logprobs == "current" and self.off_policy.correction == "decoupled":
+            problem = "off_policy.correction=decoupled takes the recomputed log-probs as its proximal policy"
         if problem is not None:
             raise ValueError(f"algorithm.old_logprobs=current is not exact here: {problem}. Use "
                              "algorithm.old_logprobs=recompute (or auto, which picks it)")
@@ -427,6 +454,9 @@ class TrainerConfig(_Section):
     learners: int = Field(
         1, ge=1, description="Learner ranks (FSDP2 shards of the policy; gloo on CPU, NCCL on CUDA). N > 1 spawns N "
         "processes on this machine, or joins the ranks torchrun started.")
+    collective_timeout_s: float = Field(
+        1800.0, gt=0.0, description="With several learner ranks: seconds a rank waits in one collective call "
+        "(NCCL's watchdog, gloo's timeout) before the run fails.")
     seed: int = Field(0, description="Seed of task order, sampling and initialisation.")
     run_dir: str = Field("runs/run", description="Where config, metrics, checkpoints and trajectories go.")
     eval_every: int = Field(0, ge=0, description="Evaluate on held-out tasks every N steps (0: only before/after).")
@@ -448,8 +478,8 @@ class TrainerConfig(_Section):
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")
     launcher: Literal["local", "ray"] = Field(
-        "local", description="'local': the learner ranks are processes of this machine and one rollout worker runs in "
-        "this process. 'ray': a driver (which holds no model) places the learner ranks and trainer.rollout_workers "
+        "local", description="'local': the learner ranks are processes of this machine and each rank also samples its "
+        "share of every step's episodes. 'ray': a driver (which holds no model) places the learner ranks and trainer.rollout_workers "
         "rollout workers as Ray actors (pip install './agentgym_core[ray]'); see the README's Ray section.")
     ray_address: str | None = Field(
         None, description="launcher=ray: the cluster to join ('auto': the one `ray start --head` started on this "
@@ -494,6 +524,55 @@ class TrainConfig(_Section):
         None, description="Supervised warm start before RL (SFT on expert demos or trajectory files); the KL "
         "reference and the 'before' evaluation are then the fine-tuned model.",
     )
+
+    @property
+    def off_policy_correction(self) -> str:
+        """``algorithm.off_policy.correction`` with ``auto`` resolved (see its help)."""
+        chosen = self.algorithm.off_policy.correction
+        if chosen != "auto":
+            return chosen
+        own_module = (self.rollout.backend == "transformers" and self.trainer.launcher == "local"
+                      and self.trainer.learners == 1 and self.rollout.max_staleness == 0
+                      and self.model.mixed_precision == "no")
+        return "none" if own_module else "tis"
+
+    @model_validator(mode="after")
+    def _stale_samples_need_recomputed_old_logprobs(self) -> TrainConfig:
+        if self.rollout.max_staleness > 0:
+            if self.algorithm.old_logprobs == "current":
+                raise ValueError(
+                    f"algorithm.old_logprobs=current with rollout.max_staleness={self.rollout.max_staleness}: the "
+                    "update's own log-probs leave the PPO ratio at 1, so nothing bounds how far the policy moves "
+                    "from the one that sampled. Use algorithm.old_logprobs=recompute (or auto)")
+            self.algorithm.old_logprobs = "recompute"  # auto: the proximal policy is the learner before the update
+        return self
+
+    @model_validator(mode="after")
+    def _engine_on_the_learners_gpu_samples_between_updates_only(self) -> TrainConfig:
+        # backend_options.gpu_sharing / sleep_level: the convention of backends that share the learner's GPU
+        # and sleep through its update (vLLM's colocated engine).
+        options = self.rollout.backend_options
+        if options.get("gpu_sharing") != "colocate":
+            return self
+        if self.rollout.max_staleness > 0:
+            raise ValueError(
+                f"rollout.backend_options.gpu_sharing=colocate with rollout.max_staleness={self.rollout.max_staleness}: "
+                "asynchronous rollouts sample during the update, which would wake the engine on the learner's GPU in "
+                "the middle of it. Use gpu_sharing: separate (the engine on GPUs of its own) for asynchronous "
+                "rollouts, or max_staleness: 0")
+        if options.get("sleep_level") == 2:
+            again = [name for name, on in [
+                ("rollout.rerun_failed > 0", self.rollout.rerun_failed > 0),
+                ("rollout.dynamic_sampling", bool(self.rollout.dynamic_sampling.min_mixed_groups)),
+                ("trainer.eval_before", self.trainer.eval_before and bool(self.trainer.eval_tasks)),
+                ("trainer.eval_every", bool(self.trainer.eval_every) and bool(self.trainer.eval_tasks)),
+            ] if on]
+            if again:
+                raise ValueError(
+                    "rollout.backend_options.sleep_level=2 discards the engine's weights when it sleeps, but "
+                    f"{', '.join(again)} sample again after it slept and before the next weight load, from "
+                    "discarded weights. Use sleep_level: 1 (weights kept in host memory), or turn those off")
+        return self
 
 
 # -- loading --------------------------------------------------------------------------------------

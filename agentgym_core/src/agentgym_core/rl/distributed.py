@@ -1,9 +1,18 @@
 """Learner ranks: torch.distributed set-up, and the few collectives the learner needs.
 
-A run has ``trainer.learners`` learner ranks. Rank 0 is the driver: it runs the rollouts, writes
-logs and checkpoints. Every rank holds one FSDP2 shard of the policy (``fully_shard``; gloo on CPU,
-NCCL on CUDA) and updates it on its share of each mini-batch's rows, so N ranks compute what one
-process computes (see :mod:`agentgym_core.rl.learner`).
+A run has ``trainer.learners`` learner ranks. Rank 0 is the driver: it writes logs and checkpoints
+and evaluates. Every rank holds one FSDP2 shard of the policy (``fully_shard``) and updates it on its
+share of each mini-batch's rows, so N ranks compute what one process computes (see
+:mod:`agentgym_core.rl.learner`); every rank also samples its share of each step's episodes and
+scores its share of the rows (:mod:`agentgym_core.rl.colocated`).
+
+Two kinds of groups, by NCCL's rules. The **device group** (the default group: NCCL on CUDA, gloo
+on the CPU) carries only what torch's sharding code sends, tensors on the learner's device. The
+**host groups** (gloo, CPU tensors) carry everything agentgym's own code sends: pickled
+trajectories, summed statistics, barriers. A rank waits for another (rolling out, evaluating,
+writing a checkpoint) only on a host group, so NCCL's watchdog never counts that time; every group
+fails a collective that waits longer than ``trainer.collective_timeout_s``. The CPU tests check
+these rules with :mod:`agentgym_core.testing.strict_collectives`.
 
 Ranks come from ``torchrun --nproc-per-node N -m agentgym_core train RECIPE`` (the launcher's
 ``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` variables) or from ``agentgym train RECIPE
@@ -15,23 +24,32 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 __all__ = [
+    "DEFAULT_COLLECTIVE_TIMEOUT_S",
     "DistContext",
     "all_reduce_stats",
+    "barrier",
     "broadcast_object",
     "free_port",
+    "gather_object",
     "init_from_environment",
+    "pin_one_gpu",
     "shard_rows",
     "spawn",
+    "visible_gpus",
 ]
 
 T = TypeVar("T")
+
+DEFAULT_COLLECTIVE_TIMEOUT_S = 1800.0
+"""How long a rank waits in one collective before the run fails (``trainer.collective_timeout_s``)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +59,10 @@ class DistContext:
     rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
+    # gloo groups for host-side traffic: the loop's (statistics, objects, barriers) and the rollout
+    # side's (each step's trajectories; its own, as asynchronous rollouts gather in a thread).
+    host_group: Any = field(default=None, compare=False, repr=False)
+    rollout_group: Any = field(default=None, compare=False, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -59,23 +81,50 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def init_from_environment(device: str | torch.device = "cpu") -> DistContext:
+def init_from_environment(device: str | torch.device = "cpu",
+                          timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> DistContext:
     """Join the process group the launcher described (``RANK``/``WORLD_SIZE``); single process otherwise.
 
-    Backend: NCCL when ``device`` is CUDA, gloo otherwise. On CUDA each rank takes
-    ``cuda:LOCAL_RANK``.
+    The device group's backend: NCCL when ``device`` is CUDA, gloo otherwise; on CUDA each rank
+    takes ``cuda:LOCAL_RANK``. Two gloo host groups are opened beside it (see the module
+    docstring). Every group fails a collective after ``timeout_s`` seconds of waiting.
+    ``AGENTGYM_STRICT_COLLECTIVES`` turns on the CPU tests' strict collectives first.
     """
+    from agentgym_core.testing.strict_collectives import install_from_environment
+
     device = torch.device(device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistContext(device=device)
+    install_from_environment()
     rank = int(os.environ["RANK"])
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
         torch.cuda.set_device(device)
+    timeout = timedelta(seconds=timeout_s)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
-    return DistContext(rank=rank, world_size=world, device=device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
+                                timeout=timeout)
+    host_group = dist.new_group(backend="gloo", timeout=timeout)
+    rollout_group = dist.new_group(backend="gloo", timeout=timeout)
+    return DistContext(rank=rank, world_size=world, device=device, host_group=host_group,
+                       rollout_group=rollout_group)
+
+
+def visible_gpus(cuda_visible_devices: str | None, device_count: int) -> list[str]:
+    """The GPUs this process may hand to its ranks, as ``CUDA_VISIBLE_DEVICES`` entries."""
+    if cuda_visible_devices is None:
+        return [str(i) for i in range(device_count)]
+    return [g.strip() for g in cuda_visible_devices.split(",") if g.strip()][:device_count]
+
+
+def pin_one_gpu(gpus: list[str], rank: int) -> None:
+    """Let this spawned rank see only ``gpus[rank]``, as ``cuda:0`` (call before anything starts CUDA).
+
+    The learner then takes it (``LOCAL_RANK`` 0), and so does an engine that picks its GPU itself
+    (an in-process vLLM takes the first visible one): each rank's rollout engine sits on its own GPU.
+    """
+    os.environ.update(CUDA_VISIBLE_DEVICES=gpus[rank], LOCAL_RANK="0")
 
 
 def _spawned(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -104,36 +153,36 @@ def shard_rows(rows: Sequence[int], ctx: DistContext) -> list[int]:
     return list(rows[ctx.rank :: ctx.world_size])
 
 
-def broadcast_object(obj: T | None, ctx: DistContext) -> T:
-    """Rank 0's ``obj`` on every rank (pickled; for trajectories and metrics, not tensors of weights)."""
+def broadcast_object(obj: T | None, ctx: DistContext, *, group: Any = None) -> T:
+    """Rank 0's ``obj`` on every rank, over a host group (``ctx.host_group`` unless ``group`` is given;
+    pickled: trajectories, states and metrics, not tensors of weights)."""
     if not ctx.distributed:
         return obj  # type: ignore[return-value]
     box = [obj]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=ctx.host_group if group is None else group)
     return box[0]  # type: ignore[return-value]
 
 
-def gather_object(obj: T, ctx: DistContext) -> list[T]:
-    """Every rank's ``obj``, in rank order, on every rank (pickled; small objects only)."""
+def gather_object(obj: T, ctx: DistContext, *, group: Any = None) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank, over a host group (pickled)."""
     if not ctx.distributed:
         return [obj]
     gathered: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(gathered, obj)
+    dist.all_gather_object(gathered, obj, group=ctx.host_group if group is None else group)
     return gathered
+
+
+def barrier(ctx: DistContext) -> None:
+    """Wait until every rank is here, on the host group (a rank may wait here while rank 0 evaluates)."""
+    if ctx.distributed:
+        dist.barrier(group=ctx.host_group)
 
 
 def all_reduce_stats(stats: dict[str, float], ctx: DistContext) -> dict[str, float]:
-    """Sum each named number over ranks (a rank without a key counts 0 for it)."""
+    """Sum each named number over ranks (a rank without a key counts 0 for it), on the host group."""
     if not ctx.distributed:
         return dict(stats)
-    keys = sorted(set().union(*broadcast_gather_keys(stats, ctx)))
+    keys = sorted(set().union(*gather_object(set(stats), ctx)))  # every rank reduces the same vector
     values = torch.tensor([float(stats.get(k, 0.0)) for k in keys], dtype=torch.float64)
-    dist.all_reduce(values)
+    dist.all_reduce(values, group=ctx.host_group)
     return dict(zip(keys, values.tolist(), strict=True))
-
-
-def broadcast_gather_keys(stats: dict[str, float], ctx: DistContext) -> list[set[str]]:
-    """Every rank's key set (so all ranks reduce the same vector)."""
-    gathered: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(gathered, set(stats))
-    return gathered

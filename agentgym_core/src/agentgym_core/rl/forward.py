@@ -45,6 +45,7 @@ __all__ = [
     "TokenStats",
     "ValueHead",
     "bf16_autocast",
+    "count_forwards",
     "forward_tokens",
     "installed_version",
     "mixed_precision",
@@ -148,6 +149,33 @@ def pack_bins(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     return bins
 
 
+def _plan(lengths: Sequence[int], *, packing: bool, max_tokens: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(rows, forwards) of :func:`forward_tokens`: the sequences of each row, and the rows of each forward."""
+    # Rows: several sequences end to end (packed, rows as long as the longest sequence, so the
+    # attention cost stays that of one sequence per row) or one sequence each (padded).
+    width_cap = max(lengths, default=1)
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    rows = pack_bins(lengths, width_cap) if packing else [[i] for i in order]
+    row_len = [sum(lengths[i] for i in r) for r in rows]
+    forwards: list[list[int]] = []  # consecutive rows whose (rows x widest) fits max_tokens
+    for r in sorted(range(len(rows)), key=lambda r: -row_len[r]):
+        if forwards and (len(forwards[-1]) + 1) * row_len[forwards[-1][0]] <= max_tokens:
+            forwards[-1].append(r)
+        else:
+            forwards.append([r])
+    return rows, forwards
+
+
+def count_forwards(sequences: Sequence[Sequence[int]], mask: torch.Tensor, *, packing: bool = True,
+                   max_tokens: int = 4096) -> int:
+    """How many model forwards :func:`forward_tokens` makes for these arguments (a forward without a
+    masked token is skipped). Sharded modules need every rank to make the same number."""
+    lengths = [len(s) for s in sequences]
+    rows, forwards = _plan(lengths, packing=packing, max_tokens=max_tokens)
+    has_target = [bool((mask[i, : lengths[i]] > 0).any()) for i in range(len(lengths))]
+    return sum(any(has_target[i] for r in fwd for i in rows[r]) for fwd in forwards)
+
+
 LOGIT_CHUNK = 512
 """Response positions whose float32 log-softmax and entropy are computed together (bounds peak memory)."""
 
@@ -180,17 +208,8 @@ def forward_tokens(
     logprobs = torch.zeros(B, T, device=device)
     entropy = torch.zeros(B, T, device=device) if with_entropy else None
     values = torch.zeros(B, T, device=device) if value_head is not None else None
-    # Rows: several sequences end to end (packed, rows as long as the longest sequence, so the
-    # attention cost stays that of one sequence per row) or one sequence each (padded).
-    width_cap = max(lengths, default=1)
-    rows = pack_bins(lengths, width_cap) if packing else [[i] for i in sorted(range(B), key=lambda i: -lengths[i])]
+    rows, forwards = _plan(lengths, packing=packing, max_tokens=max_tokens)
     row_len = [sum(lengths[i] for i in r) for r in rows]
-    forwards: list[list[int]] = []  # consecutive rows whose (rows x widest) fits max_tokens
-    for r in sorted(range(len(rows)), key=lambda r: -row_len[r]):
-        if forwards and (len(forwards[-1]) + 1) * row_len[forwards[-1][0]] <= max_tokens:
-            forwards[-1].append(r)
-        else:
-            forwards.append([r])
 
     for fwd in forwards:
         width = max(row_len[r] for r in fwd)

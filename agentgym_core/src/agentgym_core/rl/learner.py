@@ -49,13 +49,19 @@ from agentgym_core.rl.checkpoint import (
 from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.critic import build_critic
 from agentgym_core.rl.distributed import DistContext, gather_object
-from agentgym_core.rl.forward import TokenStats, bf16_autocast, forward_tokens, mixed_precision
+from agentgym_core.rl.forward import (
+    TokenStats,
+    bf16_autocast,
+    count_forwards,
+    forward_tokens,
+    mixed_precision,
+)
 from agentgym_core.rl.losses import kl_penalty
 from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
 from agentgym_core.rl.setup import build_optimizer
 from agentgym_core.rl.update import UpdateInputs, ppo_update
 
-__all__ = ["Learner", "ScoredBatch", "master_weights", "narrow_linear_weights"]
+__all__ = ["Learner", "ScoredBatch", "balanced_shares", "master_weights", "narrow_linear_weights"]
 
 
 @dataclass
@@ -173,8 +179,9 @@ class Learner:
     def score(self, batch: RLBatch, *, temperature: float) -> ScoredBatch:
         """Old and reference log-probs, entropy and values of ``batch``, on the learner's device.
 
-        On several ranks every rank scores the whole batch (the FSDP forwards are collective and
-        their count must agree); the update, which costs most, is what ranks share.
+        On several ranks each rank scores its share of the rows (shares balanced by tokens) and every
+        rank receives every row's results. FSDP2's forwards are collective, so a rank whose share
+        needs fewer forwards than the busiest rank's runs one-token forwards until the counts agree.
         """
         alg = self.config.algorithm
         device = self.device
@@ -185,17 +192,30 @@ class Learner:
             return ScoredBatch(mask=mask, token_rewards=batch.token_rewards.to(device),
                                rollout_logprobs=batch.rollout_logprobs.to(device), old=None, ref_logprobs=None,
                                token_kl=None)
+        shares = balanced_shares([len(s) for s in batch.sequences], self.ctx.world_size)
+        mine = shares[self.ctx.rank]
+        sequences, rows_mask, idle = batch.sequences, mask, 0
+        if self.ctx.distributed:
+            sequences, rows_mask = [batch.sequences[i] for i in mine], mask[mine]
+            plan = {"packing": alg.packing, "max_tokens": alg.micro_batch_tokens}
+            busiest = max(count_forwards([batch.sequences[i] for i in s], mask[s], **plan) for s in shares)
+            idle = busiest - count_forwards(sequences, rows_mask, **plan)
         with self.precision:
-            old = forward_tokens(self.model, batch.sequences, mask, with_entropy=True, value_head=self.value_head, **kw)
-            ref_logprobs = token_kl = None
+            old = forward_tokens(self.model, sequences, rows_mask, with_entropy=True, value_head=self.value_head, **kw)
+            _idle_forwards(self.model, idle, self.pad_token_id)
+            ref_logprobs = None
             if alg.kl.coef > 0:
                 if self.reference is not None:
-                    ref = forward_tokens(self.reference, batch.sequences, mask, **kw)
+                    ref_logprobs = forward_tokens(self.reference, sequences, rows_mask, **kw).logprobs
+                    _idle_forwards(self.reference, idle, self.pad_token_id)
                 else:
                     with self.model.disable_adapter():
-                        ref = forward_tokens(self.model, batch.sequences, mask, **kw)
-                ref_logprobs = ref.logprobs
-                token_kl = kl_penalty(old.logprobs, ref_logprobs, alg.kl.estimator) * mask  # (B, T)
+                        ref_logprobs = forward_tokens(self.model, sequences, rows_mask, **kw).logprobs
+        if self.ctx.distributed:  # every rank's rows, in batch order, on every rank
+            old, ref_logprobs = _gather_rows((old, ref_logprobs), shares, len(batch.sequences), self.ctx)
+        token_kl = None
+        if ref_logprobs is not None:
+            token_kl = kl_penalty(old.logprobs, ref_logprobs, alg.kl.estimator) * mask  # (B, T)
         token_rewards = batch.token_rewards.to(device)
         if token_kl is not None and alg.kl.in_reward:
             token_rewards = token_rewards - alg.kl.coef * token_kl
@@ -211,7 +231,7 @@ class Learner:
             metrics = ppo_update(self.model, self.optimizer, inputs, self.config.algorithm, temperature=temperature,
                                  generator=generator, value_head=self.value_head,
                                  norm_length=self.config.rollout.max_total_tokens, pad_token_id=self.pad_token_id,
-                                 ctx=self.ctx)
+                                 ctx=self.ctx, correction=self.config.off_policy_correction)
         return metrics
 
     def step_schedule(self) -> None:
@@ -225,12 +245,27 @@ class Learner:
 
     # ---- 3. weights out ---------------------------------------------------------------------------------
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
-        """The full policy weights (gathered to every rank's CPU memory when sharded; collective)."""
+        """The full policy weights (gathered to rank 0's CPU memory when sharded; collective)."""
         if not self.ctx.distributed:
             return self.model.state_dict()
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return self._without_tied_output(full)
+
+    def rollout_weights(self) -> dict[str, torch.Tensor]:
+        """The full policy weights for this rank's rollout engine: every rank gets them when sharded
+        (collective; gathered one tensor at a time, so the device holds one full tensor beyond its shard)."""
+        if not self.ctx.distributed:
+            return self.model.state_dict()
+        full = {}
+        for name, tensor in self.model.state_dict().items():
+            if hasattr(tensor, "full_tensor"):  # a DTensor: this rank's shard of it
+                tensor = tensor.full_tensor()
+            full[name] = tensor.detach().cpu()
+        return self._without_tied_output(full)
+
+    def _without_tied_output(self, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if getattr(self.model.config, "tie_word_embeddings", False):  # one copy, as save_pretrained writes it
             output = self.model.get_output_embeddings()
             for name, module in self.model.named_modules():
@@ -312,6 +347,47 @@ class Learner:
             self.optimizer.load_state_dict(state["optimizer"])
         self.lr_schedule.load_state_dict(state["lr_schedule"])
         return state
+
+
+def balanced_shares(lengths: list[int], world_size: int) -> list[list[int]]:
+    """Rows split over ``world_size`` ranks with about equal tokens (longest first, each to the rank with
+    the fewest tokens so far); each share in batch order. The same on every rank."""
+    shares: list[list[int]] = [[] for _ in range(world_size)]
+    load = [0] * world_size
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        rank = min(range(world_size), key=lambda r: (load[r], r))
+        shares[rank].append(i)
+        load[rank] += lengths[i]
+    return [sorted(share) for share in shares]
+
+
+def _idle_forwards(model: torch.nn.Module, count: int, pad_token_id: int) -> None:
+    """``count`` one-token forwards: this rank joins the sharded module's collectives of forwards it has no
+    rows for."""
+    device = next(model.parameters()).device
+    for _ in range(count):
+        model(input_ids=torch.full((1, 1), pad_token_id, device=device), use_cache=False)
+
+
+def _gather_rows(parts: tuple[TokenStats, torch.Tensor | None], shares: list[list[int]], batch_size: int,
+                 ctx: DistContext) -> tuple[TokenStats, torch.Tensor | None]:
+    """Every rank's scored rows put back in batch order, on every rank (over the host group: a few
+    floats per token, no weights)."""
+    old, ref = parts
+    mine = {"logprobs": old.logprobs, "entropy": old.entropy, "values": old.values, "ref": ref}
+    gathered = gather_object({k: v.cpu() if v is not None else None for k, v in mine.items()}, ctx)
+    device = old.logprobs.device
+    whole: dict[str, torch.Tensor | None] = {}
+    for key, value in mine.items():
+        if value is None:
+            whole[key] = None
+            continue
+        out = torch.zeros(batch_size, value.shape[1], dtype=value.dtype)
+        for share, part in zip(shares, gathered, strict=True):
+            if share:
+                out[share] = part[key]
+        whole[key] = out.to(device)
+    return TokenStats(logprobs=whole["logprobs"], entropy=whole["entropy"], values=whole["values"]), whole["ref"]
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -130,6 +130,7 @@ def policy_loss(
     clip_high: float | None = None,
     clip_ratio_c: float | None = 3.0,
     agg: Aggregation = "token_mean",
+    weights: torch.Tensor | None = None,
     **agg_kwargs: float | None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate (Schulman et al. 2017), with optional asymmetric clip-higher (DAPO)
@@ -138,6 +139,9 @@ def policy_loss(
         ratio = exp(clamp(logp - logp_old, -20, 20))
         L     = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)
         L     = min(L, -clip_ratio_c * A)   where A < 0   (dual clip; clip_ratio_c=None disables)
+
+    ``weights`` (B, T), detached, multiplies each token's loss: the behaviour-policy correction
+    (:mod:`agentgym_core.rl.off_policy`), ``pi_old / mu`` bounded. None: every token weighs 1.
 
     ``clip_high=None`` uses ``clip_low`` (symmetric PPO). All tensors (B, T). Returns the scalar
     loss and metrics: ``clip_frac`` (share of policy tokens where the clip was active),
@@ -153,7 +157,8 @@ def policy_loss(
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)  # (B, T)
     single = torch.maximum(unclipped, clipped)  # (B, T)
     per_token = dual_clip(single, advantages, clip_ratio_c) if clip_ratio_c is not None else single  # (B, T)
-    loss = aggregate(per_token, mask, agg, **agg_kwargs)
+    weighted = per_token if weights is None else per_token * weights  # (B, T)
+    loss = aggregate(weighted, mask, agg, **agg_kwargs)
     with torch.no_grad():
         m = mask > 0
         n = m.sum().clamp(min=1)

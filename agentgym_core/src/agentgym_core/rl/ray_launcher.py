@@ -41,7 +41,7 @@ from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import ActorResources, TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
 from agentgym_core.rl.distributed import DistContext
-from agentgym_core.rl.rollout_worker import RolloutResult
+from agentgym_core.rl.rollout_worker import RolloutResult, merge_slices
 
 __all__ = ["RayLearnerGroup", "RayRoles", "RayRolloutGroup", "RemoteCallError", "import_ray"]
 
@@ -101,7 +101,7 @@ class LearnerRank:
         device = resolve_device(self.config.model.device)
         if device.type == "cuda":  # an actor's process is not the driver's: its allocator is set up here
             prefer_expandable_cuda_segments(self.config.rollout.backend)
-        ctx = init_from_environment(device)
+        ctx = init_from_environment(device, timeout_s=self.config.trainer.collective_timeout_s)
         random.seed(self.config.trainer.seed)
         torch.manual_seed(self.config.trainer.seed)
         model, self.tokenizer = load_policy(self.config.model, device=ctx.device)
@@ -158,8 +158,7 @@ class RolloutActor:
 
         from agentgym_core.plugins import get_plugin_manager
         from agentgym_core.rl.plugin_options import bind_plugin_options
-        from agentgym_core.rl.rollout_worker import RolloutWorker
-        from agentgym_core.rl.setup import make_backend, open_envs
+        from agentgym_core.rl.rollout_worker import build_rollout_worker
 
         _set_threads(config, config.trainer.rollout_resources)
         pm = get_plugin_manager()
@@ -170,11 +169,8 @@ class RolloutActor:
         self._stack.enter_context(HeapTrimmer(config.model.heap_trim_interval_s))  # as a local rollout worker
         if torch.cuda.is_available():  # before the backend starts CUDA in this actor's process
             prefer_expandable_cuda_segments(config.rollout.backend)
-        backend, _ = make_backend(pm, config, None, None)
-        envs = self._stack.enter_context(open_envs(pm, config.envs, timeout_s=config.rollout.env_timeout_s))
-        self.worker = RolloutWorker(config, envs, backend, scheduler=self.scheduler, receives_weights=True,
-                                    shard=(index, count), curriculum=self.curriculum)
-        self._stack.callback(self.worker.close)
+        self.worker = build_rollout_worker(self._stack, pm, config, scheduler=self.scheduler,
+                                           curriculum=self.curriculum, shard=(index, count))
         self.collecting = False
 
     def pid(self) -> int:
@@ -301,6 +297,10 @@ class RayLearnerGroup:
         self.lr = self._all("step_schedule")
         self.remote.step += 1
 
+    def rollout_weights(self) -> Any:
+        """The weights for the rollout workers, which are remote: :meth:`policy_state_dict`'s reference."""
+        return self.policy_state_dict()
+
     def policy_state_dict(self) -> Any:
         """A reference to rank 0's full weights in the object store (the weights stay out of the driver)."""
         calls = [rank.policy_state_dict.options(num_returns=2).remote() for rank in self.ranks]
@@ -389,15 +389,9 @@ class RayRolloutGroup:
         counts = self.curriculum.state_dict() if self.curriculum is not None else None
         parts: list[RolloutResult] = self._on_each(
             "collect", lambda w: w.collect.remote(step, state, sampling_round, curriculum_state=counts))
-        trajectories = [t for env in self.env_order for part in parts for t in part.trajectories if t.env == env]
-        metrics: dict[str, float] = {}  # counts and rates add up over the workers' slices; "down" is any worker's;
-        for part in parts:  # the curriculum's figures describe the whole step, the same in every worker
-            for key, value in part.metrics.items():
-                whole_step = key.endswith("/down") or key.startswith("curriculum/")
-                metrics[key] = max(metrics.get(key, 0.0), value) if whole_step else metrics.get(key, 0.0) + value
-        metrics.update(self.restart_metrics())
-        return RolloutResult(trajectories, time.perf_counter() - start,
-                             sum(p.generation_seconds for p in parts), sum(p.generation_calls for p in parts), metrics)
+        result = merge_slices(parts, self.env_order, time.perf_counter() - start)
+        result.metrics.update(self.restart_metrics())
+        return result
 
     def load_weights(self, weights: Any) -> None:
         self.weights = weights

@@ -15,6 +15,7 @@ batch. An episode whose trajectory the environment broke (``failed``) is played 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,13 +24,13 @@ from agentgym_core.env_pool import ServerCounts
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
 from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
-from agentgym_core.rl.setup import EnvHandle, evaluate
+from agentgym_core.rl.setup import EnvHandle, evaluate, make_backend, open_envs
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
 from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["RolloutResult", "RolloutWorker", "server_metrics", "shard_bounds"]
+__all__ = ["RolloutResult", "RolloutWorker", "build_rollout_worker", "merge_slices", "server_metrics", "shard_bounds"]
 
 
 @dataclass
@@ -130,6 +131,42 @@ class RolloutWorker:
 
     def close(self) -> None:
         self.engine.close()
+
+
+def build_rollout_worker(stack: contextlib.ExitStack, pm: Any, config: TrainConfig, *, scheduler: Any,
+                         curriculum: TaskCurriculum | None, shard: tuple[int, int] = (0, 1), model: Any = None,
+                         tokenizer: Any = None, private_copy: bool = False, progress: bool = False) -> RolloutWorker:
+    """A rollout worker with its backend and environment clients, closed by ``stack``: what each local
+    learner rank and each Ray rollout actor runs.
+
+    ``shard``: (i, M), this worker samples the i-th of M slices of every step's episodes. ``model``:
+    a module for a backend that samples from one (None: the backend loads ``model.path``);
+    ``private_copy``: that module is the rollout side's own copy, so it takes new weights after every
+    update (otherwise a sharing backend samples the learner's own module and takes none). ``progress``:
+    show each step's rollout as a console line that moves every turn.
+    """
+    backend, shares = make_backend(pm, config, model, tokenizer)
+    envs = stack.enter_context(open_envs(pm, config.envs, timeout_s=config.rollout.env_timeout_s))
+    worker = RolloutWorker(config, envs, backend, scheduler=scheduler, receives_weights=private_copy or not shares,
+                           shard=shard, curriculum=curriculum, progress=progress)
+    stack.callback(worker.close)
+    return worker
+
+
+def merge_slices(parts: list[RolloutResult], env_order: list[str], seconds: float) -> RolloutResult:
+    """One step's result from the workers' slices (in slice order): trajectories as one worker orders them
+    (environment by environment), counts and rates summed, ``down`` flags and the curriculum's whole-step
+    figures taken once, and ``rollout_episodes/worker{i}``: the episodes each slice sampled."""
+    trajectories = [t for env in env_order for part in parts for t in part.trajectories if t.env == env]
+    metrics: dict[str, float] = {}
+    for part in parts:
+        for key, value in part.metrics.items():
+            whole_step = key.endswith("/down") or key.startswith("curriculum/")
+            metrics[key] = max(metrics.get(key, 0.0), value) if whole_step else metrics.get(key, 0.0) + value
+    for i, part in enumerate(parts):
+        metrics[f"rollout_episodes/worker{i}"] = float(len(part.trajectories))
+    return RolloutResult(trajectories, seconds, sum(p.generation_seconds for p in parts),
+                         sum(p.generation_calls for p in parts), metrics)
 
 
 def server_metrics(env: str, before: list[ServerCounts], after: list[ServerCounts], seconds: float) -> dict[str, float]:

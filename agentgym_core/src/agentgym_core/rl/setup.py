@@ -157,6 +157,7 @@ def summarize(trajectories: list[Trajectory], prefix: str = "") -> dict[str, flo
         out[f"{prefix}{name}reward"] = sum(t.outcome_reward for t in group) / n
         out[f"{prefix}{name}turns"] = sum(t.num_turns for t in group) / n
         out[f"{prefix}{name}failed"] = float(sum(t.failed for t in group))
+        out[f"{prefix}{name}truncated"] = float(sum(t.truncated for t in group))
     return out
 
 

@@ -6,13 +6,15 @@
         rollout worker: new weights
         driver:         log -> periodic evaluation -> checkpoint
 
-The roles live next to this file: :class:`~agentgym_core.rl.learner.Learner` (weights, optimizer,
-checkpoints; FSDP2-sharded over ``trainer.learners`` ranks) and
-:class:`~agentgym_core.rl.rollout_worker.RolloutWorker` (backend, engines, environment clients).
-Rank 0 is the driver: it owns the rollout worker, the logs and the checkpoint files; the other
-ranks only take part in the learner's collective calls, receiving each step's trajectories and
-advantages from rank 0. Everything else (losses, estimators, schedulers, batching) lives in small
-modules next to this one; this file is the order in which they are used.
+The roles live next to this file, behind the interfaces of :mod:`agentgym_core.rl.roles`:
+:class:`~agentgym_core.rl.learner.Learner` (weights, optimizer, checkpoints; FSDP2-sharded over
+``trainer.learners`` ranks) and :class:`~agentgym_core.rl.rollout_worker.RolloutWorker` (backend,
+engines, environment clients). With several learner ranks every rank runs this same loop: it
+samples its share of each step's episodes and scores its share of the rows, and receives the
+whole step (:mod:`agentgym_core.rl.colocated`), so every rank computes the same advantages; rank 0
+is the driver that also logs, evaluates and writes the checkpoint files. Everything else (losses,
+estimators, schedulers, batching) lives in small modules next to this one; this file is the order
+in which they are used.
 
 Where the roles live is the launcher's choice, not the loop's: ``trainer.launcher=ray`` runs this
 same loop in a driver that holds no model, with the learner ranks and rollout workers as Ray
@@ -23,7 +25,6 @@ actors answering the same calls (:mod:`agentgym_core.rl.ray_launcher`). ``rollou
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import pickle
@@ -39,20 +40,31 @@ from tqdm import tqdm
 from agentgym_core.memory import HeapTrimmer, PhasePeak, prefer_expandable_cuda_segments, release_memory
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
-from agentgym_core.rl.batch import build_batch, step_seed, trainable_trajectories
+from agentgym_core.rl.batch import apply_truncation_policy, build_batch, step_seed, trainable_trajectories
 from agentgym_core.rl.checkpoint import latest_checkpoint
+from agentgym_core.rl.colocated import RankRollouts, rollout_copy
 from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
-from agentgym_core.rl.distributed import DistContext, broadcast_object, init_from_environment, spawn
+from agentgym_core.rl.distributed import (
+    DistContext,
+    barrier,
+    init_from_environment,
+    pin_one_gpu,
+    spawn,
+    visible_gpus,
+)
 from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
 from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
+from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_stats
 from agentgym_core.rl.plugin_options import bind_plugin_options
-from agentgym_core.rl.rollout_worker import RolloutWorker
-from agentgym_core.rl.setup import load_policy, make_backend, open_envs, resolve_device, summarize
+from agentgym_core.rl.roles import LearnerRole, Roles, RolloutRole
+from agentgym_core.rl.rollout_worker import build_rollout_worker
+from agentgym_core.rl.setup import load_policy, resolve_device, summarize
 from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.update import UpdateInputs
+from agentgym_core.rollout.backend import capabilities_of
 
 __all__ = ["train"]
 
@@ -108,16 +120,15 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
     (the Ray launcher: actors with the same calls); by default both live in this process."""
     cfg, alg = config, config.algorithm
     run_dir = Path(cfg.trainer.run_dir)
-    ctx = init_from_environment(resolve_device(cfg.model.device))
+    ctx = init_from_environment(resolve_device(cfg.model.device), timeout_s=cfg.trainer.collective_timeout_s)
     if ctx.distributed and ctx.world_size != cfg.trainer.learners:
         raise ValueError(f"trainer.learners={cfg.trainer.learners} but {ctx.world_size} ranks were started")
     error: BaseException | None = None
     metrics: dict[str, float] = {}
     try:
-        # ---- setup: plugins, policy, learner (reference, critic, optimizer) ------------------------
-        estimate = pm.get("advantage_estimator", alg.estimator) if ctx.is_main else None
-        if estimate is not None:
-            check_group_size(cfg, estimate)  # GRPO/RLOO with one sample per task would train nothing
+        # ---- setup: plugins, policy, learner (reference, critic, optimizer), rollout side ------------
+        estimate = pm.get("advantage_estimator", alg.estimator)
+        check_group_size(cfg, estimate)  # GRPO/RLOO with one sample per task would train nothing
         scheduler = pm.get("round_scheduler", alg.rounds_ctrl.type)(alg.rounds_ctrl)
         curriculum = curriculum_for(cfg.rollout)  # None unless rollout.curriculum draws tasks by pass rate
         checkpoint = latest_checkpoint(run_dir) if resume else None
@@ -126,11 +137,12 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                     "start without --resume")
         random.seed(cfg.trainer.seed)
         torch.manual_seed(cfg.trainer.seed)
-        roles = place_roles(cfg, pm, ctx) if place_roles is not None else _LocalRoles(cfg, pm, ctx, model, tokenizer)
+        roles: Roles = place_roles(cfg, pm, ctx) if place_roles is not None else \
+            _LocalRoles(cfg, pm, ctx, model, tokenizer)
         results: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
             stack.enter_context(HeapTrimmer(cfg.model.heap_trim_interval_s))  # RSS follows what phases hold
-            learner = roles.learner(stack)  # the KL reference: these initial weights
+            learner: LearnerRole = roles.learner(stack)  # the KL reference: these initial weights
             start_step = 0
             if checkpoint is not None:
                 state = learner.load(checkpoint)  # also each rank's RNG state, where that rank lives
@@ -138,15 +150,12 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 if curriculum is not None and state.get("curriculum") is not None:
                     curriculum.load_state_dict(state["curriculum"])
                 start_step = int(state["step"])
-            # A resumed run's rollout side must sample from the restored weights, not the initial ones.
-            resumed_weights = learner.policy_state_dict() if checkpoint is not None else None  # collective
-            worker = writer = None
+            worker: RolloutRole = roles.rollout_worker(stack, scheduler, curriculum)  # on every local rank
+            if checkpoint is not None and worker.receives_weights:  # sample from the restored weights
+                worker.load_weights(learner.rollout_weights())
+            writer = None
             if ctx.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
-                worker = roles.rollout_worker(stack, scheduler, curriculum)
-                if resumed_weights is not None:
-                    worker.load_weights(resumed_weights)
-                del resumed_weights
                 save_config(cfg, run_dir / "config.yaml")
                 writer = MetricsWriter(run_dir, tensorboard=cfg.trainer.tensorboard,
                                        wandb_project=cfg.trainer.wandb_project, config=cfg.model_dump(mode="json"),
@@ -156,15 +165,15 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             tokenizer = roles.tokenizer
             final_horizon = max(alg.rounds_ctrl.stages)
 
-            # ---- evaluation before training (a resumed run reads it back from its log) ---------------
+            # ---- evaluation before training (rank 0; a resumed run reads it back from its log) --------
             if ctx.is_main:
                 results.update(_evaluate_before(cfg, worker, writer, pm, start_step, final_horizon, eval_before,
                                                 measure=place_roles is None))
 
             last_step = cfg.trainer.steps if stop_after is None else min(cfg.trainer.steps, start_step + stop_after)
-            if ctx.is_main and cfg.rollout.dynamic_sampling.min_mixed_groups:
+            if cfg.rollout.dynamic_sampling.min_mixed_groups:
                 worker = SignalSampling(worker, cfg.rollout.dynamic_sampling)  # rounds until enough groups have signal
-            if ctx.is_main and (cfg.rollout.max_staleness > 0 or roles.pipelined):
+            if cfg.rollout.max_staleness > 0 or roles.pipelined:
                 # Sampling runs ahead of the learner in a thread, at most max_staleness versions behind.
                 worker = AsyncRollouts(worker, max_staleness=cfg.rollout.max_staleness, first_step=start_step,
                                        last_step=last_step)
@@ -174,43 +183,39 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             for step in bar:
                 t_step = time.perf_counter()
                 # ---- 1-2. rollouts: group_size samples per task, per env, horizon from the scheduler --
+                # With several local ranks each samples its slice; every rank receives the whole step.
                 with PhasePeak() as rollout_peak:
-                    rollout = worker.collect(step) if ctx.is_main else None
+                    rollout = worker.collect(step)
                 release_memory()  # the rollout's KV caches, before the learner's largest allocations
                 if ctx.is_main:
                     if curriculum is not None:
                         # Now, before the new weights are published: a pipelined rollout side (Ray) draws the
                         # next step's tasks as soon as they are, and must see this step's outcomes.
                         curriculum.update(rollout.trajectories)
-                    staleness = staleness_metrics(rollout.trajectories, step)  # synchronous samples: version `step`
                     pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
+                staleness = staleness_metrics(rollout.trajectories, step)  # synchronous samples: version `step`
                 # Trajectories an env error or timeout broke are the infrastructure's failure, not the
                 # policy's: left out of the loss and counted.
-                trainable, infra_failed = trainable_trajectories(rollout.trajectories) if ctx.is_main else ([], 0)
+                trainable, infra_failed = trainable_trajectories(rollout.trajectories)
+                trainable = apply_truncation_policy(trainable, alg.truncated_episodes)  # cut by the budget
                 if cfg.rollout.dynamic_sampling.min_mixed_groups:  # tied groups have no advantage: not trained
                     trainable = mixed_groups_only(trainable)
-                trained = broadcast_object(trainable if ctx.is_main else None, ctx)
 
-                # ---- 3. rewards on policy tokens, old and reference log-probs (the learner) -----------
+                # ---- 3. rewards on policy tokens, old and reference log-probs (each rank its share) ---
                 update_peak = PhasePeak().start()  # scoring and the update: stopped after step 5
-                batch = build_batch(trained)
+                batch = build_batch(trainable)
                 scored = learner.score(batch, temperature=cfg.rollout.temperature)
 
-                # ---- 4. advantages from the estimator plugin (rank 0; the others receive them) --------
-                inputs = keep = adv = None
-                if ctx.is_main:
-                    adv = estimate(AdvantageBatch(token_rewards=scored.token_rewards, response_mask=scored.mask > 0,
-                                                  group_ids=batch.group_ids.to(scored.mask.device),
-                                                  values=scored.old.values if scored.old is not None else None,
-                                                  turn_spans=batch.turn_spans,
-                                                  turn_states=batch.turn_states), alg.advantage)
-                    keep = list(range(len(batch.sequences)))
-                    if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
-                        keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
-                    inputs = _update_inputs(batch.sequences, scored, adv, keep) if keep else None
-                if ctx.distributed:  # pickled through rank 0's CPU, then onto each rank's device
-                    inputs = _map_tensors(broadcast_object(_map_tensors(inputs, torch.Tensor.cpu), ctx),
-                                          lambda t: t.to(learner.device))
+                # ---- 4. advantages from the estimator plugin (every rank: the same scores, the same result)
+                adv = estimate(AdvantageBatch(token_rewards=scored.token_rewards, response_mask=scored.mask > 0,
+                                              group_ids=batch.group_ids.to(scored.mask.device),
+                                              values=scored.old.values if scored.old is not None else None,
+                                              turn_spans=batch.turn_spans,
+                                              turn_states=batch.turn_states), alg.advantage)
+                keep = list(range(len(batch.sequences)))
+                if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
+                    keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
+                inputs = _update_inputs(batch.sequences, scored, adv, keep) if keep else None
 
                 # ---- 5. policy (and critic) update --------------------------------------------------------
                 update_metrics: dict[str, float] = {}
@@ -238,7 +243,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                         "infra_failed": float(infra_failed),
                         "skipped_update": float(not keep),  # every group tied: no advantage, no optimizer step
                         "sampled_tokens": float(scored.mask.sum()),
-                        **_scoring_metrics(scored),
+                        **_scoring_metrics(scored, alg.off_policy.cap),
                         "kl": float(masked_mean(scored.token_kl, scored.mask)) if scored.token_kl is not None else 0.0,
                         "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
                         **staleness,
@@ -252,33 +257,33 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     if place_roles is None:  # both roles in this process: its peak memory in each phase
                         metrics.update(**rollout_peak.as_metrics("_rollout"), **update_peak.as_metrics("_update"))
                     scheduler.update(step, metrics)  # every metric but time_step, which ends after step 7
+                # Every rank holds the same scores and update statistics, so every rank stops together.
+                _check_sampler_mismatch({**_scoring_metrics(scored, alg.off_policy.cap), **update_metrics}, cfg, step,
+                                        warn=ctx.is_main)
 
-                # ---- 7. weights to the rollout backend ---------------------------------------------------
-                if ctx.distributed or (ctx.is_main and worker.receives_weights):
-                    weights = learner.policy_state_dict()
-                    if ctx.is_main:
-                        worker.load_weights(weights)
-                    del weights
-                if not ctx.is_main:
-                    _checkpoint_if_due(cfg, learner, tokenizer, scheduler, curriculum, step + 1, run_dir)
-                    continue
+                # ---- 7. weights to the rollout side (every local rank's own engine) ------------------------
+                if worker.receives_weights:
+                    worker.load_weights(learner.rollout_weights())
 
-                # ---- 8. log ---------------------------------------------------------------------------------
-                metrics["time_step"] = time.perf_counter() - t_step
-                writer.write(step + 1, metrics)
-                bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
-                                turns=f"{metrics['turns']:.1f}", horizon=horizon,
-                                **({"update": "skipped (groups tied)"} if not keep else {}))
-                if cfg.trainer.save_trajectories:
-                    _save_trajectories(run_dir, step, trajectories, batch.trajectories, adv.advantages)
+                # ---- 8. log (rank 0) --------------------------------------------------------------------------
+                if ctx.is_main:
+                    metrics["time_step"] = time.perf_counter() - t_step
+                    writer.write(step + 1, metrics)
+                    bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
+                                    turns=f"{metrics['turns']:.1f}", horizon=horizon,
+                                    **({"update": "skipped (groups tied)"} if not keep else {}))
+                    if cfg.trainer.save_trajectories:
+                        _save_trajectories(run_dir, step, trajectories, batch.trajectories, adv.advantages)
 
-                # ---- 9. periodic evaluation on held-out tasks ----------------------------------------------
+                # ---- 9. periodic evaluation on held-out tasks (rank 0; the others wait on the host group) ---
                 done = step + 1
                 if cfg.trainer.eval_every and cfg.trainer.eval_tasks and done % cfg.trainer.eval_every == 0 \
                         and done < cfg.trainer.steps:
-                    ev = _evaluate(worker, final_horizon, done, measure=place_roles is None)
-                    writer.write(done, ev, kind="eval")
-                    pm.hook.agentgym_observe_evaluation(step=done, results=ev)
+                    if ctx.is_main:
+                        ev = _evaluate(worker, final_horizon, done, measure=place_roles is None)
+                        writer.write(done, ev, kind="eval")
+                        pm.hook.agentgym_observe_evaluation(step=done, results=ev)
+                    barrier(ctx)  # not inside the checkpoint's device collectives, where NCCL's watchdog counts
 
                 # ---- 10. checkpoint (atomic; "step" counts completed steps) ----------------------------------
                 _checkpoint_if_due(cfg, learner, tokenizer, scheduler, curriculum, done, run_dir)
@@ -300,7 +305,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                              error=None if error is None else f"{type(error).__name__}: {error}")
 
 
-def _evaluate_before(cfg: TrainConfig, worker: RolloutWorker, writer: MetricsWriter, pm: PluginManager,
+def _evaluate_before(cfg: TrainConfig, worker: RolloutRole, writer: MetricsWriter, pm: PluginManager,
                      start_step: int, horizon: int, known: dict[str, Any] | None, *, measure: bool) -> dict[str, Any]:
     """The held-out evaluation at step 0: read back on resume, reused from a warm start, or run now."""
     if start_step > 0 and writer.path.exists():
@@ -323,14 +328,41 @@ def _evaluate(worker: Any, horizon: int, step: int, *, measure: bool) -> dict[st
     return {**result, **peak.as_metrics()} if measure else result
 
 
-def _scoring_metrics(scored: Any) -> dict[str, float]:
-    """Entropy and the sampler-learner log-prob gap over the whole batch, from the scoring pass; without
-    one (``algorithm.old_logprobs``) the update reports them over the tokens it trained."""
+def _scoring_metrics(scored: Any, cap: float) -> dict[str, float]:
+    """Entropy and the sampler-learner log-prob gap and mismatch over the whole batch, from the scoring pass;
+    without one (``algorithm.old_logprobs``) the update reports them over the tokens it trained."""
     if scored.old is None:
         return {}
     entropy = float(masked_mean(scored.old.entropy, scored.mask)) if scored.old.entropy is not None else 0.0
     gap = float(masked_mean((scored.old.logprobs - scored.rollout_logprobs).abs(), scored.mask))
-    return {"entropy": entropy, "rollout_logprob_gap": gap}
+    return {"entropy": entropy, "rollout_logprob_gap": gap,
+            **mismatch_stats(scored.old.logprobs, scored.rollout_logprobs, scored.mask, cap=cap)}
+
+
+class SamplerMismatchError(RuntimeError):
+    """The sampler's log-probs are too far from the learner's to train on (``algorithm.off_policy.stop_kl``)."""
+
+
+def _check_sampler_mismatch(metrics: dict[str, float], cfg: TrainConfig, step: int, *, warn: bool = True) -> None:
+    """Warn, or stop the run, when the sampler and the learner disagree on the sampled tokens."""
+    if "sampler_kl" not in metrics:
+        return
+    kl, opts = metrics["sampler_kl"], cfg.algorithm.off_policy
+    alarm = mismatch_alarm(kl, warn=opts.warn_kl, stop=opts.stop_kl)
+    if alarm == "ok":
+        return
+    summary = (f"step {step + 1}: the sampler's log-probs are far from the learner's on the tokens it sampled "
+               f"(sampler_kl {kl:.4g}, ratio mean {metrics.get('sampler_ratio_mean', float('nan')):.3g}, "
+               f"max {metrics.get('sampler_ratio_max', float('nan')):.3g}, "
+               f"{100 * metrics.get('sampler_ratio_over_cap', 0.0):.1f}% of tokens past the cap {opts.cap:g})")
+    causes = ("Likely causes: the rollout backend did not receive the latest weights (a weight sync that did "
+              "not take), the backend formats the chat differently from the learner (template), or the two run "
+              "in different precisions (one in bf16, the other in fp32)")
+    if alarm == "stop":
+        raise SamplerMismatchError(f"{summary}, past algorithm.off_policy.stop_kl={opts.stop_kl:g}. {causes}. "
+                                   "Raise stop_kl (or set it to null) only once you know why.")
+    if warn:
+        tqdm.write(f"warning: {summary}, past algorithm.off_policy.warn_kl={opts.warn_kl:g}. {causes}.")
 
 
 def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list[int]) -> UpdateInputs:
@@ -341,14 +373,7 @@ def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list
         returns=adv.returns[idx], old_logprobs=old.logprobs[idx] if old is not None else None,
         ref_logprobs=scored.ref_logprobs[idx] if scored.ref_logprobs is not None else None,
         old_values=old.values[idx] if old is not None and old.values is not None else None,
-        rollout_logprobs=scored.rollout_logprobs[idx] if old is None else None)
-
-
-def _map_tensors(inputs: UpdateInputs | None, move: Any) -> UpdateInputs | None:
-    if inputs is None:
-        return None
-    fields = {k: (move(v) if isinstance(v, torch.Tensor) else v) for k, v in vars(inputs).items()}
-    return UpdateInputs(**fields)
+        rollout_logprobs=scored.rollout_logprobs[idx])
 
 
 def _save_trajectories(run_dir: Path, step: int, trajectories: list[Any], trained: list[Any],
@@ -367,7 +392,7 @@ def _save_trajectories(run_dir: Path, step: int, trajectories: list[Any], traine
             f.write(json.dumps(record) + "\n")
 
 
-def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, tokenizer: Any, scheduler: Any,
+def _checkpoint_if_due(cfg: TrainConfig, learner: LearnerRole, tokenizer: Any, scheduler: Any,
                        curriculum: TaskCurriculum | None, done: int, run_dir: Path) -> None:
     """Every ``save_every`` steps and after the last (collective on several ranks; rank 0 writes)."""
     if done % cfg.trainer.save_every and done != cfg.trainer.steps:
@@ -378,44 +403,53 @@ def _checkpoint_if_due(cfg: TrainConfig, learner: Learner, tokenizer: Any, sched
 
 
 class _LocalRoles:
-    """Both roles in this process: the learner (one rank of it), and on rank 0 the rollout worker.
+    """Both roles in this process: the learner (one rank of it), and a rollout worker on every rank.
 
-    The rollout side samples from the learner's own module on one synchronous process; sharded
-    learners and asynchronous rollouts hand it a full copy of the initial weights, then new weights
-    after every update.
+    On one process the rollout side samples from the learner's own module. Sharded learners (whose
+    module holds one shard) and asynchronous rollouts (whose module keeps changing while they sample)
+    give a module-sampling backend its own copy of the initial weights, then new weights after every
+    update; a backend with its own weights (vLLM) gets no copy. With several ranks every rank's
+    worker samples its slice of each step (:class:`~agentgym_core.rl.colocated.RankRollouts`).
     """
 
     pipelined = False  # rollouts run ahead of the learner only when rollout.max_staleness > 0
 
     def __init__(self, config: TrainConfig, pm: PluginManager, ctx: DistContext, model: Any, tokenizer: Any) -> None:
         self.config, self.pm, self.ctx, self.model, self.tokenizer = config, pm, ctx, model, tokenizer
-        self.separate_copy = ctx.distributed or config.rollout.max_staleness > 0
+        self.samples_module = capabilities_of(pm.get("rollout_backend", config.rollout.backend)).shares_trainer_module
+        self.private_copy = self.samples_module and (ctx.distributed or config.rollout.max_staleness > 0)
+        self.rollout_model: Any = None
 
     def learner(self, stack: contextlib.ExitStack) -> Learner:
         if self.model is None:
             self.model, self.tokenizer = load_policy(self.config.model, device=self.ctx.device)
         else:  # a model handed in follows model.device as a loaded one does (tests pass CPU models)
             self.model.to(self.ctx.device)
-        self.rollout_model = copy.deepcopy(self.model) if self.separate_copy and self.ctx.is_main else self.model
+        if self.samples_module:  # before the learner shards the module and makes float32 masters
+            self.rollout_model = rollout_copy(self.model, self.config, self.ctx.device) if self.private_copy \
+                else self.model
         learner = Learner(self.config, self.model, tokenizer=self.tokenizer, ctx=self.ctx)
         stack.callback(learner.close)
         return learner
 
     def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any,
-                       curriculum: TaskCurriculum | None) -> RolloutWorker:
-        cfg = self.config
-        backend, shares = make_backend(self.pm, cfg, self.rollout_model, self.tokenizer)
-        envs = stack.enter_context(open_envs(self.pm, cfg.envs, timeout_s=cfg.rollout.env_timeout_s))
-        worker = RolloutWorker(cfg, envs, backend, scheduler=scheduler,
-                               receives_weights=self.separate_copy or not shares, curriculum=curriculum,
-                               progress=cfg.trainer.progress)
-        stack.callback(worker.close)
-        return worker
+                       curriculum: TaskCurriculum | None) -> RolloutRole:
+        ctx = self.ctx
+        worker = build_rollout_worker(stack, self.pm, self.config, scheduler=scheduler, curriculum=curriculum,
+                                      shard=(ctx.rank, ctx.world_size), model=self.rollout_model,
+                                      tokenizer=self.tokenizer, private_copy=self.private_copy,
+                                      progress=self.config.trainer.progress and ctx.is_main)
+        if not ctx.distributed:
+            return worker
+        return RankRollouts(worker, ctx, scheduler=scheduler, curriculum=curriculum,
+                            env_order=[env.name for env in self.config.envs])
 
 
 # ---- several learner ranks on this machine --------------------------------------------------------------
 def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_before: dict[str, Any] | None,
-               result_path: str) -> None:
+               result_path: str, gpus: list[str] | None) -> None:
+    if gpus is not None:  # before anything starts CUDA in this process
+        pin_one_gpu(gpus, int(os.environ["RANK"]))
     pm = get_plugin_manager()
     results = _train(bind_plugin_options(config, pm), pm, resume=resume, model=None, tokenizer=None,
                      stop_after=stop_after, eval_before=eval_before)
@@ -425,8 +459,16 @@ def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_b
 
 def _spawn_learners(config: TrainConfig, *, resume: bool, stop_after: int | None,
                     eval_before: dict[str, Any] | None) -> dict[str, Any]:
-    """``trainer.learners = N``: N processes on this machine, rank 0 drives; its results come back."""
+    """``trainer.learners = N``: N processes on this machine, rank 0 drives; its results come back.
+    On CUDA each rank sees one GPU of its own (:func:`~agentgym_core.rl.distributed.pin_one_gpu`)."""
+    gpus = None
+    if resolve_device(config.model.device).type == "cuda":
+        gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count())
+        if len(gpus) < config.trainer.learners:
+            raise ValueError(f"trainer.learners={config.trainer.learners} needs one GPU per learner rank; this machine "
+                             f"shows {len(gpus)} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}). "
+                             "Lower trainer.learners, or set model.device=cpu")
     with tempfile.TemporaryDirectory() as tmp:
         result_path = str(Path(tmp) / "results.pkl")
-        spawn(_rank_main, config.trainer.learners, config, resume, stop_after, eval_before, result_path)
+        spawn(_rank_main, config.trainer.learners, config, resume, stop_after, eval_before, result_path, gpus)
         return pickle.loads(Path(result_path).read_bytes())

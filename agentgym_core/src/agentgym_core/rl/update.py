@@ -23,6 +23,7 @@ from agentgym_core.rl.critic import SeparateCritic, ValueHead
 from agentgym_core.rl.distributed import DistContext, all_reduce_stats, shard_rows
 from agentgym_core.rl.forward import forward_tokens
 from agentgym_core.rl.losses import aggregate, kl_penalty, policy_loss, value_loss
+from agentgym_core.rl.off_policy import behaviour_weights, mismatch_stats
 
 __all__ = ["UpdateInputs", "ppo_update"]
 
@@ -38,7 +39,7 @@ class UpdateInputs:
     old_logprobs: torch.Tensor | None  # None: the update's own log-probs, detached (one optimizer step per batch)
     ref_logprobs: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
-    rollout_logprobs: torch.Tensor | None = None  # the sampler's; for the rollout_logprob_gap metric when old is None
+    rollout_logprobs: torch.Tensor | None = None  # the sampler's (behaviour policy): correction weights, metrics
 
 
 def _micro_batches(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
@@ -77,12 +78,17 @@ def ppo_update(
     norm_length: int | None = None,
     pad_token_id: int = 0,
     ctx: DistContext | None = None,
+    correction: str = "none",
 ) -> dict[str, float]:
     """Run ``ppo_epochs`` x ``mini_batches`` optimizer steps; return averaged metrics.
 
     Without ``inputs.old_logprobs`` (one optimizer step per batch, ``algorithm.old_logprobs``), the
     ratio's denominator is the forward's own log-probs, detached, and the metrics gain ``entropy``
-    and ``rollout_logprob_gap`` over the trained tokens (the scoring pass reports them otherwise).
+    and ``rollout_logprob_gap`` over the trained tokens (the scoring pass reports them otherwise), and
+    the sampler-mismatch metrics (``sampler_*``, :func:`agentgym_core.rl.off_policy.mismatch_stats`).
+
+    ``correction`` (``none``, ``tis``, ``decoupled``) weighs each token's loss by its behaviour weight
+    against ``inputs.rollout_logprobs``; ``is_weight_mean`` reports the mean weight applied.
     """
     ctx = ctx or DistContext()
     current_old = inputs.old_logprobs is None
@@ -99,6 +105,8 @@ def ppo_update(
     # gathered (unsharded) parameters between passes, while gradients land on the sharded ones.
     params = [p for group in optimizer.param_groups for p in group["params"] if id(p) not in critic_ids]
     sums: dict[str, float] = {}
+    ratio_max = 0.0  # over the tokens this process trained (a max does not add up across ranks)
+    cap = config.off_policy.cap
     n_steps = 0
     tokens = 0
     t0 = time.perf_counter()
@@ -132,13 +140,24 @@ def ppo_update(
                         if inputs.rollout_logprobs is not None:
                             gap = ((old_logp - inputs.rollout_logprobs[micro]).abs() * mask).sum()
                             stats["rollout_logprob_gap"] = stats.get("rollout_logprob_gap", 0.0) + float(gap) / num_tokens
+                share = float(mask.sum()) / num_tokens  # this micro-batch's share of the metrics
+                weights = None
+                if inputs.rollout_logprobs is not None:
+                    behaviour = inputs.rollout_logprobs[micro]  # (b, T)
+                    weights = behaviour_weights(old_logp, behaviour, mask, correction=correction, cap=cap)
+                    if weights is not None:
+                        stats["is_weight_mean"] = stats.get("is_weight_mean", 0.0) + float((weights * mask).sum()) / num_tokens
+                    if current_old:  # no scoring pass: the sampler/learner mismatch is measured here
+                        mismatch = mismatch_stats(old_logp, behaviour, mask, cap=cap)
+                        ratio_max = max(ratio_max, mismatch.pop("sampler_ratio_max"))
+                        for k, v in mismatch.items():
+                            stats[k] = stats.get(k, 0.0) + v * share
                 pg, pg_stats = policy_loss(
                     logp, old_logp, inputs.advantages[micro], mask,
                     clip_low=config.clip_low, clip_high=config.clip_high, clip_ratio_c=config.clip_ratio_c,
-                    agg=config.loss_agg, **agg_kw,
+                    agg=config.loss_agg, weights=weights, **agg_kw,
                 )
                 loss = pg
-                share = float(mask.sum()) / num_tokens  # this micro-batch's share of the metrics
                 if inputs.ref_logprobs is not None and not config.kl.in_reward:
                     kl = aggregate(kl_penalty(logp, inputs.ref_logprobs[micro], config.kl.estimator), mask,
                                    config.loss_agg, **agg_kw)
@@ -176,6 +195,8 @@ def ppo_update(
     tokens = int(all_reduce_stats({"tokens": float(tokens)}, ctx)["tokens"])
     seconds = time.perf_counter() - t0
     metrics = {k: v / max(n_steps, 1) for k, v in sums.items()}
+    if current_old and inputs.rollout_logprobs is not None:
+        metrics["sampler_ratio_max"] = ratio_max
     metrics.update(update_seconds=seconds, update_tokens=float(tokens),
                    update_tokens_per_s=tokens / seconds if seconds > 0 else 0.0, optimizer_steps=float(n_steps))
     return metrics

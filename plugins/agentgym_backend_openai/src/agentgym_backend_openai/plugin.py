@@ -7,7 +7,5 @@ from agentgym_core import hookimpl
 
 @hookimpl
 def agentgym_register_rollout_backends(register) -> None:
-    from agentgym_backend_openai.backend import make_backend
-
-    register("openai", make_backend,
+    register("openai", "agentgym_backend_openai.backend:make_backend",
              summary="any OpenAI-compatible chat API (text in, text out; evaluation only, not trainable)")

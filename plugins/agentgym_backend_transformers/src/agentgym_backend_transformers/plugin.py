@@ -7,6 +7,4 @@ from agentgym_core import hookimpl
 
 @hookimpl
 def agentgym_register_rollout_backends(register) -> None:
-    from agentgym_backend_transformers.backend import make_backend
-
-    register("transformers", make_backend, summary="Hugging Face transformers: batched KV-cache sampling, CPU or CUDA")
+    register("transformers", "agentgym_backend_transformers.backend:make_backend", summary="Hugging Face transformers: batched KV-cache sampling, CPU or CUDA")

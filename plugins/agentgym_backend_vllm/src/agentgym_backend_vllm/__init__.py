@@ -1,10 +1,6 @@
 """agentgym rollout backend on vLLM: an in-process step engine, or `vllm serve` replicas over HTTP."""
 
-from agentgym_backend_vllm.backend import make_backend
-from agentgym_backend_vllm.config import VllmBackendConfig
-from agentgym_backend_vllm.engine import EngineBatch, VllmEngineBackend
-from agentgym_backend_vllm.server import VllmServerBackend
-from agentgym_backend_vllm.weights import AgentgymWorkerExtension, weight_buckets
+from agentgym_core.plugins import lazy_exports
 
 __all__ = [
     "AgentgymWorkerExtension",
@@ -15,3 +11,15 @@ __all__ = [
     "make_backend",
     "weight_buckets",
 ]
+
+# Loaded on first use, so that importing the plugin module (for `agentgym plugins`, or a server of
+# another env) does not import this package's dependencies.
+lazy_exports(__name__, {
+    "AgentgymWorkerExtension": "agentgym_backend_vllm.weights",
+    "EngineBatch": "agentgym_backend_vllm.engine",
+    "VllmBackendConfig": "agentgym_backend_vllm.config",
+    "VllmEngineBackend": "agentgym_backend_vllm.engine",
+    "VllmServerBackend": "agentgym_backend_vllm.server",
+    "make_backend": "agentgym_backend_vllm.backend",
+    "weight_buckets": "agentgym_backend_vllm.weights",
+})

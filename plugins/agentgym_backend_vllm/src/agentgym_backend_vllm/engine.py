@@ -69,6 +69,7 @@ class VllmEngineBackend:
         self.eos_token_ids = tokenizer.eos_token_ids
         self.max_model_len = int(config.max_model_len or engine.model_config.max_model_len)
         self.asleep = False
+        self.weights_discarded = False  # sleep level 2 dropped them; only load_weights brings weights back
         self.weight_syncs: list[dict[str, float]] = []  # one record per load_weights: seconds, buckets, bytes
         self._lock = threading.RLock()  # one engine, possibly several batches (generate, score, rollouts)
         self._owners: dict[str, EngineBatch] = {}  # request id -> the batch its reply goes to
@@ -150,8 +151,7 @@ class VllmEngineBackend:
         with self._lock:
             self._open_batches -= 1
             if self._open_batches == 0 and self.config.gpu_sharing == "colocate" and not self.asleep:
-                self.engine.sleep(level=self.config.sleep_level)  # the learner's update comes next
-                self.asleep = True
+                self._sleep()  # the learner's update comes next
 
     def generate(
         self,
@@ -184,7 +184,16 @@ class VllmEngineBackend:
         return [prompt_logprob_row(sequences[i], rows[i].prompt_logprobs) for i in range(len(sequences))]
 
     # -- weights, sleep and wake ------------------------------------------------------------------
+    def _sleep(self) -> None:
+        self.engine.sleep(level=self.config.sleep_level)
+        self.asleep = True
+        self.weights_discarded = self.weights_discarded or self.config.sleep_level == 2
+
     def _wake_all(self) -> None:
+        if self.weights_discarded:
+            raise RuntimeError(
+                "vLLM's weights were discarded when the engine slept (sleep_level 2) and none were loaded since: "
+                "sampling now would use garbage. Load weights first, or use backend_options.sleep_level: 1")
         if self.asleep:
             self.engine.wake_up()  # all tags: sampling asked for before any weight update
             self.asleep = False
@@ -193,8 +202,7 @@ class VllmEngineBackend:
         """Free the engine's GPU memory now (colocated mode does this by itself after a rollout)."""
         with self._lock:
             if not self.asleep:
-                self.engine.sleep(level=self.config.sleep_level)
-                self.asleep = True
+                self._sleep()
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Replace the engine's weights in place, in buckets; then drop every cached prefix."""
@@ -220,6 +228,7 @@ class VllmEngineBackend:
                     self.engine.collective_rpc(FINISH_METHOD)
                 raise
             self.engine.collective_rpc(FINISH_METHOD)
+            self.weights_discarded = False
             if self.asleep:
                 self.engine.wake_up(tags=["kv_cache"])
                 self.asleep = False

@@ -7,7 +7,5 @@ from agentgym_core import hookimpl
 
 @hookimpl
 def agentgym_register_rollout_backends(register) -> None:
-    from agentgym_backend_vllm.backend import make_backend
-
-    register("vllm", make_backend,
+    register("vllm", "agentgym_backend_vllm.backend:make_backend",
              summary="vLLM: in-process step engine (GPU) or `vllm serve` replicas over HTTP; weights loaded in place")

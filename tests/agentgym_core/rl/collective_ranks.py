@@ -1,0 +1,66 @@
+"""Rank functions for the collective tests (module level, so spawned ranks can import them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+
+def stats_sum(out_dir: str) -> None:
+    """Join the group under strict collectives and sum one statistic per rank, as the update does."""
+    from agentgym_core.rl.distributed import all_reduce_stats, init_from_environment
+    from agentgym_core.testing.strict_collectives import install
+
+    install("cuda")
+    ctx = init_from_environment("cpu")
+    summed = all_reduce_stats({"tokens": float(ctx.rank + 1), f"only_{ctx.rank}": 1.0}, ctx)
+    Path(out_dir, f"rank{ctx.rank}.json").write_text(json.dumps(summed))
+
+
+def strict_rules(out_dir: str) -> None:
+    """What strict collectives let through on the default (device) group and on a gloo (host) group."""
+    import torch
+    import torch.distributed as dist
+
+    from agentgym_core.testing.strict_collectives import StrictCollectiveError, install
+
+    install("cuda")
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo")
+    host = dist.new_group(backend="gloo")
+    seen = {}
+    for label, call in {
+        "tensor_on_device_group": lambda: dist.all_reduce(torch.ones(1)),
+        "object_on_device_group": lambda: dist.all_gather_object([None, None], rank),
+        "barrier_on_device_group": lambda: dist.barrier(),
+        "tensor_on_host_group": lambda: dist.all_reduce(torch.ones(1), group=host),
+        "object_on_host_group": lambda: dist.all_gather_object([None, None], rank, group=host),
+        "barrier_on_host_group": lambda: dist.barrier(group=host),
+    }.items():
+        try:
+            call()
+            seen[label] = "ran"
+        except StrictCollectiveError as exc:
+            seen[label] = str(exc)
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(seen))
+
+
+def late_rank(out_dir: str, timeout_s: float) -> None:
+    """Rank 1 reaches the collective long after rank 0's timeout: rank 0 must fail, not hang."""
+    from agentgym_core.rl.distributed import all_reduce_stats, init_from_environment
+
+    ctx = init_from_environment("cpu", timeout_s=timeout_s)
+    if ctx.rank == 1:
+        time.sleep(timeout_s * 4)
+        return
+    start = time.perf_counter()
+    try:
+        all_reduce_stats({"x": 1.0}, ctx)
+        outcome = "returned"
+    except RuntimeError as exc:
+        outcome = f"raised: {type(exc).__name__}"
+    Path(out_dir, "rank0.json").write_text(
+        json.dumps({"outcome": outcome, "seconds": time.perf_counter() - start})
+    )

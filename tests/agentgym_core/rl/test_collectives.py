@@ -1,0 +1,61 @@
+"""Learner-rank collectives by NCCL's rules, checked on gloo ranks under strict collectives.
+
+A GPU run opens its group with NCCL, which refuses CPU tensors; the CPU suite's gloo ranks accept
+them, so :mod:`agentgym_core.testing.strict_collectives` makes them refuse what NCCL would.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import collective_ranks
+import pytest
+
+from agentgym_core.rl.distributed import spawn
+
+
+def _read(out: Path, rank: int) -> dict:
+    return json.loads((out / f"rank{rank}.json").read_text())
+
+
+def test_strict_collectives_refuse_on_the_device_group_what_nccl_or_its_watchdog_would(tmp_path):
+    spawn(collective_ranks.strict_rules, 2, str(tmp_path))
+    for rank in (0, 1):
+        seen = _read(tmp_path, rank)
+        assert "No backend type associated with device type cpu" in seen["tensor_on_device_group"]
+        assert "host (gloo) group" in seen["object_on_device_group"]
+        assert "host (gloo) group" in seen["barrier_on_device_group"]
+        assert (
+            seen["tensor_on_host_group"]
+            == seen["object_on_host_group"]
+            == seen["barrier_on_host_group"]
+            == "ran"
+        )
+
+
+def test_update_statistics_are_summed_over_ranks_under_strict_collectives(tmp_path):
+    # The update sums its statistics over ranks every mini-batch. A CPU float64 vector all-reduced on
+    # the learner's device group crashes on NCCL ("No backend type associated with device type cpu").
+    spawn(collective_ranks.stats_sum, 2, str(tmp_path))
+    for rank in (0, 1):
+        assert _read(tmp_path, rank) == {"tokens": 3.0, "only_0": 1.0, "only_1": 1.0}
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_joins_fails_the_collective_within_the_configured_timeout(tmp_path):
+    spawn(collective_ranks.late_rank, 2, str(tmp_path), 2.0)
+    seen = _read(tmp_path, 0)
+    assert seen["outcome"].startswith("raised"), seen
+    assert seen["seconds"] < 6.0, seen
+
+
+def test_collective_timeout_is_a_recipe_key_with_help():
+    from agentgym_core.rl.config import ConfigError, TrainerConfig, load_config
+
+    field = TrainerConfig.model_fields["collective_timeout_s"]
+    assert field.description
+    envs = "envs=[{name: word}]"
+    assert load_config(None, [envs, "trainer.collective_timeout_s=90"]).trainer.collective_timeout_s == 90
+    with pytest.raises(ConfigError, match="collective_timeout_s"):
+        load_config(None, [envs, "trainer.collective_timeout_s=0"])

@@ -1,0 +1,111 @@
+"""Rollouts and scoring shared by the learner ranks of the local launcher (gloo ranks, strict collectives)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from learner_ranks import RANKS_LR, counted_run, train_lines
+
+from agentgym_core.rl.distributed import spawn
+from agentgym_core.rl.forward import count_forwards, forward_tokens
+from agentgym_core.rl.learner import balanced_shares
+
+EPISODES_PER_STEP = 6  # learner_ranks.BASE: 2 tasks x group_size 3
+
+
+@pytest.mark.slow
+def test_two_ranks_each_sample_half_of_every_step_and_score_half_of_its_rows(tmp_path):
+    run_dir, counts_dir = tmp_path / "run", tmp_path / "counts"
+    counts_dir.mkdir()
+    # Rank 0 evaluates after step 1 while rank 1 waits (on the host group: strict collectives check it).
+    overrides = [*RANKS_LR, "trainer.learners=2", "trainer.eval_every=1", "trainer.eval_tasks=1"]
+    spawn(counted_run, 2, str(run_dir), str(counts_dir), overrides)
+    counts = [json.loads((counts_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
+    lines = train_lines(run_dir)
+    steps = len(lines)
+    assert steps == 2
+    assert [c["episodes"] for c in counts] == [EPISODES_PER_STEP // 2 * steps] * 2
+    for line in lines:  # the step's metrics name what each rank sampled; every rank trained on all of it
+        assert line["rollout_episodes/worker0"] == line["rollout_episodes/worker1"] == EPISODES_PER_STEP // 2
+        assert line["trajectories"] == EPISODES_PER_STEP
+    trained = sum(line["trained_trajectories"] for line in lines)
+    scored = [c["scored_rows"] for c in counts]
+    assert sum(scored) == sum(int(line["trajectories"] - line["infra_failed"]) for line in lines)
+    # Each rank scores a share of every step.
+    assert min(scored) >= steps and max(scored) < sum(scored), scored
+    assert trained > 0
+
+
+def test_balanced_shares_split_rows_by_tokens_in_batch_order():
+    lengths = [90, 10, 50, 50, 10, 90]
+    shares = balanced_shares(lengths, 2)
+    assert sorted(i for s in shares for i in s) == list(range(6))
+    assert [sum(lengths[i] for i in s) for s in shares] == [150, 150]
+    assert all(s == sorted(s) for s in shares)
+    assert balanced_shares([5], 3) == [[0], [], []]  # fewer rows than ranks: the others score none
+
+
+def test_count_forwards_counts_what_forward_tokens_runs():
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, _ = tiny_chat_model(seed=0)
+    calls = []
+    model.register_forward_pre_hook(lambda *_: calls.append(1))
+    sequences = [list(range(3, 3 + n)) for n in (40, 7, 25, 12, 33)]
+    mask = torch.zeros(5, 40)
+    for i, s in enumerate(sequences):
+        mask[i, 2 : len(s)] = 1
+    mask[1] = 0  # a row with nothing to score: its forward is skipped when it is alone
+    for packing in (True, False):
+        for max_tokens in (40, 64, 4096):
+            calls.clear()
+            with torch.no_grad():
+                forward_tokens(model, sequences, mask, packing=packing, max_tokens=max_tokens)
+            assert len(calls) == count_forwards(sequences, mask, packing=packing, max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize(
+    ("backend", "max_staleness", "expected"),
+    [
+        ("vllm", 1, "none"),  # its own weights: a copy of the module would sit unused beside the engine
+        ("transformers", 1, "copy"),  # samples a module that must not change while it samples
+        ("transformers", 0, "the learner's"),  # one process, synchronous: the learner's own module
+    ],
+)
+def test_the_rollout_side_gets_a_copy_of_the_model_only_when_it_samples_one(
+    tmp_path, tiny_config, backend, max_staleness, expected
+):
+    import contextlib
+
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.distributed import DistContext
+    from agentgym_core.rl.trainer import _LocalRoles
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    pytest.importorskip(f"agentgym_backend_{backend}")
+    pm = PluginManager(autoload=True, allow=["estimators", "transformers", "vllm"])
+    config = tiny_config(tmp_path, **{"rollout.backend": backend, "rollout.max_staleness": max_staleness})
+    model, tokenizer = tiny_chat_model(seed=0)
+    roles = _LocalRoles(config, pm, DistContext(), model, tokenizer)
+    with contextlib.ExitStack() as stack:
+        roles.learner(stack)
+    found = (
+        "none" if roles.rollout_model is None else "the learner's" if roles.rollout_model is model else "copy"
+    )
+    assert found == expected
+
+
+def test_each_spawned_rank_sees_one_gpu_of_its_own(monkeypatch):
+    from agentgym_core.rl.distributed import pin_one_gpu, visible_gpus
+
+    assert visible_gpus(None, 4) == ["0", "1", "2", "3"]
+    assert visible_gpus("4,5, 6", 3) == ["4", "5", "6"]
+    assert visible_gpus("", 0) == []  # GPUs hidden on purpose stay hidden
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    pin_one_gpu(visible_gpus("4,5,6", 3), 1)
+    import os
+
+    assert (os.environ["CUDA_VISIBLE_DEVICES"], os.environ["LOCAL_RANK"]) == ("5", "0")
