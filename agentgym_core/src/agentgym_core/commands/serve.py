@@ -7,7 +7,6 @@ import errno
 import socket
 
 from agentgym_core.commands.eval import json_object
-from agentgym_core.env import check_env_options
 from agentgym_core.plugins import get_plugin_manager
 from agentgym_core.protocol import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -90,6 +89,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn  # the web stack is imported only to serve, not for `agentgym --help`
 
+    from agentgym_core.env import check_env_options
     from agentgym_core.server import create_app
     from agentgym_core.serving import uvicorn_config
 
