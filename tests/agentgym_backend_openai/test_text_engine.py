@@ -195,3 +195,28 @@ def test_same_seed_same_run(api_url):
 def test_synchronous_mode_is_refused():
     with pytest.raises(ValueError, match="synchronous"):
         TextRolloutEngine(BinarySearchPlayer(), GuessEnv, config=EngineConfig(synchronous=True))
+
+
+def test_each_reply_is_reported_as_a_turn_with_the_servers_token_count():
+    """What the progress line of `agentgym eval --backend openai` counts: turns and completion tokens."""
+    from agentgym_core.rollout.progress import RolloutProgress
+
+    line = RolloutProgress(3, desc="eval guess", max_turns=10, enabled=False)
+    events: list[tuple[str, int, int]] = []
+
+    def turn(traj):
+        events.append(("turn", traj.task_id, traj.num_turns))
+        line.turn(traj)
+
+    def done(traj):
+        events.append(("done", traj.task_id, traj.num_turns))
+        line.done(traj)
+
+    with TextRolloutEngine(BinarySearchPlayer(), GuessEnv, num_envs=3, config=EngineConfig(max_turns=10)) as engine:
+        trajs = engine.run(_specs(1, 2, 3), on_turn=turn, on_done=done)
+    for traj in trajs:  # every reply reported as it came, before its trajectory ended
+        mine = [e for e in events if e[1] == traj.task_id]
+        assert mine == [("turn", traj.task_id, k) for k in range(1, traj.num_turns + 1)] + [
+            ("done", traj.task_id, traj.num_turns)]
+    assert line.turns == sum(t.num_turns for t in trajs) and line.finished == 3
+    assert line.tokens == 9 * line.turns  # the player's completion_tokens per reply

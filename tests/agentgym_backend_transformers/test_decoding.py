@@ -141,3 +141,19 @@ def test_a_narrower_kv_cache_needs_sdpa_attention():
     with pytest.raises(ValueError, match="needs the model's attention to be 'sdpa'"):
         TransformersBackend(model, tokenizer, kv_cache_dtype="bfloat16")
     assert TransformersBackend(model, tokenizer, kv_cache_dtype="float32").kv_dtype is None  # the weights' own
+
+
+def test_sampling_warns_of_no_deprecated_argument(tiny_backend):
+    """transformers' deprecation warnings landed inside `agentgym eval`'s progress line: the backend must
+    pass the cache under the name the installed transformers expects."""
+    import warnings
+
+    prompt = _prompts(tiny_backend)[1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tiny_backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=4))
+        tiny_backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=4), sessions=[("w", 1)])
+        tiny_backend.generate([prompt + [5]], SamplingParams(temperature=0, max_new_tokens=4), sessions=[("w", 1)])
+        tiny_backend.release_session(("w", 1))
+    deprecations = [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))]
+    assert deprecations == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -228,4 +229,22 @@ def test_without_vllm_engine_mode_fails_with_one_line_saying_what_to_install(tin
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: ") and "pip install 'agentgym-backend-vllm[engine]'" in last
+    assert last.startswith("agentgym_backend_vllm.engine.VllmNotInstalledError: ")
+    assert "pip install -e './plugins/agentgym_backend_vllm[engine]'" in last
+
+
+def test_eval_with_vllm_backend_but_no_vllm_says_the_working_install_line_in_one_line(tiny_model_dir, tmp_path):
+    pytest.importorskip("agentgym_env_guess")
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"  # as if not installed, whatever this machine has
+        "from agentgym_core.cli import main\n"
+        f"sys.exit(main(['eval', '--env', 'guess', '--backend', 'vllm', '--model', {str(tiny_model_dir)!r}, "
+        f"'--limit', '1', '--out', {str(tmp_path / 'run')!r}]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("agentgym: error: "), result.stderr
+    assert "pip install -e './plugins/agentgym_backend_vllm[engine]'" in lines[0]
+    assert not (tmp_path / "run").exists()

@@ -50,6 +50,33 @@ def default_threads() -> int:
     return max(1, cpus // 2)
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` only where it says something: not after a help text that already names
+    its default (``(default: $OPENAI_API_KEY)``), and not ``None``, ``[]`` or a flag's ``True``/``False``."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.default is None or action.default == [] or action.nargs == 0:
+            return text
+        return super()._get_help_string(action)
+
+
+def subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser of each subcommand of ``parser``, by name."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _readable_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand that asked for argparse's defaults formatter gets :class:`DefaultsHelpFormatter`."""
+    for sub in subcommand_parsers(parser).values():
+        if sub.formatter_class is argparse.ArgumentDefaultsHelpFormatter:
+            sub.formatter_class = DefaultsHelpFormatter
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentgym",
@@ -65,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"{commands.__name__}.{module_info.name}")
         module.add_parser(subparsers)
+    _readable_defaults(parser)
     return parser
 
 

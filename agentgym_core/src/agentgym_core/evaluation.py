@@ -8,6 +8,13 @@ Definitions (the same as the README's):
 * With K samples per task: **Avg@K** is the mean over all K samples of all tasks; **Pass@K** is the
   mean over tasks of the best of its K samples (for success: 1 if any sample succeeded).
 
+Resuming: each trajectory is appended to ``trajectories.jsonl`` (and flushed) as it finishes, and
+the run's settings go to ``eval_config.json`` first. An interrupted run (Ctrl-C) keeps what
+finished; ``resume=True`` (``agentgym eval ... --out DIR --resume``) plays only the (task, sample)
+pairs the log does not hold yet, after checking that the settings that change results are the
+same, and ``results.json`` then covers every trajectory of the log. Without ``resume``, a run
+directory that already holds trajectories is refused rather than mixed into.
+
 Backends that only speak text (``--backend openai``: API models) are rolled out by
 :class:`agentgym_core.rollout.text_engine.TextRolloutEngine`; their trajectories carry no tokens
 and are logged with ``trainable: false``. Token backends use the token engine.
@@ -30,7 +37,8 @@ from agentgym_core.env import Env, check_env_options
 from agentgym_core.rl.guards import describe_panel, panel_hash, panel_record
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
-from agentgym_core.rollout.logs import RolloutLogWriter
+from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter
+from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.text_engine import (
     ChatBackend,
     TextRolloutEngine,
@@ -39,7 +47,11 @@ from agentgym_core.rollout.text_engine import (
 )
 from agentgym_core.rollout.trajectory import Trajectory, invalid_action_rate
 
-__all__ = ["EvalConfig", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
+__all__ = ["EvalConfig", "EvalInterrupted", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
+
+# Settings that change what an evaluation measures: a resumed run must have the same.
+_RUN_DEFINING = ("env", "model", "backend", "base_url", "split", "limit", "env_options", "n_samples", "temperature",
+                 "top_p", "max_new_tokens", "max_rounds", "max_total_tokens", "seed")
 
 
 class EvalConfig(BaseModel):
@@ -88,6 +100,18 @@ class EvalConfig(BaseModel):
         default=False, description="Also log each trajectory's token ids, loss mask and log-probs in "
         "trajectories.jsonl (the viewer's token view; about 3x larger logs). Local backends only.",
     )
+    resume: bool = Field(
+        default=False, description="Finish an interrupted evaluation in out_dir: play only the (task, sample) "
+        "pairs its trajectories.jsonl does not hold yet.",
+    )
+
+
+class EvalInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`evaluate`: says where the finished trajectories are, for the resume hint."""
+
+    def __init__(self, run_dir: Path, kept: int, total: int) -> None:
+        super().__init__(f"{kept} of {total} trajectories kept in {run_dir / 'trajectories.jsonl'}")
+        self.run_dir, self.kept, self.total = run_dir, kept, total
 
 
 class GroupMetrics(BaseModel):
@@ -191,6 +215,64 @@ def _make_backend(config: EvalConfig) -> RolloutBackend | ChatBackend:
     return factory(backend_options(config))
 
 
+def _finished_records(log_path: Path) -> list[dict[str, Any]]:
+    """The trajectories an earlier run of this directory logged. A last line cut short by the
+    interrupt (no newline, not JSON) is dropped from the file, so appending goes on cleanly."""
+    if not log_path.exists():
+        return []
+    data = log_path.read_bytes()
+    good = data[: data.rfind(b"\n") + 1]  # complete lines only
+    if len(good) != len(data):
+        log_path.write_bytes(good)
+    records = []
+    for number, line in enumerate(good.decode("utf-8").splitlines(), 1):
+        if line.strip():
+            record = json.loads(line)
+            if record.get("format") != LOG_FORMAT:
+                raise ValueError(f"{log_path}:{number}: not an agentgym trajectory record; is this an eval run directory?")
+            records.append(record)
+    return records
+
+
+def _check_resume(config: EvalConfig, run_dir: Path, records: list[dict[str, Any]]) -> None:
+    """Refuse to mix two evaluations in one directory; a resume must repeat the run's settings."""
+    if not config.resume:
+        if records:
+            raise ValueError(f"{run_dir} already holds {len(records)} trajectories of an earlier evaluation; add "
+                             "--resume to finish that one, or choose another --out")
+        return
+    if config.out_dir is None:
+        raise ValueError("--resume finishes an interrupted evaluation: name its run directory with --out RUN_DIR")
+    saved_path = run_dir / "eval_config.json"
+    if not saved_path.exists():
+        raise ValueError(f"--resume: {saved_path} not found; is {run_dir} the run directory of an `agentgym eval`?")
+    saved = json.loads(saved_path.read_text(encoding="utf-8"))
+    now = config.model_dump()
+    changed = [f"{key} {saved.get(key)!r} -> {now[key]!r}" for key in _RUN_DEFINING if saved.get(key) != now[key]]
+    if changed:
+        raise ValueError(f"--resume: the settings differ from the interrupted run's ({'; '.join(changed)}); "
+                         "repeat them, or evaluate into another --out")
+
+
+def _record_trajectory(record: dict[str, Any]) -> Trajectory:
+    """A logged trajectory, as much of it as the summary reads."""
+    return Trajectory(env=record.get("env") or "", task_id=record["task_id"], sample_index=record.get("sample_index", 0),
+                      category=record.get("category"), success=bool(record.get("success")),
+                      outcome_reward=float(record.get("outcome_reward", 0.0)), failed=bool(record.get("failed")),
+                      failure_reason=record.get("failure_reason"), truncation_reason=record.get("truncation_reason"))
+
+
+def _logged_invalid_actions(record: dict[str, Any]) -> int:
+    """How many of a logged trajectory's turns the environment refused."""
+    return sum(turn.get("invalid_action") is True for turn in record.get("turns") or ())
+
+
+def _per_task_row(traj: Trajectory, turns: int, invalid_actions: int) -> dict[str, Any]:
+    return {"task_id": traj.task_id, "sample_index": traj.sample_index, "category": traj.category,
+            "success": traj.success, "score": traj.outcome_reward, "turns": turns, "invalid_actions": invalid_actions,
+            "failed": traj.failed, "failure_reason": traj.failure_reason, "truncation_reason": traj.truncation_reason}
+
+
 def evaluate(
     config: EvalConfig,
     *,
@@ -212,6 +294,14 @@ def evaluate(
         EpisodeSpec(task_id=t, sample_index=s, category=categories.get(t), seed=None)
         for t in task_ids for s in range(config.n_samples)
     ]
+    run_dir = Path(config.out_dir or f"runs/eval-{config.env}-{datetime.now():%Y%m%d-%H%M%S}")
+    log_path = run_dir / "trajectories.jsonl"
+    kept = _finished_records(log_path)
+    _check_resume(config, run_dir, kept)  # before the model loads: a wrong directory fails at once
+    finished = {(r["task_id"], r.get("sample_index", 0)) for r in kept}
+    order = {(spec.task_id, spec.sample_index): i for i, spec in enumerate(episodes)}
+    kept = [r for r in kept if (r["task_id"], r.get("sample_index", 0)) in order]
+    episodes = [spec for spec in episodes if (spec.task_id, spec.sample_index) not in finished]
     backend = backend or _make_backend(config)
     text_only = is_chat_backend(backend)
     if text_only and config.include_tokens:
@@ -219,53 +309,55 @@ def evaluate(
                          "are no token ids to log; drop --include-tokens or use --backend transformers")
     if text_only and hasattr(backend, "preflight"):
         backend.preflight()  # a wrong model name or key fails here, before any episode
-    run_dir = Path(config.out_dir or f"runs/eval-{config.env}-{datetime.now():%Y%m%d-%H%M%S}")
     run_dir.mkdir(parents=True, exist_ok=True)
     panel = {config.env: list(task_ids)}  # logged before any episode: which tasks this run evaluates
     (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel)) + "\n", encoding="utf-8")
     if progress:
         print(describe_panel(panel), file=sys.stderr)
+    if not kept:
+        (run_dir / "eval_config.json").write_text(
+            json.dumps(config.model_dump(exclude={"api_key"}), indent=2) + "\n", encoding="utf-8")
     rollout = EngineConfig(
         sampling=SamplingParams(temperature=config.temperature, top_p=config.top_p,
                                 max_new_tokens=config.max_new_tokens, seed=config.seed),
         max_turns=config.max_rounds, max_total_tokens=config.max_total_tokens,
         step_timeout_s=config.step_timeout_s, env_workers=min(config.num_envs, 32),
     )
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(episodes), desc=f"eval {config.env}", unit="traj", dynamic_ncols=True)
+    desc = f"eval {config.env}" + (f" (resumed: {len(kept)} kept)" if kept else "")
+    line = RolloutProgress(len(episodes), desc=desc, max_turns=config.max_rounds, enabled=progress)
     done: list[Trajectory] = []
     start = time.perf_counter()
-    log_path = run_dir / "trajectories.jsonl"
     engine_cls = TextRolloutEngine if text_only else RolloutEngine
-    with (TextRolloutLogWriter(log_path) if text_only
-          else RolloutLogWriter(log_path, include_tokens=config.include_tokens)) as log, engine_cls(
+    with line, (TextRolloutLogWriter(log_path) if text_only
+                else RolloutLogWriter(log_path, include_tokens=config.include_tokens)) as log, engine_cls(
         backend, factory, num_envs=config.num_envs, config=rollout, env_name=config.env  # type: ignore[arg-type]
     ) as engine:
         def on_done(traj: Trajectory) -> None:
             done.append(traj)
-            log.write(traj)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(success=f"{sum(t.success for t in done) / len(done):.1%}", failed=engine.stats.failed)
+            log.write(traj)  # flushed: an interrupted run keeps every trajectory that finished
+            failed = {"failed": engine.stats.failed} if engine.stats.failed else {}
+            line.done(traj, success=f"{sum(t.success for t in done) / len(done):.0%}", **failed)
 
-        trajs = engine.run(episodes, on_done=on_done)
-    if bar is not None:
-        bar.close()
-    overall, per_category = summarize(trajs)
-    per_task = [
-        {"task_id": t.task_id, "sample_index": t.sample_index, "category": t.category, "success": t.success,
-         "score": t.outcome_reward, "turns": t.num_turns,
-         "invalid_actions": t.invalid_actions, "failed": t.failed, "failure_reason": t.failure_reason,
-         "truncation_reason": t.truncation_reason}
-        for t in trajs
-    ]
+        try:
+            trajs = engine.run(episodes, on_done=on_done, on_turn=line.turn)
+        except KeyboardInterrupt:
+            raise EvalInterrupted(run_dir, len(kept) + len(done), len(kept) + len(episodes)) from None
+    # Every trajectory of the run directory, in the order of the split: earlier runs' and this one's.
+    rows = sorted([(_record_trajectory(r), r.get("num_turns", 0), _logged_invalid_actions(r)) for r in kept]
+                  + [(t, t.num_turns, t.invalid_actions) for t in trajs],
+                  key=lambda row: order[(row[0].task_id, row[0].sample_index)])
+    everything = [t for t, _, _ in rows]
+    overall, per_category = summarize(everything)
+    per_task = [_per_task_row(t, turns, invalid) for t, turns, invalid in rows]
+    failure_reasons: dict[str, int] = {}
+    for t in everything:
+        if t.failed:
+            key = (t.failure_reason or "").split(":")[0]
+            failure_reasons[key] = failure_reasons.get(key, 0) + 1
     wall = time.perf_counter() - start
     results = EvalResults(
         config=config.model_dump(exclude={"api_key"}), overall=overall, trainable=not text_only, categories=per_category, per_task=per_task,
-        failure_reasons=dict(engine.stats.failure_reasons),
+        failure_reasons=failure_reasons,
         timing={"wall_seconds": wall, "gen_seconds": engine.stats.gen_seconds,
                 "sampled_tokens": float(engine.stats.sampled_tokens),
                 "trajectories_per_min": 60 * len(trajs) / wall if wall else 0.0},

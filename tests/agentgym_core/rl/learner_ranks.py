@@ -82,9 +82,9 @@ def counted_run(run_dir: str, counts_dir: str, overrides: list[str]) -> None:
     counts = {"episodes": 0, "scored_rows": 0}
     sample, forward = RolloutWorker._run_with_reruns, learner_module.forward_tokens
 
-    def counting_sample(self, episodes, step, first_index):
+    def counting_sample(self, episodes, *args, **kwargs):
         counts["episodes"] += len(episodes)
-        return sample(self, episodes, step, first_index)
+        return sample(self, episodes, *args, **kwargs)
 
     def counting_forward(model, sequences, *args, **kwargs):
         # The policy's scoring pass (the reference's scores the same rows); the weight-sync probe's one-row

@@ -7,14 +7,17 @@ import json
 import httpx
 import yaml
 
-from agentgym_core.viewer.layout import chart_sections, flatten_config, metric_section
+from agentgym_core.viewer.layout import chart_sections, constant_keys, flatten_config, metric_section
 
 
 def test_each_metric_lands_in_the_section_a_reader_looks_for():
     expected = {
-        "success": "rollout", "reward": "rollout", "turns": "rollout", "sampled_tokens": "rollout",
-        "pg_loss": "loss", "kl_loss": "loss", "kl": "loss", "approx_kl": "loss", "clip_frac": "loss",
-        "entropy": "loss", "advantage_abs_mean": "loss", "rollout_logprob_gap": "loss", "value_loss": "loss",
+        # What a reader opens the page for comes first, whatever the run logs besides.
+        "success": "headline", "reward": "headline", "pg_loss": "headline", "kl_loss": "headline",
+        "value_loss": "headline", "my_plugin_loss": "headline",
+        "turns": "rollout", "sampled_tokens": "rollout", "invalid_action_rate": "rollout",
+        "kl": "loss", "approx_kl": "loss", "clip_frac": "loss",
+        "entropy": "loss", "advantage_abs_mean": "loss", "rollout_logprob_gap": "loss",
         "lr": "optimizer", "grad_norm": "optimizer", "optimizer_steps": "optimizer", "update_tokens": "optimizer",
         "time_step": "timing", "update_seconds": "timing", "update_tokens_per_s": "timing",
         "word/success": "word", "babyai/turns": "babyai",
@@ -26,8 +29,9 @@ def test_sections_cover_every_key_once_in_a_stable_order():
     train = ["step", "time_step", "lr", "reward", "success", "pg_loss", "word/reward", "my_plugin_metric"]
     evaluation = ["step", "success", "reward", "tasks", "word/success"]
     sections = chart_sections(train, evaluation)
-    assert [s["section"] for s in sections] == ["rollout", "loss", "optimizer", "timing", "eval", "word"]
-    assert sections[0]["keys"] == ["success", "reward", "my_plugin_metric"]  # preferred first, then by name
+    assert [s["section"] for s in sections] == ["headline", "rollout", "optimizer", "timing", "eval", "word"]
+    assert sections[0]["keys"] == ["success", "reward", "pg_loss"]  # preferred first, then by name
+    assert sections[1]["keys"] == ["my_plugin_metric"]
     charted = [k for s in sections for k in s["keys"]]
     assert sorted(charted) == sorted(set(train + evaluation) - {"step"})  # each once, eval keys of train charts merged
     assert {"section": "eval", "keys": ["tasks"]} in sections
@@ -52,10 +56,23 @@ def test_run_api_serves_sections_and_flat_config(serve_viewer, tmp_path):
     (evaluation / "results.json").write_text(json.dumps({"config": {"env": "word", "n_samples": 2}}))
     base = serve_viewer(tmp_path)
     ov = httpx.get(f"{base}/api/run", params={"run": "train"}).json()
-    assert ov["sections"] == [{"section": "rollout", "keys": ["reward"]}, {"section": "optimizer", "keys": ["grad_norm"]},
-                              {"section": "eval", "keys": ["success"]}]
+    assert ov["sections"] == [{"section": "headline", "keys": ["success", "reward"]},
+                              {"section": "optimizer", "keys": ["grad_norm"]}]
     assert ov["config"] == {"optim.lr": 0.01, "trainer.seed": 3}
     assert httpx.get(f"{base}/api/run", params={"run": "eval"}).json()["config"] == {"env": "word", "n_samples": 2}
     (train / "config.yaml").write_text("optim: [unclosed\n")
     broken = httpx.get(f"{base}/api/run", params={"run": "train"}).json()["config"]
     assert list(broken) == ["(config.yaml)"] and "unreadable YAML" in broken["(config.yaml)"]
+
+
+def test_charts_that_never_changed_fold_into_one_last_section_but_headlines_stay():
+    series = {"train": {"step": [1, 2, 3], "success": [0, 0, 0], "infra_failed": [0, 0, 0], "reruns": [0, 0, 0],
+                        "turns": [2, 3, 2], "lr": [0.01, 0.01, 0.01], "word/failed": [0, 0, 0], "once": [None, None, 5]},
+              "eval": {"step": [0, 3], "success": [0, 0], "tasks": [2, 2]}}
+    constant = constant_keys(series)
+    assert constant == {"success", "infra_failed", "reruns", "lr", "word/failed", "tasks"}  # `once`: one value
+    sections = chart_sections(list(series["train"]), list(series["eval"]), constant)
+    assert sections[0] == {"section": "headline", "keys": ["success"]}  # a success stuck at 0 is the news
+    assert sections[-1] == {"section": "constant", "keys": ["infra_failed", "lr", "reruns", "tasks", "word/failed"]}
+    assert {"section": "rollout", "keys": ["turns", "once"]} in sections
+    assert [s["section"] for s in sections] == ["headline", "rollout", "constant"]

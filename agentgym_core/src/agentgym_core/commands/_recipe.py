@@ -18,7 +18,8 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
 def resolve_recipe(args: argparse.Namespace) -> tuple[str | None, list[str]]:
     """The recipe path and overrides; with --resume, the run dir's saved config and run_dir.
 
-    Raises ValueError (the CLI prints it) when --resume names a directory with no config.yaml.
+    Raises ValueError (the CLI prints it) when no recipe is given, or --resume names a directory with
+    no config.yaml.
     """
     config_path, overrides = args.config, list(args.overrides)
     if config_path is not None and "=" in config_path and not Path(config_path).exists():
@@ -31,4 +32,7 @@ def resolve_recipe(args: argparse.Namespace) -> tuple[str | None, list[str]]:
                 raise ValueError(f"--resume {args.resume}: no config.yaml there; is it a run directory?")
             config_path = str(saved)
         overrides.append(f"trainer.run_dir={args.resume}")
+    if config_path is None:  # else the first message would be the config's `envs: Field required`
+        raise ValueError("no recipe given: pass a YAML recipe, e.g. `agentgym train examples/babyai_grpo_cpu.yaml` "
+                         "(the recipes in examples/ are a start), or --resume RUN_DIR to continue a run")
     return config_path, overrides

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 
 from agentgym_core.commands._table import format_table
@@ -55,7 +57,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--include-tokens", action="store_true",
                         help="also log token ids, loss mask and log-probs (the viewer's token view; ~3x larger log)")
     parser.add_argument("--out", dest="out_dir", default=None, help="run directory (default runs/eval-ENV-TIME)")
+    parser.add_argument("--resume", action="store_true",
+                        help="finish an interrupted evaluation in --out: play only the tasks its trajectories.jsonl "
+                             "does not hold yet (the other settings must be the same)")
     parser.set_defaults(func=run)
+
+
+def resume_command(run_dir: str, argv: list[str] | None = None) -> str:
+    """The command that finishes an interrupted evaluation: the one typed, with ``--out DIR --resume``."""
+    argv = sys.argv if argv is None else argv
+    if len(argv) > 1 and os.path.basename(argv[0]) in ("agentgym", "cli.py") and "eval" in argv[1:]:
+        words, skip = [], False
+        for word in argv[1:]:
+            if skip:
+                skip = False
+            elif word == "--out":
+                skip = True
+            elif not word.startswith("--out=") and word != "--resume":
+                words.append(word)
+        return "agentgym " + shlex.join([*words, "--out", run_dir, "--resume"])
+    return f"the same `agentgym eval` command with --out {shlex.quote(run_dir)} --resume"
 
 
 def render_table(results) -> str:
@@ -75,7 +96,7 @@ def render_table(results) -> str:
 
 
 def run(args: argparse.Namespace, stdout=None) -> int:
-    from agentgym_core.evaluation import EvalConfig, evaluate
+    from agentgym_core.evaluation import EvalConfig, EvalInterrupted, evaluate
     from agentgym_core.rollout.text_engine import ChatBackendError
 
     stdout = stdout or sys.stdout
@@ -86,6 +107,11 @@ def run(args: argparse.Namespace, stdout=None) -> int:
     except ChatBackendError as exc:  # the API refused the setup (unknown model, bad key) before any episode
         print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2
+    except EvalInterrupted as stop:
+        print(f"interrupted: {stop.kept} of {stop.total} trajectories finished and are kept in "
+              f"{stop.run_dir / 'trajectories.jsonl'}; to finish the rest, run: {resume_command(str(stop.run_dir))}",
+              file=sys.stderr)
+        return 130
     print(render_table(results), file=stdout)
     if results.failure_reasons:
         print("failures: " + ", ".join(f"{k}: {v}" for k, v in results.failure_reasons.items()), file=stdout)

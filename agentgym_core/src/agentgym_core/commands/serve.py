@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
+import errno
+import socket
 
 from agentgym_core.auth import TOKEN_ENV, check_exposure, resolve_token
+from agentgym_core.commands.eval import json_object
 from agentgym_core.plugins import get_plugin_manager
 from agentgym_core.protocol import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -35,6 +37,22 @@ def _bounded(kind: type, low: float, *, allow_zero: bool = False, what: str) -> 
         return value
 
     return parse  # type: ignore[return-value]
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ValueError (one line, rc 2) when ``host:port`` cannot be bound, e.g. another server holds it."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ValueError(f"port {port} on {host} is already in use (another `agentgym serve`?); stop that "
+                                 "server or pick another --port") from None
+            raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}; check --host and --port") from None
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -73,22 +91,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         default=DEFAULT_WORKER_TIMEOUT_S,
                         help="with --workers: seconds a worker may leave its heartbeat unanswered before it is "
                              "killed and restarted (its instances are lost; the other workers' go on)")
-    parser.add_argument("--env-kwargs", type=json.loads, default={},
-                        help='JSON object of constructor arguments, e.g. \'{"max_steps": 64}\'')
+    parser.add_argument("--env-kwargs", type=json_object, default={},
+                        help='JSON object of constructor arguments, e.g. \'{"max_steps": 64}\'; checked against '
+                             "the environment's constructor before the server starts")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn  # the web stack is imported only to serve, not for `agentgym --help`
 
+    from agentgym_core.env import check_env_options
     from agentgym_core.server import create_app
     from agentgym_core.serving import uvicorn_config
 
     token = resolve_token(args.token)
     check_exposure(args.host, token, insecure=args.insecure, what="environment server")
     env_cls = get_plugin_manager().env_class(args.env)
-    if not isinstance(args.env_kwargs, dict):
-        raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    # Both before "serving ...": a bad option would otherwise answer 500 to every create, and a
+    # port in use would print the address, then uvicorn's traceback.
+    check_env_options(env_cls, args.env_kwargs, where="--env-kwargs")
+    check_port_free(args.host, args.port)
     if args.workers > 1:
         from agentgym_core.workers import serve_workers
 

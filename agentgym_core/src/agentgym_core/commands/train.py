@@ -40,14 +40,19 @@ def _success_table(results: dict) -> str:
     return "\n".join(rows)
 
 
-def check_envs(config) -> None:
-    """Each env's server answers (``url``) or its class takes the recipe's ``env_kwargs``; else a one-line error."""
+def check_envs(config, *, reach_servers: bool = True) -> None:
+    """Each env's server answers (``url``) or its class takes the recipe's ``env_kwargs``; else a one-line error.
+
+    ``reach_servers=False`` (``--print-config``) checks only what needs no server: names and options.
+    """
     from agentgym_core.client import EnvClient
     from agentgym_core.env import check_env_options
     from agentgym_core.plugins import get_plugin_manager
 
     for index, env in enumerate(config.envs):
         if env.url:
+            if not reach_servers:
+                continue
             client = EnvClient(env.url, timeout=10.0, retries=1)
             try:
                 client.health()
@@ -83,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2
-    if args.print_config:
+    if args.print_config:  # a recipe that prints must be one that runs: the same env names and options
+        check_envs(config, reach_servers=False)
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
         return 0
     check_envs(config)  # before the model loads: a typo or a dead server fails in a second, in one line

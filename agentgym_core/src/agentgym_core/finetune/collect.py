@@ -28,6 +28,7 @@ from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
+from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = ["CollectResult", "collect", "select_tasks"]
@@ -151,12 +152,13 @@ def collect(
     categories = catalog.category_index()
     out = Path(config.out or f"runs/collect-{config.env}-{datetime.now():%Y%m%d-%H%M%S}/trajectories.jsonl")
     result = CollectResult(path=out)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        total = len(tasks) * (1 if expert is not None else config.samples)
-        bar = tqdm(total=total, desc=f"collect {config.env} ({config.policy})", unit="traj", dynamic_ncols=True)
+    if out.name == "trajectories.jsonl":  # a run directory the viewer lists: say it is a collection, not an eval
+        out.parent.mkdir(parents=True, exist_ok=True)
+        (out.parent / "collect_config.json").write_text(config.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    total = len(tasks) * (1 if expert is not None else config.samples)
+    # A model's line moves every turn; an expert plays a task whole, so its line moves per task.
+    line = RolloutProgress(total, desc=f"collect {config.env} ({config.policy})", max_turns=config.max_turns,
+                           enabled=progress, tokens=expert is None)
     start = time.perf_counter()
 
     def record(traj: Trajectory, log: RolloutLogWriter) -> None:
@@ -167,11 +169,10 @@ def collect(
             result.failed += 1
             key = (traj.failure_reason or "").split(":")[0]
             result.failure_reasons[key] = result.failure_reasons.get(key, 0) + 1
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(success=f"{result.successes}/{result.trajectories}", failed=result.failed)
+        failed = {"failed": result.failed} if result.failed else {}
+        line.done(traj, success=f"{result.successes}/{result.trajectories}", **failed)
 
-    with RolloutLogWriter(out, include_tokens=True) as log:
+    with line, RolloutLogWriter(out, include_tokens=True) as log:
         if expert is not None:
             if tokenizer is None:
                 tokenizer = load_tokenizer(config.tokenizer)
@@ -207,8 +208,6 @@ def collect(
                         for t in tasks for k in range(config.samples)]
             with RolloutEngine(backend, make_env, num_envs=config.num_envs, config=rollout,
                                env_name=config.env) as engine:
-                engine.run(episodes, on_done=lambda traj: record(traj, log))
-    if bar is not None:
-        bar.close()
+                engine.run(episodes, on_done=lambda traj: record(traj, log), on_turn=line.turn)
     result.wall_seconds = time.perf_counter() - start
     return result

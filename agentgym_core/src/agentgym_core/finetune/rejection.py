@@ -21,8 +21,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from tqdm import tqdm
-
 from agentgym_core.finetune.common import (
     FinetuneResult,
     detach_dequantized_gguf,
@@ -44,6 +42,7 @@ from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
+from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = ["keep_successes", "run_rejection_sampling"]
@@ -131,16 +130,15 @@ def run_rejection_sampling(
             sampled: list[Trajectory] = []
             total = rs.tasks_per_round * rs.samples_per_task * len(envs)
             with RolloutLogWriter(round_dir / "samples.jsonl", step=r + 1, include_tokens=True) as log, \
-                    tqdm(total=total, desc=f"round {r + 1} sampling", unit="traj", leave=False,
-                         dynamic_ncols=True) as bar:
+                    RolloutProgress(total, desc=f"round {r + 1} sampling", max_turns=rs.max_turns, leave=False,
+                                    enabled=config.trainer.progress) as line:
                 successes = 0
 
                 def sampled_one(traj: Trajectory) -> None:
                     nonlocal successes
                     log.write(traj)
                     successes += bool(traj.success)
-                    bar.update(1)
-                    bar.set_postfix(success=f"{successes}/{bar.n}")
+                    line.done(traj, success=f"{successes}/{line.finished + 1}")
 
                 for env in envs:
                     tasks = tasks_for_step(env.train_tasks, rs.tasks_per_round, r, config.trainer.seed, env.name)
@@ -152,7 +150,7 @@ def run_rejection_sampling(
                                        env_name=env.name) as engine:
                         episodes = [EpisodeSpec(task_id=t, sample_index=k, category=env.categories.get(t))
                                     for t in tasks for k in range(rs.samples_per_task)]
-                        sampled += engine.run(episodes, step=r, on_done=sampled_one)
+                        sampled += engine.run(episodes, step=r, on_done=sampled_one, on_turn=line.turn)
             # ---- 2. keep the successes (fewest turns first) -----------------------------------------
             kept = keep_successes(sampled, rs.keep_per_task)
             with RolloutLogWriter(round_dir / "kept.jsonl", step=r + 1, include_tokens=True) as log:

@@ -29,6 +29,7 @@ from agentgym_core.rl.guards import SyncExpectation
 from agentgym_core.rl.setup import EnvHandle, evaluate, make_backend, open_envs
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
+from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = ["RolloutResult", "RolloutWorker", "build_rollout_worker", "merge_slices", "server_metrics", "shard_bounds"]
@@ -50,8 +51,9 @@ class RolloutWorker:
 
     def __init__(self, config: TrainConfig, envs: list[EnvHandle], backend: Any, *, scheduler: Any,
                  receives_weights: bool, shard: tuple[int, int] = (0, 1),
-                 curriculum: TaskCurriculum | None = None) -> None:
+                 curriculum: TaskCurriculum | None = None, progress: bool = False) -> None:
         self.config, self.envs, self.backend = config, envs, backend
+        self.progress = progress  # a console line per step's rollout that moves every turn
         self.curriculum = curriculum  # None: every env's tasks in per-epoch shuffles of its train split
         self.task_categories = {env.name: tasks_by_category(env.train_tasks, env.categories) for env in envs}
         self.receives_weights = receives_weights
@@ -94,7 +96,11 @@ class RolloutWorker:
         before = {env.name: env.pool.snapshot() for env in self.envs}
         start = time.perf_counter()
         lo, hi = shard_bounds(len(episodes), *self.shard)  # this worker's slice of the step (Ray: 1 of M)
-        trajectories, reruns, lost = self._run_with_reruns(episodes[lo:hi], step, first_index=lo)
+        mine = episodes[lo:hi]
+        label = f"rollout step {step}" + (f" round {sampling_round}" if sampling_round else "")
+        with RolloutProgress(len(mine), desc=label, max_turns=engine._turn_budget(step), enabled=self.progress,
+                             leave=False) as line:
+            trajectories, reruns, lost = self._run_with_reruns(mine, step, first_index=lo, line=line)
         seconds = time.perf_counter() - start
         metrics = {"reruns": float(reruns), "failed_after_reruns": float(lost)}
         for env in self.envs:
@@ -103,11 +109,11 @@ class RolloutWorker:
                 metrics.update(self.curriculum.metrics(env.name, list(self.task_categories[env.name])))
         return RolloutResult(trajectories, seconds, engine.stats.gen_seconds, engine.stats.generation_calls, metrics)
 
-    def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int,
-                         first_index: int) -> tuple[list[Trajectory], int, int]:
+    def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int, first_index: int,
+                         line: RolloutProgress) -> tuple[list[Trajectory], int, int]:
         """Every attempt (failed ones kept), how many episodes were re-run, and how many failed every attempt."""
         indices = list(range(first_index, first_index + len(episodes)))  # each episode's number in the step
-        attempts = self.engine.run(episodes, step=step, indices=indices)
+        attempts = self.engine.run(episodes, step=step, indices=indices, on_turn=line.turn, on_done=line.done)
         trajectories, reruns = list(attempts), 0
         for _ in range(self.config.rollout.rerun_failed):
             # A re-run keeps each episode's number, so its seed is the one it gets on any worker.
@@ -117,7 +123,8 @@ class RolloutWorker:
                 break
             episodes, indices = [spec for spec, _ in failed], [i for _, i in failed]
             reruns += len(episodes)
-            attempts = self.engine.run(episodes, step=step, indices=indices)
+            line.add(len(episodes))
+            attempts = self.engine.run(episodes, step=step, indices=indices, on_turn=line.turn, on_done=line.done)
             trajectories += attempts
         return trajectories, reruns, sum(traj.failed for traj in attempts)
 
@@ -152,19 +159,20 @@ class RolloutWorker:
 
 def build_rollout_worker(stack: contextlib.ExitStack, pm: Any, config: TrainConfig, *, scheduler: Any,
                          curriculum: TaskCurriculum | None, shard: tuple[int, int] = (0, 1), model: Any = None,
-                         tokenizer: Any = None, private_copy: bool = False) -> RolloutWorker:
+                         tokenizer: Any = None, private_copy: bool = False, progress: bool = False) -> RolloutWorker:
     """A rollout worker with its backend and environment clients, closed by ``stack``: what each local
     learner rank and each Ray rollout actor runs.
 
     ``shard``: (i, M), this worker samples the i-th of M slices of every step's episodes. ``model``:
     a module for a backend that samples from one (None: the backend loads ``model.path``);
     ``private_copy``: that module is the rollout side's own copy, so it takes new weights after every
-    update (otherwise a sharing backend samples the learner's own module and takes none).
+    update (otherwise a sharing backend samples the learner's own module and takes none). ``progress``:
+    show each step's rollout as a console line that moves every turn.
     """
     backend, shares = make_backend(pm, config, model, tokenizer)
     envs = stack.enter_context(open_envs(pm, config.envs, timeout_s=config.rollout.env_timeout_s))
     worker = RolloutWorker(config, envs, backend, scheduler=scheduler, receives_weights=private_copy or not shares,
-                           shard=shard, curriculum=curriculum)
+                           shard=shard, curriculum=curriculum, progress=progress)
     stack.callback(worker.close)
     return worker
 

@@ -18,6 +18,7 @@ from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainCo
 from agentgym_core.rl.guards import evaluation_panel, panel_hash
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine
+from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory, invalid_action_rate
 
 __all__ = [
@@ -203,40 +204,34 @@ def summarize(trajectories: list[Trajectory], prefix: str = "") -> dict[str, flo
 def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
     """Greedy (or ``eval_temperature``) episodes on the first ``eval_tasks`` held-out tasks of each env
     (taken round-robin across categories, as ``agentgym eval --limit`` takes them); every env at once."""
-    from tqdm import tqdm
-
-    progress = config.trainer.progress
     sampling = SamplingParams(temperature=config.rollout.eval_temperature, top_p=1.0,
                               max_new_tokens=config.rollout.max_new_tokens, seed=config.trainer.seed)
     episodes: list[EpisodeSpec] = []
     sources: dict[str, EnvSource] = {}
-    bars: dict[str, Any] = {}
-    successes: dict[str, int] = {}
     for env in envs:
         tasks = env.test_tasks[: config.trainer.eval_tasks]
         if not tasks:
             continue
         sources[env.name] = EnvSource(env.make_env, min(env.config.max_concurrency, len(tasks)))
         episodes += [EpisodeSpec(task_id=t, seed=None, category=env.categories.get(t), env=env.name) for t in tasks]
-        bars[env.name] = tqdm(total=len(tasks), desc=f"eval {env.name} (step {step})", unit="traj", leave=False,
-                              disable=not progress, dynamic_ncols=True)
-        successes[env.name] = 0
     if not episodes:
         return {"step": step, "horizon": horizon, "tasks": 0, **summarize([])}
+    # One line for every env, moving every turn (a greedy episode of a small model takes minutes on a CPU).
+    line = RolloutProgress(len(episodes), desc=f"eval {', '.join(sources)} (step {step})", max_turns=horizon,
+                           enabled=config.trainer.progress, leave=False)
+
+    successes = 0
 
     def done(traj: Trajectory) -> None:
-        bar = bars[traj.env]
-        successes[traj.env] += int(traj.success)
-        bar.update(1)
-        bar.set_postfix(success=f"{successes[traj.env]}/{bar.n}")
+        nonlocal successes
+        successes += int(traj.success)
+        line.done(traj, success=f"{successes}/{line.finished + 1}")
 
     engine_cfg = EngineConfig(sampling=sampling, max_turns=horizon, max_total_tokens=config.rollout.max_total_tokens,
                               step_timeout_s=config.rollout.env_timeout_s,
                               env_workers=sum(source.num_envs for source in sources.values()))
-    with RolloutEngine(backend, sources, config=engine_cfg) as engine:
-        trajs = engine.run(episodes, on_done=done)
-    for bar in bars.values():
-        bar.close()
+    with line, RolloutEngine(backend, sources, config=engine_cfg) as engine:
+        trajs = engine.run(episodes, on_done=done, on_turn=line.turn)
     metrics = summarize(trajs)
     # Per task, so two evaluations of the same tasks compare pairwise (agentgym_core.paired).
     per_task = {f"{t.env}:{t.task_id}": int(t.success) for t in trajs}

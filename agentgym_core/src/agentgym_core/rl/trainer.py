@@ -491,7 +491,8 @@ class _LocalRoles:
         ctx = self.ctx
         worker = build_rollout_worker(stack, self.pm, self.config, scheduler=scheduler, curriculum=curriculum,
                                       shard=(ctx.rank, ctx.world_size), model=self.rollout_model,
-                                      tokenizer=self.tokenizer, private_copy=self.private_copy)
+                                      tokenizer=self.tokenizer, private_copy=self.private_copy,
+                                      progress=self.config.trainer.progress and ctx.is_main)
         if not ctx.distributed:
             return worker
         return RankRollouts(worker, ctx, scheduler=scheduler, curriculum=curriculum,

@@ -110,8 +110,12 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         on_done: Callable[[Trajectory], None] | None = None,
         first_index: int = 0,
         indices: Sequence[int] | None = None,
+        on_turn: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:
         """Roll out every episode; returns trajectories in the order of ``episodes``.
+
+        ``on_turn`` is called after each sampled reply (its trajectory's last turn), ``on_done`` once
+        per finished trajectory: progress lines move every turn (:mod:`agentgym_core.rollout.progress`).
 
         ``first_index`` numbers the episodes from there (``indices`` numbers each one instead): a
         continuous backend seeds each row's stream by that number (:func:`~agentgym_core.rollout.
@@ -188,12 +192,16 @@ class RolloutEngine(EngineBase[RolloutBackend]):
                         for index, sample in replies:
                             live = by_index[index]
                             self._close_turn(live, sample, live.cap, time.perf_counter() - live.turn_start)
+                            if on_turn is not None:
+                                on_turn(live.traj)
                             self._after_reply(live, in_env, finish)
                     elif in_env:
                         self._wait(in_env)
                 elif ready and not (cfg.synchronous and in_env):
                     batch, ready = ready, []
                     for live in self._generate(batch):
+                        if on_turn is not None:
+                            on_turn(live.traj)
                         self._after_reply(live, in_env, finish)
                 elif in_env:
                     self._wait(in_env)

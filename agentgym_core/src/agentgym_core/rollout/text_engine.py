@@ -169,7 +169,8 @@ class TextRolloutEngine(EngineBase[ChatBackend]):
             raise ValueError("the text engine plays one environment; give it one make_env (and num_envs)")
         if self.config.synchronous:
             raise ValueError("the text engine has no round-synchronous mode; set synchronous=False")
-        self._lock = threading.Lock()  # guards stats, the idle slots and on_done across worker threads
+        self._lock = threading.Lock()  # guards stats, the idle slots, on_done and on_turn across worker threads
+        self._on_turn: Callable[[Trajectory], None] | None = None
         # Env calls run here so a hung call can be abandoned at its timeout; the extra threads
         # leave room for calls that are still hanging after their episode gave up on them.
         self._pool = ThreadPoolExecutor(max_workers=2 * self.num_envs, thread_name_prefix="agentgym-text-env")
@@ -181,11 +182,14 @@ class TextRolloutEngine(EngineBase[ChatBackend]):
         *,
         step: int = 0,
         on_done: Callable[[Trajectory], None] | None = None,
+        on_turn: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:
         """Roll out every episode; returns trajectories in the order of ``episodes``.
 
-        ``on_done`` is called once per finished trajectory, one call at a time.
+        ``on_done`` is called once per finished trajectory, ``on_turn`` after each reply (its
+        trajectory's last turn); one call at a time.
         """
+        self._on_turn = on_turn
         max_turns = self._turn_budget(step)
         t0 = time.perf_counter()
         trajs = [self._new_trajectory(spec, max_turns, TextTrajectory) for spec in episodes]
@@ -262,6 +266,9 @@ class TextRolloutEngine(EngineBase[ChatBackend]):
             )
             traj.turns.append(turn)
             traj.messages.append({"role": "assistant", "content": reply.text})
+            if self._on_turn is not None:
+                with self._lock:
+                    self._on_turn(traj)
             env = slot.env
             assert env is not None
 

@@ -32,7 +32,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from agentgym_core.viewer.index import EVAL_STEP, RunIndex, discover_runs
-from agentgym_core.viewer.layout import chart_sections
+from agentgym_core.viewer.layout import chart_sections, constant_keys
 from agentgym_core.viewer.records import detail_record
 from agentgym_core.viewer.tokens import TokenDecoder, derived_advantages, token_view
 
@@ -91,6 +91,19 @@ def _record(run: RunIndex, step: int, i: int) -> dict[str, Any]:
         raise HTTPException(404, str(exc.args[0])) from exc
 
 
+def _not_trained(index: RunIndex, step: int, raw: dict[str, Any]) -> str | None:
+    """Why the sampled tokens of this trajectory were not trained on, when the logs say so (else None)."""
+    if step == EVAL_STEP:
+        return f"nothing is trained in {'a collection' if index.kind() == 'collect' else 'an evaluation'}"
+    train = index.metrics()["train"]
+    for at, skipped in zip(train.get("step", []), train.get("skipped_update", []), strict=False):
+        if at == step and skipped:
+            return "this step's update was skipped (every group tied: no advantage, no optimizer step)"
+    if raw.get("failed"):
+        return "an environment failure broke this trajectory, so the trainer left it out of the loss"
+    return None
+
+
 def create_viewer_app(root: str | Path) -> FastAPI:
     """The viewer app serving the run (or folder of runs) at ``root``."""
     root = Path(root).resolve()
@@ -123,7 +136,7 @@ def create_viewer_app(root: str | Path) -> FastAPI:
         metrics = index.metrics()
         return {"name": run, "path": str(index.path), "kind": index.kind(), "stamp": index.stamp(),
                 "steps": index.steps(), "metrics": metrics, "results": index.results(),
-                "sections": chart_sections(list(metrics["train"]), list(metrics["eval"])),
+                "sections": chart_sections(list(metrics["train"]), list(metrics["eval"]), constant_keys(metrics)),
                 "config": index.config()}
 
     @app.get("/api/stamp")
@@ -148,7 +161,8 @@ def create_viewer_app(root: str | Path) -> FastAPI:
         raw = _record(index, step, i)
         training = step != EVAL_STEP
         group = derived_advantages(index.summaries(step)).get(i) if training else None
-        return token_view(raw, decoder=runs.decoder(run), group_advantage=group, training=training)
+        return token_view(raw, decoder=runs.decoder(run), group_advantage=group, training=training,
+                          not_trained=_not_trained(index, step, raw))
 
     @app.get("/api/screenshot")
     def screenshot(run: str = ".", step: int = EVAL_STEP, i: int = 0, turn: int = 0) -> Response:

@@ -6,8 +6,10 @@ A *run* is a directory holding any of:
 ``metrics.jsonl``               training metrics, one line per step (``kind`` train or eval)
 ``trajectories/step_N.jsonl``   the trainer's trajectories of step N (``Trajectory`` dumps)
 ``rollouts/step_N.jsonl``       rollout logs of step N (``agentgym.trajectory/1``)
-``trajectories.jsonl``          an evaluation's rollout log (shown as step ``-1``, "eval")
+``trajectories.jsonl``          an evaluation's rollout log (shown as step ``-1``, "eval"), or a
+                                collection's (``agentgym collect``; "collect")
 ``results.json``                an evaluation's results (``agentgym eval``)
+``collect_config.json``         a collection's settings: the run is labelled "collect", not "eval"
 ``config.yaml``                 the resolved config
 ==============================  ==============================================================
 
@@ -33,10 +35,13 @@ import yaml
 from agentgym_core.viewer.layout import flatten_config
 from agentgym_core.viewer.records import summarize_record
 
-__all__ = ["EVAL_STEP", "RunIndex", "StepFile", "discover_runs"]
+__all__ = ["COLLECT_CONFIG", "EVAL_STEP", "RunIndex", "StepFile", "discover_runs"]
 
 EVAL_STEP = -1
-"""The step key of an evaluation's ``trajectories.jsonl``."""
+"""The step key of an evaluation's (or a collection's) ``trajectories.jsonl``."""
+
+COLLECT_CONFIG = "collect_config.json"
+"""Written by ``agentgym collect`` beside its ``trajectories.jsonl``: what was collected, and how."""
 
 _STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 _MARKERS = ("metrics.jsonl", "results.json", "trajectories.jsonl", "trajectories", "rollouts")
@@ -153,9 +158,11 @@ class RunIndex:
         return dict(sorted(steps.items()))
 
     def kind(self) -> str:
-        """``"train"`` (has metrics or step files) or ``"eval"``."""
+        """``"train"`` (has metrics or step files), ``"collect"`` (``agentgym collect``'s) or ``"eval"``."""
         if (self.path / "metrics.jsonl").exists() or any(k != EVAL_STEP for k in self.step_paths()):
             return "train"
+        if (self.path / COLLECT_CONFIG).is_file():
+            return "collect"
         return "eval"
 
     def stamp(self) -> str:
@@ -192,7 +199,8 @@ class RunIndex:
         out = []
         for step, path in self.step_paths().items():
             indexed = self._files.get(path)
-            row: dict[str, Any] = {"step": step, "label": "eval" if step == EVAL_STEP else str(step),
+            label = ("collect" if self.kind() == "collect" else "eval") if step == EVAL_STEP else str(step)
+            row: dict[str, Any] = {"step": step, "label": label,
                                    "file": path.relative_to(self.path).as_posix(), "bytes": path.stat().st_size}
             if indexed is not None and indexed.summaries:
                 rows = indexed.summaries
@@ -240,8 +248,9 @@ class RunIndex:
         return path.read_text(encoding="utf-8") if path.is_file() else None
 
     def config(self) -> dict[str, Any]:
-        """The run's resolved config as flat ``dotted.key -> value`` rows: ``config.yaml`` (training)
-        or the ``config`` of ``results.json`` (evaluation); ``{}`` when neither is there (yet)."""
+        """The run's resolved config as flat ``dotted.key -> value`` rows: ``config.yaml`` (training),
+        the ``config`` of ``results.json`` or ``eval_config.json`` (evaluation, finished or not) or
+        ``collect_config.json`` (collection); ``{}`` when none is there (yet)."""
         text = self.config_text()
         if text is not None:
             try:
@@ -250,4 +259,10 @@ class RunIndex:
                 return {"(config.yaml)": f"unreadable YAML: {exc}"}
         else:
             data = (self.results() or {}).get("config")
+            for name in ("eval_config.json", COLLECT_CONFIG):
+                if data is None and (self.path / name).is_file():
+                    try:
+                        data = json.loads((self.path / name).read_text(encoding="utf-8"))
+                    except (OSError, json.JSONDecodeError):
+                        data = None
         return flatten_config(data) if isinstance(data, dict) else {}

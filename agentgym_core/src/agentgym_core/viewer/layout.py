@@ -4,6 +4,10 @@ Charts are derived from the keys a run's ``metrics.jsonl`` actually has, so a me
 plugin adds shows up without touching the page. Each key falls in one section, by its name:
 
 ==============  ==============================================================================
+``headline``    first: what a reader opens the page for -- ``success``, ``reward`` and every loss
+                (a key named ``loss`` or ``*_loss``), whatever else the run logs
+``constant``    last, folded: every other key whose values never changed (at least two points, all
+                equal, train and eval lines together), e.g. counters of a feature that is off
 ``<env>``       keys written ``<env>/<name>`` (per-environment breakdowns), one section per env
 ``loss``        losses and the quantities the policy update is judged by (KL, clip fraction,
                 entropy, advantages, log-prob gap)
@@ -20,10 +24,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["SECTION_ORDER", "chart_sections", "flatten_config", "metric_section"]
+__all__ = ["SECTION_ORDER", "chart_sections", "constant_keys", "flatten_config", "metric_section"]
 
-SECTION_ORDER = ("rollout", "loss", "optimizer", "timing", "eval")
-"""Sections in page order; per-environment sections come after ``eval``, by name."""
+SECTION_ORDER = ("headline", "rollout", "loss", "optimizer", "timing", "eval")
+"""Sections in page order; per-environment sections come after ``eval``, by name, then ``constant``."""
+
+CONSTANT = "constant"
+"""The folded section of charts whose values never changed."""
+
+_HEADLINE = re.compile(r"^(success|reward|loss)$|_loss$")
 
 # Within a section these come first, in this order; the rest follow alphabetically.
 _FIRST = ("success", "invalid_action_rate", "reward", "turns", "horizon", "pg_loss", "kl_loss", "kl", "clip_frac", "entropy", "lr",
@@ -35,6 +44,8 @@ _TIMING = re.compile(r"^time_|_seconds$|_s$|_per_s$|per_min$|throughput|^wall")
 
 def metric_section(key: str) -> str:
     """The section of a training metric key (see the module docstring)."""
+    if _HEADLINE.search(key) and "/" not in key:
+        return "headline"
     if "/" in key:
         return key.split("/", 1)[0]
     if _TIMING.search(key):
@@ -51,10 +62,22 @@ def _order(keys: list[str]) -> list[str]:
     return sorted(keys, key=lambda k: (rank.get(k.rsplit("/", 1)[-1], len(rank)), k))
 
 
-def chart_sections(train_keys: list[str], eval_keys: list[str]) -> list[dict[str, Any]]:
+def constant_keys(series: dict[str, dict[str, list[Any]]]) -> set[str]:
+    """Keys of ``{"train": {key: values}, "eval": {...}}`` with at least two values, all equal."""
+    values: dict[str, list[Any]] = {}
+    for kind in series.values():
+        for key, column in kind.items():
+            values.setdefault(key, []).extend(v for v in column if v is not None)
+    return {k for k, vs in values.items() if k != "step" and len(vs) >= 2 and all(v == vs[0] for v in vs)}
+
+
+def chart_sections(train_keys: list[str], eval_keys: list[str],
+                   constant: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """``[{"section", "keys"}]``: one chart per key, every numeric key but ``step`` in exactly one section.
 
     A key both kinds of line have is charted once, in its training section, with both series.
+    Keys in ``constant`` (see :func:`constant_keys`) go to the last section, ``constant``, which the
+    page shows folded, except headline keys: a success stuck at 0 is the news.
     """
     train = {k for k in train_keys if k != "step"}
     evaluation = {k for k in eval_keys if k != "step"}
@@ -63,11 +86,25 @@ def chart_sections(train_keys: list[str], eval_keys: list[str]) -> list[dict[str
         sections.setdefault(metric_section(key), []).append(key)
     only_eval = sorted(evaluation - train)
     for key in only_eval:
-        # A per-env eval key joins its env's section; other eval-only keys (``tasks``) get "eval".
-        sections.setdefault(key.split("/", 1)[0] if "/" in key else "eval", []).append(key)
+        # A per-env eval key joins its env's section; other eval-only keys (``tasks``) get "eval",
+        # but an eval-only success, reward or loss is still a headline.
+        section = metric_section(key) if _HEADLINE.search(key) and "/" not in key else \
+            key.split("/", 1)[0] if "/" in key else "eval"
+        sections.setdefault(section, []).append(key)
+    unchanged: list[str] = []
+    for name, keys in list(sections.items()):
+        if name == "headline":
+            continue
+        unchanged += [k for k in keys if k in constant]
+        sections[name] = [k for k in keys if k not in constant]
+        if not sections[name]:
+            del sections[name]
     named = [s for s in SECTION_ORDER if s in sections]
     envs = sorted(s for s in sections if s not in SECTION_ORDER)
-    return [{"section": s, "keys": _order(sections[s])} for s in named + envs]
+    out = [{"section": s, "keys": _order(sections[s])} for s in named + envs]
+    if unchanged:
+        out.append({"section": CONSTANT, "keys": sorted(unchanged)})
+    return out
 
 
 def flatten_config(value: Any, prefix: str = "") -> dict[str, Any]:

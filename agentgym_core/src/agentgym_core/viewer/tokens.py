@@ -61,6 +61,7 @@ class TokenDecoder:
         self.run_dir = run_dir
         self._tokenizer: Any = None
         self._source: Path | None = None
+        self.missing: str | None = None  # why ids are shown instead of text, once a load was tried
         self._loaded = False
         self._lock = threading.Lock()
 
@@ -69,13 +70,19 @@ class TokenDecoder:
             if not self._loaded:
                 self._loaded = True
                 path = find_tokenizer_file(self.run_dir)
-                if path is not None:
-                    try:
-                        from tokenizers import Tokenizer
-
-                        self._tokenizer, self._source = Tokenizer.from_file(str(path)), path
-                    except Exception:  # noqa: BLE001 -- a tokenizer we cannot read just means ids are shown
-                        self._tokenizer = None
+                if path is None:
+                    self.missing = "no tokenizer.json found for this run (run directory, checkpoints, model path)"
+                    return None
+                try:
+                    from tokenizers import Tokenizer
+                except ImportError:
+                    self.missing = (f"{path} is there, but the `tokenizers` library is not installed in the viewer's "
+                                    "Python (pip install tokenizers)")
+                    return None
+                try:
+                    self._tokenizer, self._source = Tokenizer.from_file(str(path)), path
+                except Exception as exc:  # noqa: BLE001 -- a tokenizer we cannot read just means ids are shown
+                    self.missing = f"{path} could not be read ({type(exc).__name__}: {exc})"
             return self._tokenizer
 
     def decode(self, ids: list[int]) -> tuple[list[str] | None, str | None]:
@@ -104,8 +111,12 @@ def derived_advantages(summaries: list[dict[str, Any]]) -> dict[int, float]:
 
 
 def token_view(raw: dict[str, Any], *, decoder: TokenDecoder, group_advantage: float | None,
-               training: bool) -> dict[str, Any]:
-    """The token view payload of one trajectory record (see the module docstring)."""
+               training: bool, not_trained: str | None = None) -> dict[str, Any]:
+    """The token view payload of one trajectory record (see the module docstring).
+
+    ``not_trained`` says why the sampled tokens (mask 1) were not trained on, when they were not
+    (an evaluation, a skipped update, a broken trajectory); the page then labels them so.
+    """
     arrays = token_arrays(raw)
     if arrays is None:
         return {"available": False,
@@ -133,6 +144,9 @@ def token_view(raw: dict[str, Any], *, decoder: TokenDecoder, group_advantage: f
         "logprobs": arrays["logprobs"] or None,
         "text": texts,
         "text_source": source,
+        "text_missing": None if texts is not None else decoder.missing,
+        "trained": not_trained is None,
+        "not_trained": not_trained,
         "advantages": advantages,
         "advantage_source": adv_source,
         "turn_spans": turns,

@@ -46,6 +46,8 @@ off (every prompt is read in full, as a loop that re-renders each prompt does).
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -63,6 +65,23 @@ __all__ = ["DecodeBatch", "draw_tokens", "filter_logits", "prefill_groups", "see
 
 MIN_SHARED_PREFIX = 16  # tokens: a shorter common prefix is not worth its own forward pass
 MAX_KEPT_PREFIXES = 8  # prompt prefixes a batch keeps (least recently used go first)
+
+
+def cache_argument(model: Any, cache: Any) -> dict[str, Any]:
+    """``{name: cache}`` for ``model(...)``: transformers renamed ``past_key_values`` to ``cache`` (the old
+    name still works but warns as deprecated on every call, into the progress line); older versions
+    know only ``past_key_values``."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper passes it on
+    return {_cache_keyword(type(base)): cache}
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    try:
+        parameters = inspect.signature(model_class.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -223,7 +242,7 @@ class DecodeBatch:
             self._attention = torch.cat([self._attention, self._attention.new_ones((len(self.rows), 1))], dim=-1)
             self._logits = backend.model(
                 input_ids=chosen[:, None], attention_mask=self._attention, position_ids=self._next_position[:, None],
-                past_key_values=self._cache, use_cache=True,
+                **cache_argument(backend.model, self._cache), use_cache=True,
             ).logits[:, -1, :]
             self._next_position = self._next_position + 1
         return done
@@ -312,7 +331,7 @@ class DecodeBatch:
                 cache.update(keys, values, index)
         logits = backend.model(
             input_ids=input_ids, attention_mask=attention, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
+            **cache_argument(backend.model, cache), use_cache=True, logits_to_keep=1,
         ).logits[:, -1, :]  # (b, V)
         return cache, attention, logits
 
@@ -346,7 +365,7 @@ class DecodeBatch:
             n = len(row.prompt)
             logits.append(model(
                 input_ids=torch.tensor([row.prompt[c:]], dtype=torch.long, device=device),
-                position_ids=torch.arange(c, n, device=device)[None], past_key_values=own, use_cache=True,
+                position_ids=torch.arange(c, n, device=device)[None], **cache_argument(model, own), use_cache=True,
                 logits_to_keep=1,
             ).logits[:, -1, :])  # (1, V)
             attention[b, width - n:] = 1
@@ -394,7 +413,7 @@ class DecodeBatch:
         cache = DynamicCache(config=backend.model.config)
         ids = torch.tensor([tokens], dtype=torch.long, device=backend.device)
         backend.model(input_ids=ids, position_ids=torch.arange(len(tokens), device=backend.device)[None],
-                      past_key_values=cache, use_cache=True, logits_to_keep=1)
+                      **cache_argument(backend.model, cache), use_cache=True, logits_to_keep=1)
         backend.sessions.stats.prefilled_tokens += len(tokens)
         dtype = backend.kv_dtype or cache.layers[0].keys.dtype  # kept in the batch's storage dtype
         kv = SessionKV(token_ids=list(tokens),

@@ -20,8 +20,9 @@ class VllmBackendConfig(BaseModel):
     )
     mode: Literal["engine", "server"] = Field(
         default="engine",
-        description="'engine': run vLLM's step-level engine in this process (needs `pip install "
-        "agentgym-backend-vllm[engine]` and a GPU). 'server': talk to `vllm serve` replicas at `urls` over HTTP "
+        description="'engine': run vLLM's step-level engine in this process (needs `pip install -e "
+        "'./plugins/agentgym_backend_vllm[engine]'` and a GPU). 'server': talk to `vllm serve` replicas at `urls` "
+        "over HTTP "
         "(this process never imports vllm).",
     )
     gpu_sharing: Literal["colocate", "separate"] = Field(

@@ -40,14 +40,20 @@ from typing import Any
 from agentgym_backend_vllm.config import VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason, request_cap
 from agentgym_backend_vllm.weights import BEGIN_METHOD, FINISH_METHOD, LOAD_METHOD, weight_buckets
+from agentgym_core.plugins import PluginError
 from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams, generate_with_batch
 
-__all__ = ["EngineBatch", "VllmEngineBackend", "import_vllm"]
+__all__ = ["EngineBatch", "VllmEngineBackend", "VllmNotInstalledError", "import_vllm"]
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = ("rollout.backend 'vllm' in engine mode needs vLLM: pip install 'agentgym-backend-vllm[engine]' "
-                "on a CUDA machine (or set backend_options.mode: server and point urls at `vllm serve` replicas)")
+INSTALL_HINT = ("backend 'vllm' in engine mode needs vLLM, which is not installed: from a checkout of agentgym run "
+                "pip install -e './plugins/agentgym_backend_vllm[engine]' on a CUDA machine (or set "
+                "backend_options.mode: server and point urls at `vllm serve` replicas)")
+
+
+class VllmNotInstalledError(PluginError, ImportError):
+    """vLLM is missing for engine mode; a setup error, so the command line shows it as one line (rc 2)."""
 
 
 def import_vllm() -> Any:
@@ -55,7 +61,7 @@ def import_vllm() -> Any:
     try:
         import vllm
     except ImportError as exc:
-        raise ImportError(INSTALL_HINT) from exc
+        raise VllmNotInstalledError(INSTALL_HINT) from exc
     return vllm
 
 

@@ -8,7 +8,7 @@ const $ = sel => document.querySelector(sel);
 const state = {
   runs: [], run: null, overlay: [], overviews: {}, step: null, rows: [], rowsKey: null,
   i: null, eval: null, view: "turns", detail: null, detailKey: null, tokens: null,
-  compare: { a: null, b: null, sampleA: 0, sampleB: 0, steps: [] }, closedSections: new Set(), configDiff: false,
+  compare: { a: null, b: null, sampleA: 0, sampleB: 0, steps: [] }, closedSections: new Set(), openedSections: new Set(), configDiff: false,
 };
 
 async function api(path, params) {
@@ -81,7 +81,7 @@ async function applyNow() {
   await loadRows(h.filters);
   state.i = h.i !== null && state.rows.some(r => r.i === h.i) ? h.i : null;
   state.eval = state.i === null ? h.eval : null;
-  $("#run-kind").textContent = ov.kind === "eval" ? "evaluation" : "training";
+  $("#run-kind").textContent = { eval: "evaluation", collect: "collection" }[ov.kind] || "training";
   // Redraw only what changed: opening a trajectory must not rebuild 30 charts and a 1,000-row table.
   const shown = [run, ...overlay].map(n => `${n}:${state.overviews[n].stamp}`).join(",");
   const overviewKey = `${state.runs.map(r => r.name)}|${shown}|${state.step}|${state.eval}`;
@@ -115,8 +115,11 @@ function renderOverview() {
     const pickedStep = state.eval !== null ? { run: state.run, kind: "eval", step: state.eval }
       : { run: state.run, kind: "train", step: state.step };
     $("#charts").appendChild(chartSections(shown, {
-      selected: pickedStep, onPick: pickPoint, closed: state.closedSections,
-      onToggle: (section, open) => open ? state.closedSections.delete(section) : state.closedSections.add(section),
+      selected: pickedStep, onPick: pickPoint, closed: state.closedSections, opened: state.openedSections,
+      onToggle: (section, open) => {
+        if (open) { state.closedSections.delete(section); state.openedSections.add(section); }
+        else { state.closedSections.add(section); state.openedSections.delete(section); }
+      },
     }));
   }
   const nKeys = Object.keys(ov.config || {}).length;
@@ -139,7 +142,7 @@ function pickPoint(run, kind, step) {
 function renderSteps() {
   const ov = state.overviews[state.run];
   $("#steps").innerHTML = ov.steps.length ? ov.steps.map(s => `<button type="button" data-step="${s.step}" class="${s.step === state.step ? "sel" : ""}"
-      title="${esc(s.file)}">${s.step === -1 ? "eval" : "step " + s.step}${s.count !== undefined ? ` · ${s.count} · ${Math.round(100 * s.success)}%` : ""}</button>`).join("")
+      title="${esc(s.file)}">${s.step === -1 ? esc(s.label) : "step " + s.step}${s.count !== undefined ? ` · ${s.count} · ${Math.round(100 * s.success)}%` : ""}</button>`).join("")
     : '<span class="muted">No trajectory files yet (training writes trajectories/step_N.jsonl when trainer.save_trajectories is on).</span>';
 }
 
@@ -222,13 +225,21 @@ async function renderDetail() {
   }
   const d = state.detail;
   const tab = (name, label) => `<button type="button" data-view="${name}" class="${state.view === name ? "sel" : ""}">${label}</button>`;
-  box.innerHTML = renderDetailHeader(d) + `<div class="tabs">${tab("turns", "Turns")}${tab("tokens", "Tokens")}${tab("compare", "Compare steps")}</div><div id="view"></div>`;
+  const logLabel = state.overviews[state.run].kind === "collect" ? "collect" : "eval";
+  box.innerHTML = renderDetailHeader(d, logLabel) + `<div class="tabs">${tab("turns", "Turns")}${tab("tokens", "Tokens")}${tab("compare", "Compare steps")}</div><div id="view"></div>`;
   const view = $("#view");
   if (state.view === "turns") {
     view.innerHTML = renderTurns(d, screenshotUrl);
   } else if (state.view === "tokens") {
-    if (!state.tokens) state.tokens = await api("tokens", { run: state.run, step: state.step, i: state.i });
-    view.innerHTML = renderTokens(state.tokens);
+    if (!state.tokens) {
+      // Decoding a long trajectory (and loading the tokenizer the first time) takes a while: say so.
+      view.innerHTML = '<p class="loading" id="token-loading">Loading the token view…</p>';
+      const key = state.detailKey;
+      const tokens = await api("tokens", { run: state.run, step: state.step, i: state.i });
+      if (state.detailKey !== key || state.view !== "tokens") return;  // the reader moved on meanwhile
+      state.tokens = tokens;
+    }
+    $("#view").innerHTML = renderTokens(state.tokens);
   } else {
     await renderCompare(view);
   }

@@ -35,20 +35,21 @@ function finitePairs(s) {
 // series: [{run, kind: "train"|"eval", xs, ys, colour}]
 // options: {selected: {run, kind, step} | null, onPick(run, kind, step)}
 function lineChart(key, series, options) {
-  const W = 300, H = 96, L = 38, R = 6, T = 6, B = 14;
+  // The SVG stretches to the chart's width, so text inside it would shrink with it (to ~6 px in a
+  // three-column grid): the axis labels are HTML beside it, in CSS pixels.
+  const W = 300, H = 96, L = 4, R = 4, T = 6, B = 6;
   const box = document.createElement("div");
   box.className = "chart";
   box.dataset.metric = key;
   const points = series.flatMap(finitePairs);
   const first = series.find(s => s.ys.length);
   const last = first ? first.ys[first.ys.length - 1] : null;
-  box.innerHTML = `<div class="title"><span>${esc(key)}</span><span class="muted">${formatNumber(last)}</span></div>`;
+  box.innerHTML = `<div class="title"><span>${esc(key)}</span><span class="muted">${formatNumber(last)}</span></div>
+    <div class="plot"><div class="yaxis"></div><div class="area"></div><div class="xaxis"></div></div>`;
   const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": key });
-  box.appendChild(svg);
+  box.querySelector(".area").appendChild(svg);
   if (!points.length) {
-    const t = svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "font-size": 10, fill: "#6b7480" });
-    t.textContent = "no finite values";
-    svg.appendChild(t);
+    box.querySelector(".area").insertAdjacentHTML("beforeend", '<div class="empty">no finite values</div>');
     return box;
   }
   let [x0, x1] = [Math.min(...points.map(p => p[0])), Math.max(...points.map(p => p[0]))];
@@ -57,18 +58,11 @@ function lineChart(key, series, options) {
   if (y0 === y1) { const pad = Math.abs(y0) * 0.1 || 1; y0 -= pad; y1 += pad; }
   const sx = x => L + (x - x0) / (x1 - x0) * (W - L - R);
   const sy = y => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
-  const axis = { stroke: "#d9dde3", "stroke-width": 1 };
-  svg.appendChild(svgEl("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, ...axis }));
-  svg.appendChild(svgEl("line", { x1: L, y1: T, x2: L, y2: H - B, ...axis }));
-  const label = (x, y, text, anchor) => {
-    const t = svgEl("text", { x, y, "text-anchor": anchor, "font-size": 9, fill: "#6b7480" });
-    t.textContent = text;
-    svg.appendChild(t);
-  };
-  label(L - 3, T + 7, axisNumber(y1), "end");
-  label(L - 3, H - B, axisNumber(y0), "end");
-  label(L, H - 2, axisNumber(x0), "start");
-  label(W - R, H - 2, axisNumber(x1), "end");
+  const axis = { stroke: "#d9dde3", "stroke-width": 1, "vector-effect": "non-scaling-stroke" };
+  svg.appendChild(svgEl("line", { x1: 0, y1: H, x2: W, y2: H, ...axis }));
+  svg.appendChild(svgEl("line", { x1: 0, y1: 0, x2: 0, y2: H, ...axis }));
+  box.querySelector(".yaxis").innerHTML = `<span>${esc(axisNumber(y1))}</span><span>${esc(axisNumber(y0))}</span>`;
+  box.querySelector(".xaxis").innerHTML = `<span>${esc(axisNumber(x0))}</span><span>step</span><span>${esc(axisNumber(x1))}</span>`;
   const sel = options.selected;
   if (sel && sel.step >= x0 && sel.step <= x1) {
     svg.appendChild(svgEl("line", { x1: sx(sel.step), x2: sx(sel.step), y1: T, y2: H - B, class: "cursor",
@@ -102,7 +96,8 @@ function lineChart(key, series, options) {
   return box;
 }
 
-// The union of the shown runs' chart sections, in the first run's order, keys merged.
+// The union of the shown runs' chart sections, in the first run's order, keys merged. A key that is
+// constant in one run but moves in another is charted with the moving ones, not folded away.
 function mergeSections(overviews) {
   const merged = [];
   for (const ov of overviews) {
@@ -112,19 +107,37 @@ function mergeSections(overviews) {
       for (const k of keys) if (!entry.keys.includes(k)) entry.keys.push(k);
     }
   }
+  const moving = new Set(merged.filter(m => m.section !== CONSTANT_SECTION).flatMap(m => m.keys));
+  const constant = merged.find(m => m.section === CONSTANT_SECTION);
+  if (constant) {
+    constant.keys = constant.keys.filter(k => !moving.has(k));
+    merged.splice(merged.indexOf(constant), 1);
+    if (constant.keys.length) merged.push(constant);  // always last
+  }
   return merged;
 }
 
+const CONSTANT_SECTION = "constant";  // charts whose values never changed: folded unless opened
+
+function sectionSummary(section, keys) {
+  if (section === CONSTANT_SECTION) {
+    return `${keys.length} constant chart${keys.length === 1 ? "" : "s"} <span class="muted">(values that never changed)</span>`;
+  }
+  return `${esc(section)} <span class="muted">(${keys.length})</span>`;
+}
+
 // runs: [{name, colour, overview}]; the DOM of every section, one chart per key.
+// options.closed: sections the reader folded; options.opened: folded-by-default sections they opened.
 function chartSections(runs, options) {
   const frag = document.createDocumentFragment();
   for (const { section, keys } of mergeSections(runs.map(r => r.overview))) {
     const details = document.createElement("details");
     details.className = "chart-section";
     details.dataset.section = section;
-    details.open = !(options.closed && options.closed.has(section));
+    details.open = section === CONSTANT_SECTION ? Boolean(options.opened && options.opened.has(section))
+      : !(options.closed && options.closed.has(section));
     details.addEventListener("toggle", () => options.onToggle && options.onToggle(section, details.open));
-    details.innerHTML = `<summary>${esc(section)} <span class="muted">(${keys.length})</span></summary><div class="charts"></div>`;
+    details.innerHTML = `<summary>${sectionSummary(section, keys)}</summary><div class="charts"></div>`;
     const grid = details.querySelector(".charts");
     for (const key of keys) {
       const series = [];

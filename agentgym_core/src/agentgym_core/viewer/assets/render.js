@@ -92,8 +92,8 @@ function renderTurns(d, screenshotUrl) {
   return prompt + (turns || '<p class="muted">No turns.</p>');
 }
 
-function renderDetailHeader(d) {
-  const step = d.step === -1 ? "eval" : `step ${d.step}`;
+function renderDetailHeader(d, logLabel) {
+  const step = d.step === -1 ? logLabel || "eval" : `step ${d.step}`;
   return `<h2>${esc(d.env)} · task ${esc(d.task_id)} · sample ${esc(d.sample_index)} · ${step}
       ${d.category ? `<span class="muted">· ${esc(d.category)}</span>` : ""}</h2>
     <div>${outcomeBadges(d)}<span class="badge">reward ${formatNumber(d.reward)}</span>
@@ -102,8 +102,9 @@ function renderDetailHeader(d) {
       <span class="muted">gen ${seconds(d.timing && d.timing.gen_seconds)} · env ${seconds(d.timing && d.timing.env_seconds)} · wall ${seconds(d.timing && d.timing.wall_seconds)}</span></div>`;
 }
 
-function tokenClass(mask, adv) {
+function tokenClass(mask, adv, trained) {
   if (!mask) return "ctx";
+  if (!trained) return "skip";
   if (adv === null || adv === undefined) return "zero";
   return adv > 0 ? "pos" : adv < 0 ? "neg" : "zero";
 }
@@ -112,18 +113,19 @@ function renderTokens(tv) {
   if (!tv.available) return `<p class="muted" id="token-stats">${esc(tv.reason)}</p>`;
   const n = tv.token_ids.length;
   const adv = tv.advantages;
+  const trainedRun = tv.trained !== false;  // older servers did not say
   const rewardAt = new Set(tv.turn_spans.map(s => s.reward_index));
-  let trained = 0, pos = 0, neg = 0;
+  let sampled = 0, pos = 0, neg = 0;
   const parts = new Array(n);
   for (let k = 0; k < n; k++) {
     const m = tv.loss_mask[k] ? 1 : 0;
     const a = adv ? adv[k] : null;
-    trained += m;
+    sampled += m;
     if (m && a > 0) pos++;
     if (m && a < 0) neg++;
     const lp = tv.logprobs ? tv.logprobs[k] : null;
-    const tip = `#${k} id ${tv.token_ids[k]} · mask ${m}${m && lp !== null ? " · logprob " + lp.toFixed(3) : ""}${m && a !== null ? " · advantage " + formatNumber(a) : ""}`;
-    const cls = tokenClass(m, a) + (rewardAt.has(k) ? " rw" : "");
+    const tip = `#${k} id ${tv.token_ids[k]} · mask ${m}${m && !trainedRun ? " (not trained)" : ""}${m && lp !== null ? " · logprob " + lp.toFixed(3) : ""}${m && a !== null ? " · advantage " + formatNumber(a) : ""}`;
+    const cls = tokenClass(m, a, trainedRun) + (rewardAt.has(k) ? " rw" : "");
     const text = tv.text ? tv.text[k].replace(/\n/g, "↵\n") : null;
     parts[k] = text === null
       ? `<span class="id ${cls}" title="${tip}">${tv.token_ids[k]}</span>`
@@ -132,14 +134,20 @@ function renderTokens(tv) {
   const advNote = tv.advantage_source === "logged" ? "advantages as logged by the trainer"
     : tv.advantage_source === "derived" ? "advantage derived from the log: outcome reward minus the mean of its task's group at this step (the sign GRPO-style estimators train with; the log has no per-token advantages)"
     : "no advantages: nothing was trained on this trajectory's log (evaluation) or its group has a single sample";
-  const textNote = tv.text_source ? `token text from ${esc(tv.text_source)}` : "no tokenizer found in the run directory: showing token ids";
-  return `<div class="legend">
-      <span class="swatch" style="background:var(--ctx)"></span>context (mask 0, not trained)
-      <span class="swatch" style="background:var(--pos)"></span>trained, advantage &gt; 0
+  const textNote = tv.text_source ? `token text from ${esc(tv.text_source)}`
+    : `showing token ids: ${esc(tv.text_missing || "no tokenizer found for this run")}`;
+  const legend = trainedRun
+    ? `<span class="swatch" style="background:var(--pos)"></span>trained, advantage &gt; 0
       <span class="swatch" style="background:var(--neg)"></span>trained, advantage &lt; 0
-      <span class="swatch" style="background:var(--zero)"></span>trained, advantage 0 / unknown
+      <span class="swatch" style="background:var(--zero)"></span>trained, advantage 0 / unknown`
+    : `<span class="swatch skip-swatch"></span>sampled (mask 1), not trained: ${esc(tv.not_trained)}`;
+  const counts = trainedRun ? `${sampled} trained (${pos} +, ${neg} −) · ${advNote}`
+    : `${sampled} sampled, none trained: ${esc(tv.not_trained)}`;
+  return `<div class="legend" id="token-legend">
+      <span class="swatch" style="background:var(--ctx)"></span>context (mask 0, not trained)
+      ${legend}
       <span class="swatch" style="outline:2px solid #7a4fd1"></span>turn reward sits here</div>
-    <p class="muted" id="token-stats">${n} tokens · ${trained} trained (${pos} +, ${neg} −) · ${advNote} · ${textNote}</p>
+    <p class="muted" id="token-stats">${n} tokens · ${counts} · ${textNote}</p>
     <div class="tokens">${parts.join("")}</div>`;
 }
 

@@ -1,0 +1,165 @@
+"""The viewer's first screen in headless Chromium: what a reader came for first, the rest folded,
+labels a person can read, a loading state, and tokens nothing trained on labelled so.
+
+Runs are written as agentgym writes them (``viewer_runs``); screenshots go to
+``test-artifacts/viewer/`` at the repository root.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from viewer_runs import trajectories, write_trainer_step
+
+pytestmark = pytest.mark.browser
+
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "viewer"
+
+
+def _shot(pg, name):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def training_run(run_dir: Path, steps: int = 4) -> Path:
+    """metrics.jsonl as the trainer writes it: moving losses and outcomes, counters that stay 0, a
+    constant learning rate, a skipped update at the last step, and held-out evaluations."""
+    run_dir.mkdir(parents=True)
+    lines = []
+    for s in range(1, steps + 1):
+        lines.append(
+            {
+                "step": s,
+                "kind": "train",
+                "time_step": 30.0 + s,
+                "turns": 2.0 + s % 2,
+                "horizon": 4.0,
+                "entropy": 2.0 - 0.1 * s,
+                "kl": 0.01 * s,
+                "grad_norm": 1.0 / s,
+                "pool/word/s0/steps_per_s": 5.0 + s,
+                "lr": 1e-6,
+                "infra_failed": 0.0,
+                "reruns": 0.0,
+                "failed_after_reruns": 0.0,
+                "staleness_mean": 0.0,
+                "pool/word/s0/errors": 0.0,
+                "pool/word/s0/down": 0.0,
+                "trajectories": 16.0,
+                "my_plugin_rate": 0.0,
+                "skipped_update": 1.0 if s == steps else 0.0,
+                "success": 0.1 * s,
+                "reward": 0.2 * s - 0.1,
+                "pg_loss": 0.05 / s,
+                "kl_loss": 0.002 * s,
+                "word/success": 0.1 * s,
+            }
+        )
+    lines += [
+        {"step": s, "kind": "eval", "success": 0.05 * s, "reward": 0.1 * s, "tasks": 8.0} for s in (0, steps)
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    for s in range(1, steps + 1):
+        write_trainer_step(run_dir, s, trajectories(8, seed=s))
+    return run_dir
+
+
+def test_first_screen_shows_outcomes_and_losses_first_and_folds_constant_charts(page, serve_viewer, tmp_path):
+    base = serve_viewer(training_run(tmp_path / "run"))
+    page.goto(f"{base}/#run=.")
+    page.wait_for_selector("body[data-ready='1']")
+    sections = page.locator("details.chart-section").evaluate_all("els => els.map(e => e.dataset.section)")
+    assert sections[0] == "headline" and sections[-1] == "constant"
+    first = page.locator("details[data-section=headline] .chart").evaluate_all(
+        "els => els.map(e => e.dataset.metric)"
+    )
+    assert first == ["success", "reward", "pg_loss", "kl_loss"]
+    # The headline is the first thing on screen: its charts sit above every other chart.
+    tops = page.locator(".chart").evaluate_all(
+        "els => els.map(e => [e.dataset.metric, e.getBoundingClientRect().top])"
+    )
+    headline_bottom = max(top for key, top in tops if key in first)
+    assert all(top > headline_bottom for key, top in tops if key not in first)
+
+    constant = page.locator("details[data-section=constant]")
+    assert constant.evaluate("e => e.open") is False  # folded away
+    folded = {
+        "lr",
+        "infra_failed",
+        "reruns",
+        "failed_after_reruns",
+        "staleness_mean",
+        "pool/word/s0/errors",
+        "pool/word/s0/down",
+        "trajectories",
+        "my_plugin_rate",
+        "horizon",
+        "tasks",
+    }
+    assert constant.locator("summary").inner_text().startswith(f"{len(folded)} constant charts")
+    charted = set(constant.locator(".chart").evaluate_all("els => els.map(e => e.dataset.metric)"))
+    assert charted == folded
+    assert not page.locator("details[data-section=constant] .chart").first.is_visible()
+
+    # Axis labels are HTML in CSS pixels: at least 11 px, whatever the chart's width.
+    sizes = page.locator(".chart .yaxis span, .chart .xaxis span").evaluate_all(
+        "els => els.filter(e => e.offsetParent).map(e => parseFloat(getComputedStyle(e).fontSize))"
+    )
+    assert sizes and min(sizes) >= 11
+    heights = page.locator("details[data-section=headline] .chart .yaxis span").evaluate_all(
+        "els => els.map(e => e.getBoundingClientRect().height)"
+    )
+    assert min(heights) >= 11
+    _shot(page, "first-screen")
+
+    constant.locator("summary").click()  # a reader can still open them, and the page keeps that
+    assert page.locator("details[data-section=constant] .chart[data-metric=lr]").is_visible()
+    _shot(page, "first-screen-constant-open")
+
+
+def test_token_view_shows_loading_then_labels_a_skipped_update_not_trained(page, serve_viewer, tmp_path):
+    base = serve_viewer(training_run(tmp_path / "run"))
+    held = []
+    page.route("**/api/tokens?*", lambda route: held.append(route))  # the answer waits until released
+    page.goto(f"{base}/#run=.&step=4&i=0")
+    page.wait_for_selector("#detail .turn")
+    page.click("button[data-view=tokens]")
+    page.wait_for_selector("#token-loading")
+    assert "Loading the token view" in page.inner_text("#view")
+    _shot(page, "tokens-loading")
+    assert held
+    held[0].continue_()
+    page.wait_for_selector(".tokens")
+    assert page.locator("#token-loading").count() == 0
+    legend = page.inner_text("#token-legend")
+    assert "not trained: this step's update was skipped" in legend and "trained, advantage" not in legend
+    assert "none trained" in page.inner_text("#token-stats")
+    assert (
+        page.locator(".tokens .skip").count() > 0 and page.locator(".tokens .pos, .tokens .neg").count() == 0
+    )
+    _shot(page, "tokens-skipped-update")
+
+    page.unroute("**/api/tokens?*")
+    page.goto(f"{base}/#run=.&step=3&i=0&view=tokens")  # a step that was trained: coloured by advantage
+    page.wait_for_selector(".tokens")
+    assert "trained, advantage" in page.inner_text("#token-legend")
+    assert page.locator(".tokens .skip").count() == 0
+
+
+def test_a_collection_is_labelled_collection_not_evaluation(page, serve_viewer, tmp_path):
+    from viewer_runs import write_log_run
+
+    run = tmp_path / "collect-textcraft"
+    write_log_run(run, trajectories(4))
+    (run / "collect_config.json").write_text(json.dumps({"env": "textcraft", "policy": "expert", "n": 4}))
+    base = serve_viewer(tmp_path)
+    page.goto(f"{base}/#run=collect-textcraft")
+    page.wait_for_selector("#list tbody tr")
+    assert page.inner_text("#run-kind") == "collection"
+    assert page.locator("#steps button").all_inner_texts()[0].startswith("collect")
+    page.locator("#list tbody tr").first.click()
+    page.wait_for_selector("#detail .turn")
+    assert "· collect" in page.inner_text("#detail h2") and "eval" not in page.inner_text("#detail h2")
+    _shot(page, "collect-run")
