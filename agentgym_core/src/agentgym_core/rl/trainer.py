@@ -188,7 +188,11 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 # Trajectories an env error or timeout broke are the infrastructure's failure, not the
                 # policy's: left out of the loss and counted.
                 trainable, infra_failed = trainable_trajectories(rollout.trajectories) if ctx.is_main else ([], 0)
+                episodes = trainable
                 trainable = apply_truncation_policy(trainable, alg.truncated_episodes)  # cut by the budget
+                # A repriced episode is a copy; the saved trajectories are the originals, with its advantages.
+                logged_as = {id(t): e for t, e in zip(trainable, episodes, strict=True) if t is not e} \
+                    if len(trainable) == len(episodes) else {}  # 'drop' keeps the originals themselves
                 if cfg.rollout.dynamic_sampling.min_mixed_groups:  # tied groups have no advantage: not trained
                     trainable = mixed_groups_only(trainable)
                 trained = broadcast_object(trainable if ctx.is_main else None, ctx)
@@ -273,7 +277,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                 turns=f"{metrics['turns']:.1f}", horizon=horizon,
                                 **({"update": "skipped (groups tied)"} if not keep else {}))
                 if cfg.trainer.save_trajectories:
-                    _save_trajectories(run_dir, step, trajectories, batch.trajectories, adv.advantages)
+                    trained_originals = [logged_as.get(id(t), t) for t in batch.trajectories]
+                    _save_trajectories(run_dir, step, trajectories, trained_originals, adv.advantages)
 
                 # ---- 9. periodic evaluation on held-out tasks ----------------------------------------------
                 done = step + 1
