@@ -7,7 +7,7 @@ Three arms, the same seed, tasks, steps and model (the example guess env, ``exam
 3. ``async_tis``: ``max_staleness: 2``, ``correction: tis`` (cap 2).
 
 Each arm evaluates greedily on the same held-out tasks before and after training, and logs per step
-the staleness and the learner/sampler ratio statistics (``mismatch_*``). Writes
+the staleness and the learner/sampler ratio statistics (``sampler_*``). Writes
 ``bench/results/off_policy_<model>.json``.
 
     python bench/off_policy.py                               # tiny random model: a smoke run, seconds
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,11 +29,12 @@ ARMS = {
     "async_none": ["rollout.max_staleness=2", "algorithm.off_policy.correction=none"],
     "async_tis": ["rollout.max_staleness=2", "algorithm.off_policy.correction=tis"],
 }
-PER_STEP = ("step", "success", "reward", "staleness_mean", "staleness_max", "mismatch_ratio_mean", "mismatch_ratio_max",
-            "mismatch_past_cap", "mismatch_kl", "rollout_logprob_gap", "truncated", "time_step")
+PER_STEP = ("step", "success", "reward", "staleness_mean", "staleness_max", "sampler_ratio_mean", "sampler_ratio_max",
+            "sampler_ratio_over_cap", "sampler_kl", "is_weight_mean", "rollout_logprob_gap", "truncated", "time_step")
 
 
-def run_arm(name: str, args: argparse.Namespace, run_root: Path) -> dict:
+def run_arm(name: str, args: argparse.Namespace, run_root: Path, before: dict | None) -> dict:
+    """One arm; ``before`` is the first arm's evaluation of the starting policy (same model, tasks, horizon)."""
     from agentgym_core.plugins import get_plugin_manager
     from agentgym_core.rl.config import load_config
     from agentgym_core.rl.trainer import train
@@ -57,11 +59,12 @@ def run_arm(name: str, args: argparse.Namespace, run_root: Path) -> dict:
 
         model, tokenizer = tiny_chat_model(seed=args.seed)
     t0 = time.perf_counter()
-    results = train(config, plugin_manager=get_plugin_manager(), model=model, tokenizer=tokenizer)
+    results = train(config, plugin_manager=get_plugin_manager(), model=model, tokenizer=tokenizer, eval_before=before)
     minutes = (time.perf_counter() - t0) / 60
     logged = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     return {
         "arm": name, "overrides": ARMS[name], "minutes": minutes,
+        "eval_before_full": results.get("eval_before"),
         "eval_before": {k: results.get("eval_before", {}).get(k) for k in ("success", "reward", "tasks")},
         "eval_after": {k: results.get("eval_after", {}).get(k) for k in ("success", "reward", "tasks")},
         "train": [{k: x.get(k) for k in PER_STEP} for x in logged if x["kind"] == "train"],
@@ -83,25 +86,30 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--override", nargs="*", default=[], help="extra section.key=value overrides, every arm")
+    parser.add_argument("--runs-dir", default=str(Path(tempfile.gettempdir()) / "agentgym_off_policy_runs"),
+                        help="where the arms' run directories (checkpoints included) go")
     parser.add_argument("--out", default=None, help="results JSON (default bench/results/off_policy_<model>.json)")
     args = parser.parse_args()
 
     name = Path(args.model).name.replace(".", "_")
     out = Path(args.out) if args.out else RESULTS / f"off_policy_{name}.json"
-    run_root = RESULTS / f"off_policy_{name}_runs"
-    arms = [run_arm(arm, args, run_root) for arm in args.arms]
-    for arm in arms:
+    run_root = Path(args.runs_dir) / name
+    data = {"command": "python bench/off_policy.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in
+                                                               vars(args).items() if k not in ("out", "override", "arms", "runs_dir")),
+            "machine": f"{platform.machine()} CPU, {args.threads} torch thread(s), shared and loaded",
+            "arms": []}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    before = None  # the starting policy is evaluated once, by the first arm
+    for name_ in args.arms:  # written after every arm, so a run cut short keeps the arms it finished
+        arm = run_arm(name_, args, run_root, before)
+        before = arm.pop("eval_before_full")
+        data["arms"].append(arm)
+        out.write_text(json.dumps(data, indent=2) + "\n")
         last = arm["train"][-1] if arm["train"] else {}
         print(f"{arm['arm']:>10}: held-out success {arm['eval_before']['success']} -> {arm['eval_after']['success']}"
-              f" | last step mismatch_kl {last.get('mismatch_kl')}, ratio max {last.get('mismatch_ratio_max')}, "
-              f"past cap {last.get('mismatch_past_cap')}, staleness max {last.get('staleness_max')} "
-              f"| {arm['minutes']:.1f} min")
-    data = {"command": "python bench/off_policy.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in
-                                                               vars(args).items() if k not in ("out", "override", "arms")),
-            "machine": f"{platform.machine()} CPU, {args.threads} torch thread(s), shared and loaded",
-            "arms": arms}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2) + "\n")
+              f" | last step sampler_kl {last.get('sampler_kl')}, ratio max {last.get('sampler_ratio_max')}, "
+              f"over cap {last.get('sampler_ratio_over_cap')}, staleness max {last.get('staleness_max')} "
+              f"| {arm['minutes']:.1f} min", flush=True)
     print(f"wrote {out}")
 
 
