@@ -63,7 +63,9 @@ def apply_truncation_policy(trajectories: Sequence[Trajectory], policy: str | fl
     for t in trajectories:
         if t.truncated and t.turns:
             last = t.turns[-1].model_copy(update={"reward": float(policy)})
-            t = t.model_copy(update={"turns": [*t.turns[:-1], last]})
+            # the outcome too: dynamic sampling tells groups with signal from tied ones by it
+            outcome = t.outcome_reward - t.turns[-1].reward + float(policy)
+            t = t.model_copy(update={"turns": [*t.turns[:-1], last], "outcome_reward": outcome})
         out.append(t)
     return out
 

@@ -214,7 +214,11 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 trainable, infra_failed = trainable_trajectories(rollout.trajectories)
                 # Past the budget the run stops naming the env, server and error (every rank: the same step).
                 check_env_failures(rollout.trajectories, cfg.rollout.max_env_failure_rate, step=step)
+                episodes = trainable
                 trainable = apply_truncation_policy(trainable, alg.truncated_episodes)  # cut by the budget
+                # A repriced episode is a copy; the saved trajectories are the originals, with its advantages.
+                logged_as = {id(t): e for t, e in zip(trainable, episodes, strict=True) if t is not e} \
+                    if len(trainable) == len(episodes) else {}  # 'drop' keeps the originals themselves
                 if cfg.rollout.dynamic_sampling.min_mixed_groups:  # tied groups have no advantage: not trained
                     trainable = mixed_groups_only(trainable)
 
@@ -298,7 +302,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                     turns=f"{metrics['turns']:.1f}", horizon=horizon,
                                     **({"update": "skipped (groups tied)"} if not keep else {}))
                     if cfg.trainer.save_trajectories:
-                        _save_trajectories(run_dir, step, trajectories, batch.trajectories, adv.advantages)
+                        trained_originals = [logged_as.get(id(t), t) for t in batch.trajectories]
+                        _save_trajectories(run_dir, step, trajectories, trained_originals, adv.advantages)
 
                 # ---- 9. periodic evaluation on held-out tasks (rank 0; the others wait on the host group) ---
                 done = step + 1
