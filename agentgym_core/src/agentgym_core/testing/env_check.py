@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,11 +49,37 @@ class EnvCheckReport:
     episodes: list[EpisodeRecord]
 
 
+_BACKTICKED = re.compile(r"`([^`\n]{1,60})`")
+_BRACKETED = re.compile(r"\[[^\[\]\n]{1,20}\]")
+_ACTION_PREFIX = re.compile(r"^\s*action\s*:\s*", re.IGNORECASE)
+_PLACEHOLDER_NUMBER = re.compile(r"\b[NK]\b")
+_TAGGED = re.compile(r"<(\w+)>[^<>\n]{1,60}</\1>")
+
+
+def suggested_actions(text: str) -> list[str]:
+    """Moves an instruction or observation spells out: `` `Action: go north` `` spans (a placeholder
+    ``N`` becomes 1; spans with ``<...>`` are skipped), TextArena-style ``[move]`` brackets and
+    ``<answer> Paris </answer>`` tag examples, in order."""
+    found: list[str] = []
+    for span in _BACKTICKED.findall(text):
+        action = _ACTION_PREFIX.sub("", span).strip()
+        if action and "<" not in action and "..." not in action:
+            found.append(_PLACEHOLDER_NUMBER.sub("1", action))
+    found.extend(_BRACKETED.findall(text))
+    found.extend(match.group(0) for match in _TAGGED.finditer(text))
+    return list(dict.fromkeys(found))
+
+
 def default_policy(env: Env, step: int, observation: str) -> str:
-    """Cycle through the available actions (and try one invalid action at step 1)."""
+    """Cycle through the available actions (and try one invalid action at step 1).
+
+    An environment that lists no actions gets the moves its instruction and latest observation spell
+    out (:func:`suggested_actions`); with none there, only the invalid action is sent and
+    ``check_env`` fails asking for ``policy=``, because a check that plays no valid move proves little.
+    """
     if step == 1:
         return INVALID_ACTION
-    actions = env.available_actions()
+    actions = env.available_actions() or suggested_actions(f"{observation}\n{env.instruction}")
     if actions:
         return actions[step % len(actions)]
     return INVALID_ACTION
@@ -125,7 +152,9 @@ def check_env(
     Args:
         make_env: builds a fresh instance (a class works).
         task_ids: tasks to play; default the first two of the test split (else of any split).
-        policy: chooses actions; the default cycles through ``available_actions()``.
+        policy: ``policy(env, step_index, last_observation) -> action``; the default cycles through
+            ``available_actions()`` or, when the env lists none, the moves its instruction and
+            observations spell out (see :func:`default_policy`), sending one invalid action at step 1.
         max_steps: step cap per checked episode.
     """
     env = make_env()
@@ -149,6 +178,13 @@ def check_env(
             _require(replay.steps == first.steps,
                      f"task {task_id}: replaying the same actions after the same reset gave a different episode")
             episodes.append(first)
+        if policy is default_policy:
+            sent = {step[0] for episode in episodes for step in episode.steps}
+            _require(sent != {INVALID_ACTION},
+                     "check_env's default policy found no valid move to play: the environment lists no "
+                     "available_actions() and its instruction names no `Action: ...`, [move] or <tag> ... </tag> example. Pass "
+                     "policy=lambda env, step, observation: <a valid action> (and task_ids=[...] to choose the "
+                     "tasks), or list the valid actions in available_actions()")
         actions = env.available_actions()
         _require(actions is None or (isinstance(actions, list) and all(isinstance(a, str) for a in actions)),
                  "available_actions() must return list[str] or None")
