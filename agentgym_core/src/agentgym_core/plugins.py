@@ -52,6 +52,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
     ("env", "sciworld"): "agentgym_env_sciworld",
     ("env", "search"): "agentgym_env_search",
     ("env", "webarena"): "agentgym_env_webarena",
+    ("env", "textarena"): "agentgym_env_textarena",
     ("rollout_backend", "transformers"): "plugins/agentgym_backend_transformers",
     ("rollout_backend", "openai"): "plugins/agentgym_backend_openai",
     ("advantage_estimator", "gae"): "plugins/agentgym_estimators",
