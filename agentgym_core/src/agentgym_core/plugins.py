@@ -53,6 +53,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
     ("env", "search"): "agentgym_env_search",
     ("env", "webarena"): "agentgym_env_webarena",
     ("env", "textarena"): "agentgym_env_textarena",
+    ("env", "textworld"): "agentgym_env_textworld",
     ("rollout_backend", "transformers"): "plugins/agentgym_backend_transformers",
     ("rollout_backend", "openai"): "plugins/agentgym_backend_openai",
     ("advantage_estimator", "gae"): "plugins/agentgym_estimators",
