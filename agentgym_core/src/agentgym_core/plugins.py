@@ -54,6 +54,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
     ("env", "webarena"): "agentgym_env_webarena",
     ("env", "textarena"): "agentgym_env_textarena",
     ("env", "textworld"): "agentgym_env_textworld",
+    ("env", "reasoning_gym"): "agentgym_env_reasoning_gym",
     ("rollout_backend", "transformers"): "plugins/agentgym_backend_transformers",
     ("rollout_backend", "openai"): "plugins/agentgym_backend_openai",
     ("advantage_estimator", "gae"): "plugins/agentgym_estimators",
