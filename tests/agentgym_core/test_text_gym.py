@@ -135,3 +135,36 @@ def test_check_env_is_happy_with_the_bridge_without_listed_actions():
     )
     report = check_env(QuietEnv)
     assert {step[0] for episode in report.episodes for step in episode.steps} & {"left", "right"}
+
+
+class Dice(gymnasium.Env):
+    """Seeds and rolls Python's global random, as many game libraries do."""
+
+    def reset(self, *, seed=None, options=None):
+        random.seed(seed)
+        return "Roll the die.", {}
+
+    def step(self, action):
+        return f"You rolled {random.randint(1, 6)}.", 0.0, False, False, {}
+
+
+def test_global_random_gives_each_instance_its_own_stream():
+    def interleaved(env_cls):
+        a, b = env_cls(), env_cls()
+        a.reset(0)
+        b.reset(1)  # reseeds the global generator under a's feet unless streams are separate
+        return [a.step("roll").observation for _ in range(5)]
+
+    Shared = text_gym_env("dice", Dice, instruction="Say `Action: roll`.", splits={"test": [0, 1]})
+    Own = text_gym_env(
+        "dice", Dice, instruction="Say `Action: roll`.", splits={"test": [0, 1]}, global_random=True
+    )
+    solo = Own()
+    solo.reset(0)
+    expected = [solo.step("roll").observation for _ in range(5)]
+    random.seed(5)
+    outside = random.random()
+    random.seed(5)
+    assert interleaved(Own) == expected
+    assert random.random() == outside  # the process's stream is untouched
+    assert interleaved(Shared) != expected  # what goes wrong without it

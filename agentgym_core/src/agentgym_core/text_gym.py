@@ -40,16 +40,63 @@ point a recipe's ``envs`` entry at the URL (``{name: wordgame, url: http://127.0
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterable, Mapping
+import random
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from agentgym_core.env import Env, EpisodeEndedError, InvalidTaskError, ResetResult, StepResult, TaskCatalog
 
-__all__ = ["TextGymEnv", "serve", "text_gym_env"]
+__all__ = ["OwnGlobalRandom", "TextGymEnv", "serve", "text_gym_env"]
 
 SuccessRule = Callable[[float, bool, bool, dict[str, Any]], "bool | None"]
 """(episode return so far, terminated, truncated, info) -> success (None while undecided)."""
+
+
+_GLOBAL_RANDOM_LOCK = threading.Lock()
+
+
+class OwnGlobalRandom:
+    """A private stream of Python's (and numpy's) *global* random generator for one environment instance.
+
+    Many game libraries seed and draw from the interpreter-wide ``random`` module, so two instances
+    used from two threads (the HTTP server runs env calls on worker threads) interleave their draws,
+    and the seeding leaks into everything else in the process. Wrap every call into such a library
+    in ``with own.active():``: it holds one process-wide lock, swaps this instance's saved states in
+    and the process's back out afterwards. Calls are serialised, episodes are deterministic.
+    """
+
+    def __init__(self) -> None:
+        self._python: Any = None
+        self._numpy: Any = None
+
+    def forget(self) -> None:
+        """Start the next call from the process's current state (call before the library reseeds)."""
+        self._python = self._numpy = None
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        try:
+            import numpy.random as np_random
+        except ImportError:  # numpy is optional: only Python's generator then
+            np_random = None
+        with _GLOBAL_RANDOM_LOCK:
+            outer_python = random.getstate()
+            outer_numpy = np_random.get_state() if np_random is not None else None
+            if self._python is not None:
+                random.setstate(self._python)
+                if np_random is not None and self._numpy is not None:
+                    np_random.set_state(self._numpy)
+            try:
+                yield
+            finally:
+                self._python = random.getstate()
+                random.setstate(outer_python)
+                if np_random is not None:
+                    self._numpy = np_random.get_state()
+                    np_random.set_state(outer_numpy)
 
 
 def default_success(
@@ -90,6 +137,7 @@ class TextGymEnv(Env):
     actions_key: ClassVar[str] = "available_actions"
     success_rule: ClassVar[SuccessRule] = staticmethod(default_success)
     reset_seed: ClassVar[Callable[[int, int | None], int]] = staticmethod(lambda task_id, seed: task_id)
+    uses_global_random: ClassVar[bool] = False
 
     def __init__(self, max_steps: int | None = None, env_kwargs: dict[str, Any] | None = None) -> None:
         if max_steps is not None and max_steps < 1:
@@ -99,6 +147,7 @@ class TextGymEnv(Env):
         if max_steps is not None:
             self.max_episode_steps = max_steps
         self._gym = type(self).make_gym(**(env_kwargs or {}))
+        self._random = OwnGlobalRandom()
         self._known = {task for ids in self.split_ids.values() for task in ids}
         self._info: dict[str, Any] = {}
         self._steps = 0
@@ -120,7 +169,9 @@ class TextGymEnv(Env):
                 f"{self.name}: unknown task id {task_id}; `agentgym envs` lists the splits "
                 f"({', '.join(f'{k}={len(v)}' for k, v in self.split_ids.items())})"
             )
-        observation, info = self._gym.reset(seed=type(self).reset_seed(task_id, seed))
+        self._random.forget()
+        with self._calls():
+            observation, info = self._gym.reset(seed=type(self).reset_seed(task_id, seed))
         self._check_observation(observation, "reset")
         self._info = dict(info or {})
         self._steps, self._return, self._done, self._started = 0, 0.0, False, True
@@ -131,7 +182,8 @@ class TextGymEnv(Env):
             raise InvalidTaskError(f"{self.name}: reset() onto a task before step()")
         if self._done:
             raise EpisodeEndedError("the episode has ended; reset() to play again")
-        observation, reward, terminated, truncated, info = self._gym.step(action)
+        with self._calls():
+            observation, reward, terminated, truncated, info = self._gym.step(action)
         self._check_observation(observation, "step")
         self._info = dict(info or {})
         self._steps += 1
@@ -164,6 +216,9 @@ class TextGymEnv(Env):
         if gym is not None and hasattr(gym, "close"):
             gym.close()
 
+    def _calls(self) -> contextlib.AbstractContextManager[None]:
+        return self._random.active() if self.uses_global_random else contextlib.nullcontext()
+
     def _check_observation(self, observation: Any, where: str) -> None:
         if not isinstance(observation, str):
             raise TypeError(
@@ -185,6 +240,7 @@ def text_gym_env(
     success: SuccessRule | None = None,
     reset_seed: Callable[[int, int | None], int] | None = None,
     inline_calls: bool = False,
+    global_random: bool = False,
 ) -> type[TextGymEnv]:
     """An agentgym ``Env`` class over the Gymnasium-style text environments ``make(**env_kwargs)`` builds.
 
@@ -199,6 +255,9 @@ def text_gym_env(
         success: ``(return, terminated, truncated, info) -> bool | None``; default :func:`default_success`.
         reset_seed: ``(task_id, seed) -> reset seed``; default: the task id.
         inline_calls: True when reset and step are pure Python and take microseconds (see ``Env``).
+        global_random: True when the environment seeds or draws from Python's global ``random`` (or
+            numpy's): each instance then plays on its own saved stream under a process-wide lock
+            (:class:`OwnGlobalRandom`), so episodes stay deterministic on the server's threads.
     """
     split_ids = {split: list(ids) for split, ids in splits.items()}
     seen: dict[int, str] = {}
@@ -221,6 +280,7 @@ def text_gym_env(
         "split_ids": split_ids,
         "category_ids": {category: list(ids) for category, ids in (categories or {}).items()},
         "actions_key": actions_key,
+        "uses_global_random": global_random,
         "__doc__": f"{name}: {type(make).__name__ if not isinstance(make, type) else make.__name__} "
         "through agentgym_core.text_gym.",
     }

@@ -14,7 +14,7 @@ End states (TextArena reports the reward only when the game is over, in ``close(
   ``success=False``, reward 0.
 
 Not thread-safe by design of TextArena: its ``reset`` reseeds Python's global ``random`` and the
-games draw from it while they play. Every call into TextArena here holds one module lock and runs on
+games draw from it while they play. Every call into TextArena here holds one process-wide lock and runs on
 the instance's own saved random state (swapped in and out of ``random`` and ``numpy.random``), so
 episodes are deterministic and other code in the process keeps its random stream.
 """
@@ -25,12 +25,12 @@ import contextlib
 import io
 import random
 import re
-import threading
 from typing import Any, ClassVar
 
 import numpy as np
 
 from agentgym_core.env import Env, EpisodeEndedError, InvalidTaskError, ResetResult, StepResult, TaskCatalog
+from agentgym_core.text_gym import OwnGlobalRandom
 
 __all__ = ["GAMES", "INSTANCES_PER_GAME", "TEST_FROM", "TextArenaEnv", "task_id_of"]
 
@@ -56,9 +56,6 @@ INSTRUCTION = (
     "move is answered with the reason; a second invalid move in a row loses the game."
 )
 
-# TextArena reseeds and draws from the interpreter-wide `random` (and a few games from numpy's): one
-# lock for every call into it, with each instance's own random state swapped in for the call.
-_TEXTARENA_LOCK = threading.Lock()
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE]-?\d+)?")
 
 
@@ -115,7 +112,7 @@ class TextArenaEnv(Env):
     name = "textarena"
     max_episode_steps = 60
     # Not thread-safe: TextArena reseeds Python's global `random` on every reset and its games draw from
-    # it. The calls below serialise on a module lock meanwhile; the server reads this flag to serialise
+    # it. The calls below serialise on a process-wide lock meanwhile (agentgym_core.text_gym.OwnGlobalRandom); the server reads this flag to serialise
     # the instances itself once the core knows it.
     thread_safe: ClassVar[bool] = False
     games: ClassVar[tuple[str, ...]] = GAMES
@@ -133,8 +130,7 @@ class TextArenaEnv(Env):
             raise ValueError(f"max_steps must be at least 1 or None, got {max_steps}")
         self.max_episode_steps = max_steps
         self._game: Any = None
-        self._random_state: Any = None
-        self._numpy_state: Any = None
+        self._random = OwnGlobalRandom()
         self._steps = 0
         self._done = True
 
@@ -158,19 +154,9 @@ class TextArenaEnv(Env):
     # -- calls into TextArena -------------------------------------------------------------------
     @contextlib.contextmanager
     def _own_random(self) -> Any:
-        """Under the module lock: this instance's random states in, the process's back out afterwards."""
-        with _TEXTARENA_LOCK:
-            outer_random, outer_numpy = random.getstate(), np.random.get_state()
-            if self._random_state is not None:
-                random.setstate(self._random_state)
-                np.random.set_state(self._numpy_state)
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):  # some games print progress to stdout
-                    yield
-            finally:
-                self._random_state, self._numpy_state = random.getstate(), np.random.get_state()
-                random.setstate(outer_random)
-                np.random.set_state(outer_numpy)
+        """This instance's random stream, under the process-wide lock, with TextArena's prints muted."""
+        with self._random.active(), contextlib.redirect_stdout(io.StringIO()):  # some games print progress
+            yield
 
     def reset(self, task_id: int, seed: int | None = None) -> ResetResult:
         game_index, instance = divmod(task_id, INSTANCES_PER_GAME)
@@ -182,7 +168,7 @@ class TextArenaEnv(Env):
         import textarena
 
         game_id = GAMES[game_index]
-        self._random_state = None  # TextArena seeds the game itself
+        self._random.forget()  # TextArena seeds the game itself
         with self._own_random():
             random.seed(instance)
             np.random.seed(instance)
