@@ -79,5 +79,5 @@ def test_no_move_to_play_fails_and_says_to_pass_a_policy():
 def test_suggested_actions_reads_the_usual_spellings():
     from agentgym_core.testing.env_check import suggested_actions
 
-    text = "Reply `Action: guess N`, `Action: go <dir>`, or press [Up]; e.g. <answer> Paris </answer>."
-    assert suggested_actions(text) == ["guess 1", "[Up]", "<answer> Paris </answer>"]
+    text = "Reply `Action: guess N`, `Action: go <dir>`, or press [Up]; e.g. <answer> Paris </answer>, \\boxed{A C}."
+    assert suggested_actions(text) == ["guess 1", "[Up]", "<answer> Paris </answer>", "\\boxed{A C}"]

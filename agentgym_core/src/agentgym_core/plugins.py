@@ -55,6 +55,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
     ("env", "textarena"): "agentgym_env_textarena",
     ("env", "textworld"): "agentgym_env_textworld",
     ("env", "reasoning_gym"): "agentgym_env_reasoning_gym",
+    ("env", "gem"): "agentgym_env_gem",
     ("rollout_backend", "transformers"): "plugins/agentgym_backend_transformers",
     ("rollout_backend", "openai"): "plugins/agentgym_backend_openai",
     ("advantage_estimator", "gae"): "plugins/agentgym_estimators",

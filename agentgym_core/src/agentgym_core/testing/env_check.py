@@ -54,12 +54,13 @@ _BRACKETED = re.compile(r"\[[^\[\]\n]{1,20}\]")
 _ACTION_PREFIX = re.compile(r"^\s*action\s*:\s*", re.IGNORECASE)
 _PLACEHOLDER_NUMBER = re.compile(r"\b[NK]\b")
 _TAGGED = re.compile(r"<(\w+)>[^<>\n]{1,60}</\1>")
+_BOXED = re.compile(r"\\boxed\{[^{}\n]{1,30}\}")
 
 
 def suggested_actions(text: str) -> list[str]:
     """Moves an instruction or observation spells out: `` `Action: go north` `` spans (a placeholder
-    ``N`` becomes 1; spans with ``<...>`` are skipped), TextArena-style ``[move]`` brackets and
-    ``<answer> Paris </answer>`` tag examples, in order."""
+    ``N`` becomes 1; spans with ``<...>`` are skipped), TextArena-style ``[move]`` brackets,
+    ``<answer> Paris </answer>`` tag examples and ``\\boxed{up}`` answers, in order."""
     found: list[str] = []
     for span in _BACKTICKED.findall(text):
         action = _ACTION_PREFIX.sub("", span).strip()
@@ -67,6 +68,7 @@ def suggested_actions(text: str) -> list[str]:
             found.append(_PLACEHOLDER_NUMBER.sub("1", action))
     found.extend(_BRACKETED.findall(text))
     found.extend(match.group(0) for match in _TAGGED.finditer(text))
+    found.extend(boxed for boxed in _BOXED.findall(text) if "..." not in boxed)
     return list(dict.fromkeys(found))
 
 
@@ -182,7 +184,7 @@ def check_env(
             sent = {step[0] for episode in episodes for step in episode.steps}
             _require(sent != {INVALID_ACTION},
                      "check_env's default policy found no valid move to play: the environment lists no "
-                     "available_actions() and its instruction names no `Action: ...`, [move] or <tag> ... </tag> example. Pass "
+                     "available_actions() and its instruction names no `Action: ...`, [move], <tag> ... </tag> or \\boxed{...} example. Pass "
                      "policy=lambda env, step, observation: <a valid action> (and task_ids=[...] to choose the "
                      "tasks), or list the valid actions in available_actions()")
         actions = env.available_actions()
