@@ -45,6 +45,8 @@ def test_observations_are_clean_and_admissible_commands_are_the_actions(cache):
     )
     actions = env.available_actions()
     assert "look" in actions and "inventory" in actions
+    assert first.observation.endswith("Valid commands: " + ", ".join(actions))  # shown to the agent too
+    assert "Valid commands" not in TextWorldEnv(cache_dir=cache, list_commands=False).reset(1000).observation
     env.step("look")
     cut = env.step("dance wildly")  # an unknown command is answered, not raised
     assert cut.truncated and cut.success is False and cut.reward == 0.0

@@ -36,9 +36,10 @@ QUEST_LENGTHS = (1, 2, 3, 4)
 INSTRUCTION = (
     "You play a text adventure. The first observation states your objective and where you are. Each turn, "
     "think, then reply with one line `Action: <command>`, a command such as `go east`, `take key`, `open "
-    "chest`, `unlock door with key`, `put apple on table`, `inventory` or `look`. The valid commands of the "
-    "moment are listed after each observation. You score points as you complete the objective's steps."
+    "chest`, `unlock door with key`, `put apple on table`, `inventory` or `look`. You score points as you "
+    "complete the objective's steps."
 )
+LISTED = " The valid commands of the moment are listed after each observation; choose one of them."
 
 _GENERATION_LOCK = threading.Lock()  # one game compiled at a time per process (Inform 7 is heavy)
 _BANNER_LINE = re.compile(r"^[\s_|\\$/<>]*$")
@@ -105,19 +106,26 @@ class TextWorldEnv(Env):
         cache_dir: where generated games are kept (default :func:`default_cache_dir`).
         include_walkthrough: put the game's walkthrough in the reset info (for the expert; keep it off
             for agents).
+        list_commands: end every observation with the admissible commands (``Valid commands: ...``),
+            as ALFWorld-style prompts do; False leaves them to ``available_actions()`` only.
     """
 
     name = "textworld"
     max_episode_steps = 30
 
     def __init__(
-        self, max_steps: int = 30, cache_dir: str | None = None, include_walkthrough: bool = False
+        self,
+        max_steps: int = 30,
+        cache_dir: str | None = None,
+        include_walkthrough: bool = False,
+        list_commands: bool = True,
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         self.max_episode_steps = max_steps
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.include_walkthrough = include_walkthrough
+        self.list_commands = list_commands
         self._game: Any = None
         self._state: Any = None
         self._score = 0
@@ -126,7 +134,12 @@ class TextWorldEnv(Env):
 
     @property
     def instruction(self) -> str:
-        return INSTRUCTION
+        return INSTRUCTION + LISTED if self.list_commands else INSTRUCTION
+
+    def _shown(self, text: str) -> str:
+        """The observation as the agent reads it: with the valid commands when ``list_commands``."""
+        commands = self.available_actions() if self.list_commands else None
+        return f"{text}\n\nValid commands: {', '.join(commands)}" if commands else text
 
     @classmethod
     def tasks(cls) -> TaskCatalog:
@@ -159,7 +172,7 @@ class TextWorldEnv(Env):
         }
         if self.include_walkthrough:
             info["walkthrough"] = list(self._state.get("extra.walkthrough") or [])
-        return ResetResult(observation=clean(self._state.feedback), info=info)
+        return ResetResult(observation=self._shown(clean(self._state.feedback)), info=info)
 
     def step(self, action: str) -> StepResult:
         if self._game is None:
@@ -177,7 +190,7 @@ class TextWorldEnv(Env):
         self._done = terminated or truncated
         success = won if self._done else None
         return StepResult(
-            observation=clean(self._state.feedback) or "Nothing happens.",
+            observation=self._shown(clean(self._state.feedback) or "Nothing happens."),
             reward=reward,
             terminated=terminated,
             truncated=truncated,
