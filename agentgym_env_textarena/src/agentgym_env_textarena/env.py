@@ -112,8 +112,8 @@ class TextArenaEnv(Env):
     name = "textarena"
     max_episode_steps = 60
     # Not thread-safe: TextArena reseeds Python's global `random` on every reset and its games draw from
-    # it. The calls below serialise on a process-wide lock meanwhile (agentgym_core.text_gym.OwnGlobalRandom); the server reads this flag to serialise
-    # the instances itself once the core knows it.
+    # it. Until the server reads this flag (and serialises the instances itself), the calls below
+    # serialise on the process-wide lock of agentgym_core.text_gym.OwnGlobalRandom.
     thread_safe: ClassVar[bool] = False
     games: ClassVar[tuple[str, ...]] = GAMES
 
