@@ -7,7 +7,7 @@ test games (generated at first use). Writes bench/results/learn_textworld.json (
 ``n_tasks``, ``sft_success``, ``rl_success``, ``diff_ci95``) and, with matplotlib,
 bench/results/learn_textworld.png.
 
-    python bench/learn_textworld.py --arms scaling_inter --eval-tasks 40
+    python bench/learn_textworld.py --recipe bench/textworld_grpo_cpu.yaml --arms scaling_inter --eval-tasks 30
 """
 
 from __future__ import annotations

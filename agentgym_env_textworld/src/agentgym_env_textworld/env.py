@@ -23,7 +23,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgym_core.env import Env, EpisodeEndedError, InvalidTaskError, ResetResult, StepResult, TaskCatalog
 
@@ -41,7 +41,10 @@ INSTRUCTION = (
 )
 LISTED = " The valid commands of the moment are listed after each observation; choose one of them."
 
-_GENERATION_LOCK = threading.Lock()  # one game compiled at a time per process (Inform 7 is heavy)
+# textworld is not thread-safe: its logic parser is one module-level tatsu parser (generating a game on
+# one thread while loading another on a second corrupts it), and two jericho interpreters stepped at
+# once have crashed the process. Every call into textworld (generation and play) holds this lock.
+_TEXTWORLD_LOCK = threading.RLock()
 _BANNER_LINE = re.compile(r"^[\s_|\\$/<>]*$")
 _PROMPT = re.compile(r"\n\s*>.*\Z", re.S)
 _RESTART = re.compile(r"\s*Would you like to RESTART.*\Z", re.S)
@@ -68,7 +71,7 @@ def game_file(task_id: int, cache_dir: Path | None = None) -> Path:
     import textworld
     from textworld.generator import compile_game, make_game
 
-    with _GENERATION_LOCK:
+    with _TEXTWORLD_LOCK:
         if path.is_file():
             return path
         folder.mkdir(parents=True, exist_ok=True)
@@ -112,6 +115,8 @@ class TextWorldEnv(Env):
 
     name = "textworld"
     max_episode_steps = 30
+    # Not thread-safe (see _TEXTWORLD_LOCK): the calls serialise on that lock until the server reads this flag.
+    thread_safe: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -161,10 +166,13 @@ class TextWorldEnv(Env):
         infos = textworld.EnvInfos(
             admissible_commands=True, score=True, max_score=True, won=True, lost=True, extras=["walkthrough"]
         )
-        with warnings.catch_warnings():  # jericho: "not fully supported" (TextWorld keeps the score itself)
+        with (
+            _TEXTWORLD_LOCK,
+            warnings.catch_warnings(),
+        ):  # jericho: "not fully supported" (TextWorld keeps the score)
             warnings.simplefilter("ignore")
             self._game = textworld.start(str(path), request_infos=infos)
-        self._state = self._game.reset()
+            self._state = self._game.reset()
         self._score, self._steps, self._done = 0, 0, False
         info: dict[str, Any] = {
             "max_score": int(self._state.max_score),
@@ -179,7 +187,8 @@ class TextWorldEnv(Env):
             raise InvalidTaskError("textworld: reset() onto a task before step()")
         if self._done:
             raise EpisodeEndedError("the episode has ended; reset() to play again")
-        self._state, _, game_over = self._game.step(action.strip())
+        with _TEXTWORLD_LOCK:
+            self._state, _, game_over = self._game.step(action.strip())
         self._steps += 1
         score = int(self._state.score)
         reward = (score - self._score) / max(1, int(self._state.max_score))
@@ -206,7 +215,8 @@ class TextWorldEnv(Env):
     def _close_game(self) -> None:
         game, self._game = self._game, None
         if game is not None:
-            game.close()
+            with _TEXTWORLD_LOCK:
+                game.close()
 
     def close(self) -> None:
         self._close_game()
