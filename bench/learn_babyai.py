@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: the results JSON name paths relative to it
 RESULTS = Path(__file__).parent / "results"
 EXAMPLES = ROOT / "examples"
-TITLES = {"babyai": "BabyAI", "textcraft": "TextCraft"}
+TITLES = {"babyai": "BabyAI", "textcraft": "TextCraft", "textworld": "TextWorld"}
 
 
 def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:

@@ -29,7 +29,10 @@ fi
 
 packages=(-e ./agentgym_core[train])
 for dir in plugins/*/ agentgym_env_*/; do
-  [ -f "$dir/pyproject.toml" ] && packages+=(-e "./$dir")
+  [ -f "$dir/pyproject.toml" ] || continue
+  # A package whose dependencies clash with another's says so (agentgym_env_gem); its README says how to install it.
+  grep -q '^default-install = false' "$dir/pyproject.toml" && continue
+  packages+=(-e "./$dir")
 done
 if [ "$dev" = 1 ]; then
   packages+=(-e ".[all,dev]" -e ./examples/agentgym_env_guess)  # the dev extra: test tools and Ray
@@ -37,6 +40,12 @@ else
   packages+=(-e ".[all]")
 fi
 pip install "${packages[@]}"
+if [ "$dev" = 1 ]; then
+  # GEM pins reasoning-gym==0.1.23 (agentgym-env-reasoning-gym pins 0.1.25): the dev venv runs its adapter's
+  # tests with 0.1.25, its other requirements installed by hand.
+  pip install --no-deps "gem-llm==0.1.0" -e ./agentgym_env_gem
+  pip install "msgspec==0.19.0" math-verify
+fi
 
 if [ "$dev" = 1 ]; then
   need=()

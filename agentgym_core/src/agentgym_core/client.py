@@ -186,6 +186,10 @@ class HTTPEnv(Env):
     def instruction(self) -> str:
         return self.client.info().instruction
 
+    @property
+    def max_episode_steps(self) -> int | None:  # type: ignore[override]  # the served instances' limit
+        return self.client.info().max_episode_steps
+
     def parse_action(self, text: str) -> str:
         answer = self.client.request("POST", "/parse_action", json={"text": text})
         return str(answer["action"])

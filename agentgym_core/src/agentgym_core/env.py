@@ -166,7 +166,9 @@ class Env(ABC):
 
     Class attributes:
         name: the registry name (`agentgym envs` lists it).
-        max_episode_steps: the environment's own step limit; reaching it sets ``truncated``.
+        max_episode_steps: the environment's own step limit; reaching it sets ``truncated``. The
+            class value is the default; an instance may set its own in ``__init__`` (from a
+            constructor option such as ``max_steps``), and the server reports the instance's.
         inline_calls: True when reset/step take microseconds and never block (pure Python games):
             the HTTP server then calls them on its event loop instead of handing each call to a
             worker thread, which costs more than such a step. Leave False for anything that waits
@@ -181,7 +183,7 @@ class Env(ABC):
     """
 
     name: ClassVar[str] = ""
-    max_episode_steps: ClassVar[int | None] = None
+    max_episode_steps: int | None = None  # not a ClassVar: an instance may override it (see above)
     inline_calls: ClassVar[bool] = False
     thread_safe: ClassVar[bool] = True
 

@@ -237,7 +237,8 @@ def create_app(
 
     @app.get(f"{v1}/info", response_model=p.EnvInfo)
     def info() -> p.EnvInfo:
-        return p.EnvInfo(env=env_name, instruction=probe_env().instruction, max_episode_steps=env_cls.max_episode_steps,
+        probe = probe_env()  # an instance: its step limit may come from a constructor option
+        return p.EnvInfo(env=env_name, instruction=probe.instruction, max_episode_steps=probe.max_episode_steps,
                          split_sizes=catalog.sizes())
 
     @app.get(f"{v1}/tasks")

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 
 from agentgym_core.commands._table import format_table
-from agentgym_core.plugins import get_plugin_manager, install_hint
+from agentgym_core.plugins import KNOWN_PROVIDERS, get_plugin_manager, install_hint
+
+INSTALL_NOTES = {
+    "gem": "in a virtual environment without agentgym-env-reasoning-gym (GEM pins reasoning-gym==0.1.23)",
+}
+"""Environment name -> what its install line must add (a dependency clash, say)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +35,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"No environments installed. Install one, e.g. BabyAI: {install_hint('agentgym_env_babyai')}")
     else:
         print(format_table(["env", "splits", "categories", "package", "summary"], rows))
+    missing = sorted(name for (kind, name) in KNOWN_PROVIDERS if kind == "env" and name not in manager.catalog("env"))
+    if missing and rows:
+        print("\nNot installed:")
+        for name in missing:
+            note = f" {INSTALL_NOTES[name]}" if name in INSTALL_NOTES else ""
+            print(f"  {name}: {install_hint(KNOWN_PROVIDERS[('env', name)])}{note}")
     for plugin in manager.broken_plugins():
         print(f"warning: plugin {plugin.name!r} ({plugin.package}) failed to load: {plugin.error}")
     return 0

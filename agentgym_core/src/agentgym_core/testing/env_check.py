@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,11 +55,42 @@ class EnvCheckReport:
     episodes: list[EpisodeRecord]
 
 
+_BACKTICKED = re.compile(r"`([^`\n]{1,60})`")
+_BRACKETED = re.compile(r"\[[^\[\]\n]{1,20}\]")
+_ACTION_PREFIX = re.compile(r"^\s*action\s*:\s*", re.IGNORECASE)
+_PLACEHOLDER_NUMBER = re.compile(r"\b[NK]\b")
+_TAGGED = re.compile(r"<(\w+)>[^<>\n]{1,60}</\1>")
+_BOXED = re.compile(r"\\boxed\{[^{}\n]{1,30}\}")
+_EXAMPLE = re.compile(r"\be\.g\.,?\s+([a-z][^\n\"'`]{1,60}?)\s*$", re.MULTILINE)
+
+
+def suggested_actions(text: str) -> list[str]:
+    """Moves an instruction or observation spells out: `` `Action: go north` `` spans (a placeholder
+    ``N`` becomes 1; spans with ``<...>`` are skipped), TextArena-style ``[move]`` brackets,
+    ``<answer> Paris </answer>`` tag examples, ``\\boxed{up}`` answers and ``e.g. get 1 oak logs`` at a
+    line's end, in order."""
+    found: list[str] = []
+    for span in _BACKTICKED.findall(text):
+        action = _ACTION_PREFIX.sub("", span).strip()
+        if action and "<" not in action and "..." not in action:
+            found.append(_PLACEHOLDER_NUMBER.sub("1", action))
+    found.extend(_BRACKETED.findall(text))
+    found.extend(match.group(0) for match in _TAGGED.finditer(text))
+    found.extend(boxed for boxed in _BOXED.findall(text) if "..." not in boxed)
+    found.extend(example.rstrip(".") for example in _EXAMPLE.findall(text))
+    return list(dict.fromkeys(found))
+
+
 def default_policy(env: Env, step: int, observation: str) -> str:
-    """Cycle through the available actions (and try one invalid action at step 1)."""
+    """Cycle through the available actions (and try one invalid action at step 1).
+
+    An environment that lists no actions gets the moves its instruction and latest observation spell
+    out (:func:`suggested_actions`); with none there, only the invalid action is sent and
+    ``check_env`` warns, asking for ``policy=``, because a check that plays no valid move proves little.
+    """
     if step == 1:
         return INVALID_ACTION
-    actions = env.available_actions()
+    actions = env.available_actions() or suggested_actions(f"{observation}\n{env.instruction}")
     if actions:
         return actions[step % len(actions)]
     return INVALID_ACTION
@@ -146,7 +179,9 @@ def check_env(
     Args:
         make_env: builds a fresh instance (a class works).
         task_ids: tasks to play; default the first two of the test split (else of any split).
-        policy: chooses actions; the default cycles through ``available_actions()``.
+        policy: ``policy(env, step_index, last_observation) -> action``; the default cycles through
+            ``available_actions()`` or, when the env lists none, the moves its instruction and
+            observations spell out (see :func:`default_policy`), sending one invalid action at step 1.
         max_steps: step cap per checked episode.
     """
     env = make_env()
@@ -171,6 +206,16 @@ def check_env(
                      f"task {task_id}: replaying the same actions after the same reset gave a different episode")
             _check_invalid_action_flags(first)
             episodes.append(first)
+        if policy is default_policy and {step[0] for episode in episodes for step in episode.steps} == {INVALID_ACTION}:
+            warnings.warn(
+                "check_env's default policy found no valid move to play, so the check exercised only invalid "
+                "actions: the environment lists no available_actions() and its instruction and observations spell "
+                "out no `Action: ...`, [move], <tag> ... </tag>, \\boxed{...} or 'e.g. <action>' example. Pass "
+                "policy=lambda env, step, observation: <a valid action> (and task_ids=[...] to choose the tasks), "
+                "or list the valid actions in available_actions()",
+                UserWarning,
+                stacklevel=2,
+            )
         actions = env.available_actions()
         _require(actions is None or (isinstance(actions, list) and all(isinstance(a, str) for a in actions)),
                  "available_actions() must return list[str] or None")
