@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from agentgym_core.client import EnvClient, HTTPEnv, RemoteError
-from agentgym_core.compat import AgentGymCompat
 from agentgym_core.env import EpisodeEndedError, InvalidTaskError
+from agentgym_core.http.client import EnvClient, HTTPEnv, RemoteError
+from agentgym_core.http.compat import AgentGymCompat
 from agentgym_core.testing import check_env_http, serve_env
 from agentgym_env_guess import GuessEnv
 from agentgym_env_guess.env import solve

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from agentgym_core.env_pool import EnvPool, PooledEnv
+from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.memory import limit_onednn_primitive_cache
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.activation_checkpointing import checkpoint_only_above
@@ -141,7 +141,7 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float =
     ``timeout_s`` limits one HTTP request (``rollout.env_timeout_s`` in the trainer). Every server
     must answer with the env's name and the same catalog; one that does not answer starts marked down.
     """
-    from agentgym_core.serving import serve_env
+    from agentgym_core.http.serving import serve_env
 
     with contextlib.ExitStack() as stack:
         handles = []
