@@ -11,15 +11,15 @@ from typing import Any
 import torch
 
 from agentgym_core.http.pool import EnvPool, PooledEnv
-from agentgym_core.memory import limit_onednn_primitive_cache
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rl.activation_checkpointing import checkpoint_only_above
 from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
 from agentgym_core.rl.guards import evaluation_panel, panel_hash
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory, invalid_action_rate
+from agentgym_core.training.activation_checkpointing import checkpoint_only_above
+from agentgym_core.training.memory import limit_onednn_primitive_cache
 
 __all__ = [
     "EnvHandle", "build_optimizer", "evaluate", "load_policy", "load_policy_for_ranks", "make_backend", "open_envs",
