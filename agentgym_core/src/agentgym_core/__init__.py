@@ -38,6 +38,7 @@ _MOVED = {
     "agentgym_core.model_server_errors": "agentgym_core.model_server.errors",
     "agentgym_core.model_server_tokens": "agentgym_core.model_server.tokens",
     "agentgym_core.memory": "agentgym_core.training.memory",
+    "agentgym_core.paired": "agentgym_core.evaluation.paired",
     "agentgym_core.rl.activation_checkpointing": "agentgym_core.training.activation_checkpointing",
     "agentgym_core.rl.checkpoint": "agentgym_core.training.checkpoint",
     "agentgym_core.rl.optimizer_on_disk": "agentgym_core.training.optimizer_on_disk",

@@ -233,7 +233,7 @@ def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: 
     with line, RolloutEngine(backend, sources, config=engine_cfg) as engine:
         trajs = engine.run(episodes, on_done=done, on_turn=line.turn)
     metrics = summarize(trajs)
-    # Per task, so two evaluations of the same tasks compare pairwise (agentgym_core.paired).
+    # Per task, so two evaluations of the same tasks compare pairwise (agentgym_core.evaluation.paired).
     per_task = {f"{t.env}:{t.task_id}": int(t.success) for t in trajs}
     panel = panel_hash(evaluation_panel(envs, config.trainer.eval_tasks))  # the run logged it at its start
     return {"step": step, "horizon": horizon, "tasks": len(trajs), **metrics, "per_task": per_task,
