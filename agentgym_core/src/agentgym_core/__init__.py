@@ -1,4 +1,10 @@
-"""agentgym core: the plugin system, the environment interface and protocol, and the RL loop."""
+"""agentgym core: the plugin system, the environment interface and protocol, and the RL loop.
+
+The rooms: ``env`` (the interface), ``hookspecs`` + ``plugins`` (the extension API and its manager),
+``http`` (env server, client, pool), ``rollout``, ``rl``, ``finetune``, ``training`` (what rl and
+finetune share), ``evaluation``, ``model_server``, ``viewer``, ``testing`` (conformance checkers) and
+``commands`` + ``cli`` (the ``agentgym`` command).
+"""
 
 import importlib
 import sys
