@@ -18,9 +18,9 @@ import torch
 from common import write_json
 
 from agentgym_core.finetune.common import detach_dequantized_gguf
-from agentgym_core.rl.checkpoint import rng_state, save_checkpoint
 from agentgym_core.rl.config import ModelConfig
 from agentgym_core.rl.setup import load_policy
+from agentgym_core.training.checkpoint import rng_state, save_checkpoint
 
 
 def size_mb(path: Path) -> float:

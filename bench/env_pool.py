@@ -29,7 +29,7 @@ from typing import Any
 from common import load_backend, write_json
 
 from agentgym_core.env import Env, ResetResult, StepResult, TaskCatalog
-from agentgym_core.env_pool import EnvPool
+from agentgym_core.http.pool import EnvPool
 from agentgym_core.rollout import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, SamplingParams
 from agentgym_core.testing import serve_env
 

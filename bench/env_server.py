@@ -34,7 +34,7 @@ from typing import Any
 
 import requests
 
-from agentgym_core.client import EnvClient, HTTPEnv
+from agentgym_core.http.client import EnvClient, HTTPEnv
 from agentgym_core.plugins import PluginManager
 
 DEFAULT_ACTIONS = {

@@ -61,7 +61,7 @@ def read_metrics(run_dir: Path) -> list[dict]:
 def allocator_setting() -> str:
     """The CUDA allocator configuration the training run used: the user's variable where one is set,
     else the expandable segments that ``agentgym train`` turns on for the transformers backend."""
-    from agentgym_core.memory import CUDA_ALLOCATOR_VARIABLES
+    from agentgym_core.training.memory import CUDA_ALLOCATOR_VARIABLES
 
     for name in CUDA_ALLOCATOR_VARIABLES:
         if name in os.environ:

@@ -121,7 +121,7 @@ def closest_checkpoint(saved: list[int], taken: dict[str, float], budget: float)
 def match_env_steps(args: argparse.Namespace, report: list[dict]) -> None:
     """Every arm after the first, also at the saved checkpoint whose training environment steps come
     closest to the first arm's total: a comparison at equal interaction, beside the one at equal RL steps."""
-    from agentgym_core.paired import paired_difference
+    from agentgym_core.evaluation.paired import paired_difference
 
     first = report[0]
     budget = max(first["env_steps"].values())
@@ -335,7 +335,7 @@ def _earlier_sft(path: str, eval_tasks: int) -> dict:
 
 def headline(report: list[dict]) -> dict:
     """The top-level figures: the first arm's held-out success after SFT and after RL, paired over tasks."""
-    from agentgym_core.paired import paired_difference
+    from agentgym_core.evaluation.paired import paired_difference
 
     first = report[0]
     sft = first.get("eval_sft") or first.get("eval_before")

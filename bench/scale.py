@@ -149,7 +149,7 @@ def compare_env_servers(args: argparse.Namespace, env_url: str) -> dict[str, Any
     """
     import contextlib
 
-    from agentgym_core.serving import serve_env
+    from agentgym_core.http.serving import serve_env
 
     in_flight = 2 * args.tasks  # every episode of the step
     with contextlib.ExitStack() as stack:
@@ -274,7 +274,7 @@ def main() -> None:
 
     import ray
 
-    from agentgym_core.serving import serve_env
+    from agentgym_core.http.serving import serve_env
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     os.environ.update(AGENTGYM_DISABLE_PLUGIN_AUTOLOAD="0", AGENTGYM_PLUGINS=",".join(PLUGINS),

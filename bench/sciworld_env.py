@@ -119,7 +119,7 @@ def ours_in_process(seconds: float, warmup: float) -> dict:
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    from agentgym_core.client import EnvClient
+    from agentgym_core.http.client import EnvClient
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -143,7 +143,7 @@ def start_server() -> tuple[subprocess.Popen, str]:
 
 
 def http_clients(url: str, server_pid: int, clients: int, seconds: float, warmup: float) -> dict:
-    from agentgym_core.client import HTTPEnv
+    from agentgym_core.http.client import HTTPEnv
 
     envs = [HTTPEnv(url) for _ in range(clients)]
     for env in envs:

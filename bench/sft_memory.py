@@ -152,10 +152,10 @@ def measure(args: argparse.Namespace) -> dict:
     from agentgym_core.finetune.config import CollectConfig
     from agentgym_core.finetune.data import load_examples
     from agentgym_core.finetune.sft import sft_loss
-    from agentgym_core.memory import HeapTrimmer, PhasePeak, release_memory
     from agentgym_core.rl.config import ModelConfig, OptimConfig
     from agentgym_core.rl.forward import forward_tokens, mixed_precision
     from agentgym_core.rl.setup import build_optimizer, load_policy
+    from agentgym_core.training.memory import HeapTrimmer, PhasePeak, release_memory
 
     with tempfile.TemporaryDirectory() as tmp:  # the expert's episodes, collected afresh in each process
         data = Path(tmp) / "expert.jsonl"
@@ -176,7 +176,7 @@ def measure(args: argparse.Namespace) -> dict:
     optimizer, _ = build_optimizer(params, [], OptimConfig(lr=5e-5), args.steps)
     on_disk = None
     if args.optimizer_state_to_disk:
-        from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
+        from agentgym_core.training.optimizer_on_disk import OptimizerStateOnDisk
 
         scratch = tempfile.mkdtemp(prefix="sft_memory_", dir=RESULTS.parent)  # on disk, not a memory-backed /tmp
         on_disk = OptimizerStateOnDisk(optimizer, Path(scratch) / "optimizer_state.pt").around_steps()

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from agentgym_core.client import EnvClient, HTTPEnv
+from agentgym_core.http.client import EnvClient, HTTPEnv
 
 ACTIONS = {"babyai": ["turn left", "move forward", "toggle"], "textcraft": ["inventory", "get 1 oak logs"],
            "guess": ["guess 50", "guess 25"]}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_core import Env
-from agentgym_core.client import EnvClient, HTTPEnv
+from agentgym_core.http.client import EnvClient, HTTPEnv
 from agentgym_env_textcraft import TextCraftEnv, plan_actions
 
 

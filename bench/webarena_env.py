@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_core import Env
-from agentgym_core.client import HTTPEnv
+from agentgym_core.http.client import HTTPEnv
 from agentgym_core.testing import serve_env
 from agentgym_env_webarena import BrowserConfig, BrowserPool, LocalWebArenaEnv
 

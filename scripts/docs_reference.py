@@ -338,7 +338,7 @@ def _schema_name(schema: dict[str, Any] | None) -> str:
 
 
 def http() -> str:
-    from agentgym_core.server import create_app
+    from agentgym_core.http.server import create_app
 
     spec = create_app(_reference_env()).openapi()
     out = [

@@ -67,7 +67,7 @@ def test_serve_babyai_then_play_through_client_and_agentgym_routes(venv):
     try:
         client_script = textwrap.dedent(f"""
             import json, time, requests
-            from agentgym_core.client import HTTPEnv
+            from agentgym_core.http.client import HTTPEnv
             from agentgym_env_babyai.expert import solve
             url = "http://127.0.0.1:{port}"
             for _ in range(300):

@@ -120,7 +120,7 @@ def test_eval_command_errors(api_url, dead_url, tmp_path):
 
 
 def test_backend_gets_only_the_options_the_user_set(api_url, tmp_path):
-    from agentgym_core.evaluation import backend_options
+    from agentgym_core.evaluation.run import backend_options
 
     options = backend_options(_config(tmp_path, api_url, request_timeout_s=7.0))
     assert options == {"model": SERVED_NAME, "base_url": api_url, "timeout_s": 7.0}

@@ -1,7 +1,9 @@
-"""The core's edges: it imports no plugin, reads no plugin's internals, and has no import cycle.
+"""The core's edges and rooms: it imports no plugin, has no import cycle, and its rooms import only
+the rooms the table below allows.
 
-The import graph is read from the source (every ``import`` statement, also those inside functions,
-except under ``if TYPE_CHECKING``), so a lazy import cannot hide a dependency.
+The import graph is read from the source (every ``import`` statement, also those inside functions),
+so a lazy import cannot hide a dependency; the checks of cycles and rooms also read the imports
+under ``if TYPE_CHECKING``, because a type-only circle is still a circle a reader has to untangle.
 """
 
 from __future__ import annotations
@@ -26,16 +28,19 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imported_names(path: Path, module: str) -> set[str]:
-    """Every module name an import statement of ``path`` names (absolute; relative ones resolved)."""
+def _imported_names(path: Path, module: str, *, type_only: bool = False) -> set[str]:
+    """Every module name an import statement of ``path`` names (absolute; relative ones resolved).
+
+    ``type_only``: also the imports under ``if TYPE_CHECKING``.
+    """
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
 
     class Visitor(ast.NodeVisitor):
         def visit_If(self, node: ast.If) -> None:
             test = node.test
-            if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-                    isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+            if not type_only and ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+                    isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")):
                 for child in node.orelse:
                     self.visit(child)
                 return
@@ -57,13 +62,13 @@ def _imported_names(path: Path, module: str) -> set[str]:
     return names
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(*, type_only: bool = False) -> dict[str, set[str]]:
     """Module -> the modules of agentgym_core it imports (``from pkg import mod`` counts as ``pkg.mod``)."""
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         edges = set()
-        for imported in _imported_names(path, name):
+        for imported in _imported_names(path, name, type_only=type_only):
             if imported in modules:
                 edges.add(imported)
             elif imported.rpartition(".")[0] in modules:  # `from pkg.mod import function`
@@ -110,9 +115,125 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _subpackage(module: str) -> str:
+# The rooms of the core (a top-level module or a subpackage) and the rooms each may import. The base
+# (env, hookspecs, plugins and the small leaf modules) imports nothing above it; the two servers
+# stand on the env interface and the rollout contract; rl and finetune stand on the servers'
+# clients, the rollout engine and the training kit; commands, the CLI's room, may use any room.
+# A new arrow is a design decision: add it here, with the reason if it is not obvious.
+ALLOWED: dict[str, set[str]] = {
+    "agentgym_core": {"env", "hookspecs", "plugins"},  # the package's face: Env, hookimpl, the manager
+    "__main__": {"cli"},
+    "cli": {"commands", "env", "plugins"},
+    "commands": {"env", "evaluation", "finetune", "hookspecs", "http", "model_server", "pipeline", "plugins",
+                 "recipes", "rl", "rollout", "viewer"},
+    "env": set(),
+    "hookspecs": set(),
+    "plugins": {"hookspecs"},
+    "builtin": {"hookspecs", "schedulers"},
+    "experts": set(),
+    "finetune_options": set(),
+    "recipes": set(),  # the recipe loader rl and finetune share (from the recipe-schema work)
+    "models": set(),
+    "schedulers": set(),
+    "http": {"env", "plugins"},
+    "model_server": {"plugins", "rollout"},
+    "rollout": {"env", "schedulers"},
+    "text_gym": {"env", "http"},
+    "viewer": set(),
+    "testing": {"env", "http", "rollout"},
+    "training": set(),  # the kit rl and finetune share: it knows neither
+    # rl.distributed installs testing's strict collectives when a test run asks for them by env var
+    "rl": {"finetune_options", "http", "models", "plugins", "recipes", "rollout", "schedulers", "testing",
+           "training"},
+    "evaluation": {"env", "http", "plugins", "rl", "rollout"},
+    "finetune": {"env", "experts", "finetune_options", "http", "models", "plugins", "recipes", "rl", "rollout",
+                 "training"},
+    "pipeline": {"finetune", "plugins", "rl", "training"},  # where rl and finetune meet (warm start, then RL)
+}
+
+# The core's top level holds rooms, not loose files: at most this many modules beside the
+# subpackages (``__init__`` and ``__main__`` not counted).
+MAX_TOP_LEVEL_MODULES = 12
+
+# Import circles known today and why they still stand; a new circle fails. rl.config imports
+# rl.forward for the packing version gate, and rl.critic types its builder with rl.config's classes.
+KNOWN_CYCLES = [["agentgym_core.rl.config", "agentgym_core.rl.critic", "agentgym_core.rl.forward"]]
+
+
+def _room(module: str) -> str:
+    """``agentgym_core.http.client`` -> ``http``; the package itself is ``agentgym_core``."""
     parts = module.split(".")
-    return ".".join(parts[:2])
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _room_arrows(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for module, edges in graph.items():
+        source = _room(module)
+        rooms.setdefault(source, set()).update(_room(e) for e in edges if _room(e) != source)
+    return rooms
+
+
+def _forbidden_arrows(rooms: dict[str, set[str]], allowed: dict[str, set[str]]) -> list[str]:
+    out = []
+    for room, targets in sorted(rooms.items()):
+        if room not in allowed:
+            out.append(f"{room}: a new room; add it to ALLOWED with the rooms it may import: {sorted(targets)}")
+            continue
+        out += [f"{room} -> {target}" for target in sorted(targets - allowed[room])]
+    return out
+
+
+def test_no_module_cycle_even_through_type_only_imports():
+    new = [cycle for cycle in _cycles(_graph(type_only=True)) if cycle not in KNOWN_CYCLES]
+    assert new == [], f"import circles (type-only imports included): {new}"
+
+
+def test_each_room_of_the_core_imports_only_the_rooms_it_may():
+    forbidden = _forbidden_arrows(_room_arrows(_graph(type_only=True)), ALLOWED)
+    assert forbidden == [], ("arrows the room table of tests/agentgym_core/test_boundaries.py does not allow "
+                             "(import from an allowed room, or add the arrow to ALLOWED with its reason):\n"
+                             + "\n".join(forbidden))
+
+
+def test_the_core_s_top_level_holds_rooms_not_loose_files():
+    loose = sorted(p.stem for p in (SRC / PACKAGE).glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(loose) <= MAX_TOP_LEVEL_MODULES, (
+        f"{len(loose)} modules at the core's top level (at most {MAX_TOP_LEVEL_MODULES}): {loose}; "
+        "put a new module in the subpackage whose job it shares")
+
+
+def test_old_import_paths_of_moved_modules_give_the_moved_module():
+    """A user's ``from agentgym_core.client import HTTPEnv`` keeps working after the move to ``http/``."""
+    import importlib
+
+    import agentgym_core
+    from agentgym_core.client import HTTPEnv
+
+    assert HTTPEnv is importlib.import_module("agentgym_core.http.client").HTTPEnv
+    modules = _modules()
+    for old, new in agentgym_core._MOVED.items():
+        assert old not in modules, f"{old} exists again beside its alias to {new}"
+        assert new in modules, f"the alias {old} points at {new}, which does not exist"
+        assert importlib.import_module(old) is importlib.import_module(new)
+
+
+def test_code_imports_moved_modules_from_their_rooms():
+    """The old paths are for users' code; the project's own code names the room, so the import graph
+    read above (which knows only the files that exist) sees every dependency."""
+    import agentgym_core
+
+    root = SRC.parents[1]
+    folders = [SRC, root / "plugins", root / "tests", root / "bench", root / "scripts", root / "examples",
+               *root.glob("agentgym_env_*")]
+    offenders = []
+    for folder in folders:
+        for path in folder.rglob("*.py"):
+            if path == Path(__file__).resolve() or "build" in path.parts:
+                continue
+            old = sorted(_imported_names(path, "x", type_only=True) & set(agentgym_core._MOVED))
+            offenders += [f"{path.relative_to(root)}: {name} -> {agentgym_core._MOVED[name]}" for name in old]
+    assert offenders == [], "import these from their new place:\n" + "\n".join(offenders)
 
 
 def test_no_module_of_the_core_imports_a_plugin_package():
@@ -130,20 +251,21 @@ def test_the_core_has_no_import_cycle_between_modules():
     assert _cycles(_graph()) == []
 
 
-def test_the_core_s_subpackages_do_not_import_each_other_in_a_cycle():
-    packages: dict[str, set[str]] = {}
-    for module, edges in _graph().items():
-        source = _subpackage(module)
-        packages.setdefault(source, set()).update(_subpackage(e) for e in edges if _subpackage(e) != source)
-    assert _cycles(packages) == []
+def test_the_core_s_rooms_do_not_import_each_other_in_a_cycle():
+    assert _cycles(_room_arrows(_graph(type_only=True))) == []
 
 
 def test_the_checker_sees_a_cycle_and_a_plugin_import(tmp_path, monkeypatch):
     """The checks above can fail: on a made-up package with a cycle they report it."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _forbidden_arrows({"http": {"env", "rl"}, "new": {"env"}}, {"http": {"env"}}) == [
+        "http -> rl", "new: a new room; add it to ALLOWED with the rooms it may import: ['env']"]
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from agentgym_env_babyai.env import BabyAIEnv\n")
+    module.write_text("def f():\n    from agentgym_env_babyai.env import BabyAIEnv\n"
+                      "if TYPE_CHECKING:\n    from agentgym_core.rl import config\n")
     assert "agentgym_env_babyai.env" in _imported_names(module, "agentgym_core.m")
+    assert "agentgym_core.rl.config" not in _imported_names(module, "agentgym_core.m")
+    assert "agentgym_core.rl.config" in _imported_names(module, "agentgym_core.m", type_only=True)
 
 
 def test_run_end_observers_hear_of_a_failed_run(tmp_path):

@@ -12,8 +12,8 @@ import gymnasium
 import pytest
 from gymnasium import spaces
 
-from agentgym_core.client import HTTPEnv
 from agentgym_core.env import InvalidTaskError
+from agentgym_core.http.client import HTTPEnv
 from agentgym_core.testing import check_env, check_env_http, serve_env
 from agentgym_core.text_gym import text_gym_env
 

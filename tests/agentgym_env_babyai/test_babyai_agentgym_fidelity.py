@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from agentgym_core.client import HTTPEnv
+from agentgym_core.http.client import HTTPEnv
 from agentgym_core.testing import serve_env
 from agentgym_env_babyai import BabyAIEnv
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from agentgym_core.client import HTTPEnv
+from agentgym_core.http.client import HTTPEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.testing import check_env, check_env_http, serve_env
 from agentgym_env_babyai import TEST_IDS, BabyAIEnv, solve

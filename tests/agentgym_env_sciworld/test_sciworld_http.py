@@ -12,8 +12,8 @@ import signal
 import pytest
 from sciworld_helpers import first_test_task_per_family, requires_java
 
-from agentgym_core.client import HTTPEnv
 from agentgym_core.env import EnvError
+from agentgym_core.http.client import HTTPEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.testing import check_env_http, serve_env
 from agentgym_env_sciworld import POOL, GoldPathExpert, SciWorldEnv, families, task_catalog

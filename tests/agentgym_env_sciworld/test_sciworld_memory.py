@@ -11,7 +11,7 @@ import time
 import pytest
 from sciworld_helpers import requires_java, tree_rss_mb
 
-from agentgym_core.client import EnvClient, HTTPEnv
+from agentgym_core.http.client import EnvClient, HTTPEnv
 from agentgym_env_sciworld import task_catalog
 
 pytestmark = [pytest.mark.java, requires_java, pytest.mark.slow]

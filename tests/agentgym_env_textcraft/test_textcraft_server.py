@@ -7,7 +7,7 @@ import gc
 import pytest
 import requests
 
-from agentgym_core.client import HTTPEnv
+from agentgym_core.http.client import HTTPEnv
 from agentgym_core.testing import check_env_http, serve_env
 from agentgym_env_textcraft import TextCraftEnv, plan_actions, solve
 from agentgym_env_textcraft.agentgym_style import agentgym_recipes

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("textworld")
 
-from agentgym_core.client import HTTPEnv  # noqa: E402
+from agentgym_core.http.client import HTTPEnv  # noqa: E402
 from agentgym_core.testing import check_env_http, serve_env  # noqa: E402
 from agentgym_env_textworld import TextWorldEnv, game_file, play_walkthrough  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 from webarena_helpers import solve_navigation_task, solve_shop_price_task
 
-from agentgym_core.client import HTTPEnv
+from agentgym_core.http.client import HTTPEnv
 from agentgym_core.testing import check_env_http, serve_env
 from agentgym_env_webarena import BrowserConfig, BrowserPool, LocalWebArenaEnv
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from webarena_helpers import element_id
 
-from agentgym_core.client import HTTPEnv
+from agentgym_core.http.client import HTTPEnv
 from agentgym_core.testing import serve_env
 from agentgym_env_webarena import BrowserConfig, BrowserPool, LocalWebArenaEnv
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agentgym_core.client import EnvClient, HTTPEnv, RemoteError
 from agentgym_core.env import EnvError
+from agentgym_core.http.client import EnvClient, HTTPEnv, RemoteError
 
 
 def test_rollouts_across_a_kill_and_restart_fail_loudly_never_silently(server_process):

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import requests
 
-from agentgym_core.compat import AgentGymCompat
-from agentgym_core.serving import serve_env
+from agentgym_core.http.compat import AgentGymCompat
+from agentgym_core.http.serving import serve_env
 from agentgym_env_babyai import BabyAIEnv
 from agentgym_env_guess import GuessEnv
 from agentgym_env_textcraft import TextCraftEnv

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from agentgym_core.client import EnvClient, HTTPEnv
-from agentgym_core.compat import AgentGymCompat
 from agentgym_core.env import ResetResult
-from agentgym_core.server import create_app
-from agentgym_core.serving import serve_env
+from agentgym_core.http.client import EnvClient, HTTPEnv
+from agentgym_core.http.compat import AgentGymCompat
+from agentgym_core.http.server import create_app
+from agentgym_core.http.serving import serve_env
 from agentgym_env_babyai import BabyAIEnv
 from agentgym_env_guess import GuessEnv
 from agentgym_env_textcraft import TextCraftEnv

@@ -2,7 +2,7 @@
 
 An environment is a text game: `reset` puts it on a task and returns the first observation,
 `step` takes one action string and returns what happened. The same interface is implemented
-in-process by environment plugins and remotely by :class:`agentgym_core.client.HTTPEnv`, so the
+in-process by environment plugins and remotely by :class:`agentgym_core.http.client.HTTPEnv`, so the
 rollout engine cannot tell the two apart.
 
 Conventions (checked by :func:`agentgym_core.testing.check_env`):

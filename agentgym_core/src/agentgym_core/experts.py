@@ -2,7 +2,7 @@
 
 An expert is a function ``play(env, task_id) -> Any`` that plays one episode of ``env`` only
 through ``env.reset`` / ``env.step`` (so it works in-process and over
-:class:`agentgym_core.client.HTTPEnv`); what it returns is ignored, because every step is recorded
+:class:`agentgym_core.http.client.HTTPEnv`); what it returns is ignored, because every step is recorded
 on the way (:mod:`agentgym_core.finetune.experts` turns the recording into a trajectory).
 
 An environment package offers one through the ``agentgym_register_experts`` hook, keyed by the

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym_core.memory import release_memory
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.config import TrainConfig
+from agentgym_core.training.memory import release_memory
 
 __all__ = ["plan_text", "run_rl_recipe"]
 
@@ -40,8 +40,8 @@ def run_rl_recipe(
                      stop_after=stop_after)
 
     from agentgym_core.finetune.run import warm_start_sft
-    from agentgym_core.rl.checkpoint import load_policy_weights
     from agentgym_core.rl.setup import load_policy
+    from agentgym_core.training.checkpoint import load_policy_weights
 
     if config.trainer.learners > 1:  # learner ranks load the warm start's weights from its model directory
         warm = warm_start_sft(config, plugin_manager=pm)

@@ -318,8 +318,8 @@ def serve(
     registered env), so a recipe can use it with ``url:`` and no plugin."""
     import uvicorn
 
-    from agentgym_core.server import create_app
-    from agentgym_core.serving import uvicorn_config
+    from agentgym_core.http.server import create_app
+    from agentgym_core.http.serving import uvicorn_config
 
     app = create_app(env_cls, env_kwargs=env_kwargs or {}, name=env_cls.name)
     print(f"serving {env_cls.name!r} on http://{host}:{port}", flush=True)

@@ -11,7 +11,6 @@ from typing import Any, ClassVar
 from minigrid.minigrid_env import MiniGridEnv
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentgym_core.compat_spec import AgentGymCompat
 from agentgym_core.env import (
     Env,
     EnvError,
@@ -20,6 +19,7 @@ from agentgym_core.env import (
     StepResult,
     TaskCatalog,
 )
+from agentgym_core.http.compat_spec import AgentGymCompat
 from agentgym_env_babyai.agentgym_style import AgentGymEpisode, make_agentgym_level, reset_agentgym_level
 from agentgym_env_babyai.grid import grid_map
 from agentgym_env_babyai.levels import build_catalog, level_name, make_level, task_level_seed

@@ -7,7 +7,7 @@ for a primitive action on the replica, translates it into the text action an age
 the environment under test and to the replica, and checks that both answer with the same
 observation. The environment under test is therefore driven only through ``reset``/``step``
 text, exactly as an agent drives it, and works the same in-process or over
-:class:`agentgym_core.client.HTTPEnv`; any divergence between the two is reported as
+:class:`agentgym_core.http.client.HTTPEnv`; any divergence between the two is reported as
 :class:`ExpertDesyncError` (a determinism bug), never papered over.
 
 The bot alone cannot solve KeyInBox (it raises when the key is hidden in a box) nor

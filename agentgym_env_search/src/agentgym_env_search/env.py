@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentgym_core.compat_spec import AgentGymCompat
 from agentgym_core.env import (
     Env,
     EnvError,
@@ -29,6 +28,7 @@ from agentgym_core.env import (
     StepResult,
     TaskCatalog,
 )
+from agentgym_core.http.compat_spec import AgentGymCompat
 from agentgym_env_search.indexes import shared_retriever
 from agentgym_env_search.protocol import format_information, parse_search_action
 from agentgym_env_search.qa import (

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentgym_core import Env, EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
-from agentgym_core.compat_spec import AgentGymCompat
+from agentgym_core.http.compat_spec import AgentGymCompat
 from agentgym_env_textcraft.actions import Craft, Get, InvalidAction, Inventory, parse_action
 from agentgym_env_textcraft.agentgym_style import AgentGymCraftingGame, agentgym_recipes, item_name
 from agentgym_env_textcraft.game import CraftingGame

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentgym_core import Env, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
-from agentgym_core.compat_spec import AgentGymCompat
+from agentgym_core.http.compat_spec import AgentGymCompat
 from agentgym_env_webarena.actions import ACTION_HELP, ActionParseError, extract_action, parse_action
 from agentgym_env_webarena.browser import BrowserPool
 from agentgym_env_webarena.config import WebArenaConfig

@@ -50,8 +50,8 @@ def _config(run_dir):
 
 
 def test_rejection_sampling_rounds_and_resume(tmp_path, letter_pm):
-    from agentgym_core.rl.checkpoint import latest_checkpoint
     from agentgym_core.testing.tiny_model import tiny_chat_model
+    from agentgym_core.training.checkpoint import latest_checkpoint
 
     model, tokenizer = tiny_chat_model(seed=0)
     cut = _config(tmp_path / "run")

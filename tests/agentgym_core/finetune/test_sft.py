@@ -94,7 +94,7 @@ def test_sft_evaluates_after_training_without_the_optimizer_state(tmp_path, tiny
     result = run_sft(config, model=model, tokenizer=tokenizer, plugin_manager=pm)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert state_at_eval[-1] == (result.steps, 0)
-    from agentgym_core.rl.checkpoint import load_trainer_state
+    from agentgym_core.training.checkpoint import load_trainer_state
 
     saved = load_trainer_state(result.checkpoint)["optimizer"]["state"]
     assert sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel() for s in saved.values()) == 2 * trainable
@@ -145,7 +145,7 @@ def test_sft_with_the_optimizer_state_on_disk_trains_the_same_weights_and_resume
     for p, q in zip(model.parameters(), model_c.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-6)
     assert not list((tmp_path / "disk" / "run").glob("optimizer_state_on_disk*"))  # deleted at the end
-    from agentgym_core.rl.checkpoint import latest_checkpoint, load_trainer_state
+    from agentgym_core.training.checkpoint import latest_checkpoint, load_trainer_state
 
     saved = load_trainer_state(latest_checkpoint(tmp_path / "disk" / "run"))["optimizer"]["state"]
     assert saved and all("exp_avg" in entry for entry in saved.values())  # the checkpoint holds the moments

@@ -53,7 +53,7 @@ def resume(world_size: int, run_dir: str, out: str) -> None:
     """A fresh learner of ``world_size`` ranks loads step 1; rank 0 writes the full state it holds then."""
     import torch
 
-    from agentgym_core.rl.checkpoint import checkpoint_dir
+    from agentgym_core.training.checkpoint import checkpoint_dir
 
     learner, _ = _learner(world_size)
     learner.load(checkpoint_dir(run_dir, 1))

@@ -56,9 +56,9 @@ def nccl_world_of_one(out_dir: str) -> None:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    from agentgym_core.rl.checkpoint import load_sharded, save_sharded
     from agentgym_core.rl.weight_sync import gather_weights
     from agentgym_core.testing.tiny_model import tiny_chat_model
+    from agentgym_core.training.checkpoint import load_sharded, save_sharded
 
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentgym_core.rl.checkpoint import latest_checkpoint
 from agentgym_core.rl.trainer import train
+from agentgym_core.training.checkpoint import latest_checkpoint
 
 
 @pytest.mark.parametrize(("keep", "left"), [(None, ["step_000002", "step_000003"]), (1, ["step_000003"])])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from agentgym_core.rl.checkpoint import latest_checkpoint, rank_rng_state
+from agentgym_core.training.checkpoint import latest_checkpoint, rank_rng_state
 
 
 def test_each_rank_resumes_its_own_rng_state_and_rank_0s_when_the_rank_count_changed():

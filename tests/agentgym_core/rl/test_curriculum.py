@@ -198,9 +198,9 @@ def _steps(run_dir):
 
 def test_a_run_with_the_curriculum_logs_it_checkpoints_its_counts_and_resumes_to_the_same_tasks(
         tmp_path, levels_pm, tiny_config):
-    from agentgym_core.rl.checkpoint import load_trainer_state
     from agentgym_core.rl.trainer import train
     from agentgym_core.testing.tiny_model import tiny_chat_model
+    from agentgym_core.training.checkpoint import load_trainer_state
 
     model, tokenizer = tiny_chat_model(seed=0)
     train(_levels_config(tiny_config, tmp_path / "full"), plugin_manager=levels_pm, model=model, tokenizer=tokenizer)

@@ -9,8 +9,8 @@ import threading
 import pytest
 import torch
 
-from agentgym_core.rl import optimizer_on_disk as on_disk_module
-from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
+from agentgym_core.training import optimizer_on_disk as on_disk_module
+from agentgym_core.training.optimizer_on_disk import OptimizerStateOnDisk
 
 
 def _train_lines(run_dir):
@@ -177,9 +177,9 @@ def test_a_failed_write_keeps_the_state_in_memory_and_says_so(tmp_path):
 
 def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_the_state(tmp_path, pm, tiny_config,
                                                                                         monkeypatch):
-    from agentgym_core.rl.checkpoint import latest_checkpoint, load_trainer_state
     from agentgym_core.rl.trainer import train
     from agentgym_core.testing.tiny_model import tiny_chat_model
+    from agentgym_core.training.checkpoint import latest_checkpoint, load_trainer_state
 
     calls = []
     instances = []

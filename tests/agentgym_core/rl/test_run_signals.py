@@ -9,10 +9,10 @@ import warnings
 import pytest
 
 from agentgym_core import hookimpl
-from agentgym_core.rl import tracking
 from agentgym_core.rl.estimator_api import AdvantageOutput
-from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.trainer import train
+from agentgym_core.training import tracking
+from agentgym_core.training.tracking import MetricsWriter
 
 
 def test_tensorboard_on_but_not_installed_warns_once(tmp_path, monkeypatch):

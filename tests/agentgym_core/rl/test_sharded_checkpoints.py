@@ -7,8 +7,8 @@ import pytest
 import torch
 from checkpoint_ranks import resume, save_after_one_step
 
-from agentgym_core.rl.checkpoint import checkpoint_dir, is_sharded, load_trainer_state
 from agentgym_core.rl.distributed import spawn
+from agentgym_core.training.checkpoint import checkpoint_dir, is_sharded, load_trainer_state
 
 
 def _assert_same(got: dict, expected: dict) -> None:

@@ -114,7 +114,7 @@ def test_no_round_barrier_unless_asked(tiny_backend, synchronous):
 
 
 def test_rollouts_over_http_pass_the_auditor(tiny_backend):
-    from agentgym_core.client import HTTPEnv
+    from agentgym_core.http.client import HTTPEnv
     from agentgym_core.testing import serve_env
 
     with serve_env(GuessEnv) as url, RolloutEngine(
@@ -128,7 +128,7 @@ def test_rollouts_over_http_pass_the_auditor(tiny_backend):
 
 
 def test_http_server_gone_is_a_recorded_failure(tiny_backend):
-    from agentgym_core.client import HTTPEnv
+    from agentgym_core.http.client import HTTPEnv
 
     config = _config(step_timeout_s=5.0)
     with RolloutEngine(tiny_backend, lambda: HTTPEnv("http://127.0.0.1:9", env="guess", timeout=1.0), num_envs=1,

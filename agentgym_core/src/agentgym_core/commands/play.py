@@ -23,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _open(args: argparse.Namespace) -> Env:
     if args.env_url:
-        from agentgym_core.client import HTTPEnv
+        from agentgym_core.http.client import HTTPEnv
 
         return HTTPEnv(args.env_url, env=args.env)
     from agentgym_core.plugins import get_plugin_manager

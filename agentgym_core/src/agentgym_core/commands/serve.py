@@ -6,10 +6,9 @@ import argparse
 import errno
 import socket
 
-from agentgym_core.auth import TOKEN_ENV, check_exposure, resolve_token
 from agentgym_core.commands.eval import json_object
-from agentgym_core.plugins import get_plugin_manager
-from agentgym_core.protocol import (
+from agentgym_core.http.auth import TOKEN_ENV, check_exposure, resolve_token
+from agentgym_core.http.protocol import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_IDLE_TTL_S,
@@ -17,6 +16,7 @@ from agentgym_core.protocol import (
     DEFAULT_MAX_INSTANCES,
     DEFAULT_WORKER_TIMEOUT_S,
 )
+from agentgym_core.plugins import get_plugin_manager
 
 
 def _bounded(kind: type, low: float, *, allow_zero: bool = False, what: str) -> argparse._ActionsContainer:
@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn  # the web stack is imported only to serve, not for `agentgym --help`
 
     from agentgym_core.env import check_env_options
-    from agentgym_core.server import create_app
-    from agentgym_core.serving import uvicorn_config
+    from agentgym_core.http.server import create_app
+    from agentgym_core.http.serving import uvicorn_config
 
     token = resolve_token(args.token)
     check_exposure(args.host, token, insecure=args.insecure, what="environment server")
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     check_env_options(env_cls, args.env_kwargs, where="--env-kwargs")
     check_port_free(args.host, args.port)
     if args.workers > 1:
-        from agentgym_core.workers import serve_workers
+        from agentgym_core.http.workers import serve_workers
 
         # Built once here too, so that bad options fail now, in one line, not in every worker.
         create_app(env_cls, env_kwargs=args.env_kwargs, name=args.env, max_instances=args.max_instances,

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from agentgym_core.auth import TOKEN_ENV, check_exposure
+from agentgym_core.http.auth import TOKEN_ENV, check_exposure
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

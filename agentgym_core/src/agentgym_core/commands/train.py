@@ -45,8 +45,8 @@ def check_envs(config, *, reach_servers: bool = True) -> None:
 
     ``reach_servers=False`` (``--print-config``) checks only what needs no server: names and options.
     """
-    from agentgym_core.client import EnvClient
     from agentgym_core.env import check_env_options
+    from agentgym_core.http.client import EnvClient
     from agentgym_core.plugins import get_plugin_manager
 
     for index, env in enumerate(config.envs):

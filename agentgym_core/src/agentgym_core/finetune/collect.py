@@ -60,7 +60,7 @@ def select_tasks(task_ids: list[int], n: int, *, offset: int = 0, shuffle: bool 
 
 def _env_factory(config: CollectConfig, pm: PluginManager, env_kwargs: dict[str, Any]) -> tuple[Callable[[], Env], Any, type[Env] | None]:
     if config.env_url:
-        from agentgym_core.client import EnvClient, HTTPEnv
+        from agentgym_core.http.client import EnvClient, HTTPEnv
 
         client = EnvClient(config.env_url)
         return (lambda: HTTPEnv(client=client, env=config.env)), client.tasks(), None

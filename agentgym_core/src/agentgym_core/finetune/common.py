@@ -22,7 +22,7 @@ from agentgym_core.finetune.config import DataConfig, FinetuneConfig
 from agentgym_core.finetune.data import Example
 from agentgym_core.models import detach_dequantized_gguf
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rl.checkpoint import (
+from agentgym_core.training.checkpoint import (
     latest_checkpoint,
     load_policy_weights,
     load_trainer_state,

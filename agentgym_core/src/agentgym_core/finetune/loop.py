@@ -21,11 +21,11 @@ from tqdm import tqdm
 
 from agentgym_core.finetune.common import FinetuneResult, open_evaluation, restore, save
 from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
-from agentgym_core.memory import HeapTrimmer, PhasePeak, release_memory
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.forward import mixed_precision
-from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
-from agentgym_core.rl.tracking import MetricsWriter
+from agentgym_core.training.memory import HeapTrimmer, PhasePeak, release_memory
+from agentgym_core.training.optimizer_on_disk import OptimizerStateOnDisk
+from agentgym_core.training.tracking import MetricsWriter
 
 __all__ = ["TrainStep", "train_steps"]
 

@@ -31,19 +31,19 @@ from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
 from agentgym_core.finetune.data import Example, TokenizerChat, load_examples
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.batch import step_seed, tasks_for_step
-from agentgym_core.rl.checkpoint import (
-    latest_checkpoint,
-    load_policy_weights,
-    load_trainer_state,
-    save_checkpoint,
-)
-from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
 from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory
+from agentgym_core.training.checkpoint import (
+    latest_checkpoint,
+    load_policy_weights,
+    load_trainer_state,
+    save_checkpoint,
+)
+from agentgym_core.training.tracking import MetricsWriter
 
 __all__ = ["keep_successes", "run_rejection_sampling"]
 

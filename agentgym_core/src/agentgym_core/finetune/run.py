@@ -48,7 +48,7 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
     import json
 
     from agentgym_core.finetune.sft import run_sft
-    from agentgym_core.rl.checkpoint import latest_checkpoint, load_trainer_state
+    from agentgym_core.training.checkpoint import latest_checkpoint, load_trainer_state
 
     warm = train_config.warm_start
     run_dir = Path(train_config.trainer.run_dir) / "warm_start"

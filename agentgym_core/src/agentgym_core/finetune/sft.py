@@ -133,7 +133,7 @@ def run_sft(
                          total_steps=math.ceil(len(examples) * opts.epochs / opts.batch_size), train_step=train_step,
                          label=label, resume=resume, stop_after=stop_after, evaluate=evaluate, checkpoint=checkpoint)
     if result.checkpoint is None:
-        from agentgym_core.rl.checkpoint import latest_checkpoint
+        from agentgym_core.training.checkpoint import latest_checkpoint
 
         result.checkpoint = latest_checkpoint(run_dir)
     return result

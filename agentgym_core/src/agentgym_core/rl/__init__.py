@@ -7,10 +7,11 @@ Where things are: ``trainer.train`` (the loop, one function), ``losses`` (PPO cl
 value loss), ``estimator_api`` + ``checks`` (the estimator plugin contract and its checker),
 ``forward`` (packed/padded per-token forward), ``critic`` (GAE's value model: separate or on the
 policy's trunk), ``update`` (epochs x mini-batches),
-``config`` (typed config), ``checkpoint``, ``tracking`` (metrics), ``batch`` (task order, tensors),
+``config`` (typed config), ``batch`` (task order, tensors),
 ``curriculum`` (tasks drawn by category pass rate, rollout.curriculum),
 ``async_rollouts`` (sampling ahead of the learner, rollout.max_staleness), ``ray_launcher``
-(trainer.launcher=ray: the roles as Ray actors).
+(trainer.launcher=ray: the roles as Ray actors). Checkpoints, metrics and the memory tools it
+shares with fine-tuning are in :mod:`agentgym_core.training`.
 """
 
 from typing import Any

@@ -16,7 +16,7 @@ here, and with torch < 2.6 transformers drops the packed mask, so tokens would s
 the sequences packed before them. The config refuses ``algorithm.packing: true`` there.
 
 Rows go through the model in forwards of at most ``max_tokens`` (rows x width) tokens. A model
-given a checkpointing threshold (:mod:`agentgym_core.rl.activation_checkpointing`) keeps the
+given a checkpointing threshold (:mod:`agentgym_core.training.activation_checkpointing`) keeps the
 activations of the forwards at or under it.
 
 In both, the LM head only runs on positions whose *next* token the policy sampled
@@ -35,9 +35,9 @@ from importlib import metadata
 
 import torch
 
-from agentgym_core.rl.activation_checkpointing import checkpointing_for_forward
 from agentgym_core.rl.critic import SeparateCritic, ValueHead
 from agentgym_core.rl.losses import entropy_from_logits
+from agentgym_core.training.activation_checkpointing import checkpointing_for_forward
 
 __all__ = [
     "PACKING_MIN_TORCH",

@@ -38,7 +38,21 @@ from typing import Any
 import torch
 
 from agentgym_core.rl.batch import RLBatch
-from agentgym_core.rl.checkpoint import (
+from agentgym_core.rl.config import ConfigError, TrainConfig
+from agentgym_core.rl.critic import build_critic
+from agentgym_core.rl.distributed import DistContext, barrier, broadcast_object, gather_object
+from agentgym_core.rl.forward import (
+    TokenStats,
+    bf16_autocast,
+    count_forwards,
+    forward_tokens,
+    mixed_precision,
+)
+from agentgym_core.rl.losses import kl_penalty
+from agentgym_core.rl.setup import build_optimizer
+from agentgym_core.rl.update import UpdateInputs, ppo_update
+from agentgym_core.rl.weight_sync import gather_weights, weight_bytes
+from agentgym_core.training.checkpoint import (
     SHARDED,
     check_weights_match,
     commit_checkpoint,
@@ -56,21 +70,7 @@ from agentgym_core.rl.checkpoint import (
     set_rng_state,
     start_checkpoint,
 )
-from agentgym_core.rl.config import ConfigError, TrainConfig
-from agentgym_core.rl.critic import build_critic
-from agentgym_core.rl.distributed import DistContext, barrier, broadcast_object, gather_object
-from agentgym_core.rl.forward import (
-    TokenStats,
-    bf16_autocast,
-    count_forwards,
-    forward_tokens,
-    mixed_precision,
-)
-from agentgym_core.rl.losses import kl_penalty
-from agentgym_core.rl.optimizer_on_disk import OptimizerStateOnDisk
-from agentgym_core.rl.setup import build_optimizer
-from agentgym_core.rl.update import UpdateInputs, ppo_update
-from agentgym_core.rl.weight_sync import gather_weights, weight_bytes
+from agentgym_core.training.optimizer_on_disk import OptimizerStateOnDisk
 
 __all__ = ["Learner", "ScoredBatch", "balanced_shares", "master_weights", "narrow_linear_weights"]
 
@@ -377,7 +377,7 @@ class Learner:
 
     def load(self, checkpoint: Path) -> dict[str, Any]:
         """Restore weights, optimizer, LR schedule, value head and this rank's RNG state (see
-        :func:`~agentgym_core.rl.checkpoint.rank_rng_state`) from ``checkpoint``; returns its state."""
+        :func:`~agentgym_core.training.checkpoint.rank_rng_state`) from ``checkpoint``; returns its state."""
         with self.state_on_disk.paused() if self.state_on_disk is not None else contextlib.nullcontext():
             state = self._load(checkpoint)
         if self.state_on_disk is not None:  # loaded into memory: to the file until the first optimizer step

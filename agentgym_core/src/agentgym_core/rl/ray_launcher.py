@@ -36,12 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentgym_core.memory import HeapTrimmer, prefer_expandable_cuda_segments
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import ActorResources, TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
 from agentgym_core.rl.distributed import DistContext
 from agentgym_core.rl.rollout_worker import RolloutResult, merge_slices
+from agentgym_core.training.memory import HeapTrimmer, prefer_expandable_cuda_segments
 
 __all__ = ["RayLearnerGroup", "RayRoles", "RayRolloutGroup", "RemoteCallError", "import_ray"]
 

@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgym_core.env_pool import ServerCounts
+from agentgym_core.http.pool import ServerCounts
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
 from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category

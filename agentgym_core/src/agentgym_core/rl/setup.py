@@ -10,16 +10,16 @@ from typing import Any
 
 import torch
 
-from agentgym_core.env_pool import EnvPool, PooledEnv
-from agentgym_core.memory import limit_onednn_primitive_cache
+from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rl.activation_checkpointing import checkpoint_only_above
 from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
 from agentgym_core.rl.guards import evaluation_panel, panel_hash
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory, invalid_action_rate
+from agentgym_core.training.activation_checkpointing import checkpoint_only_above
+from agentgym_core.training.memory import limit_onednn_primitive_cache
 
 __all__ = [
     "EnvHandle", "build_optimizer", "evaluate", "load_policy", "load_policy_for_ranks", "make_backend", "open_envs",
@@ -141,7 +141,7 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float =
     ``timeout_s`` limits one HTTP request (``rollout.env_timeout_s`` in the trainer). Every server
     must answer with the env's name and the same catalog; one that does not answer starts marked down.
     """
-    from agentgym_core.serving import serve_env
+    from agentgym_core.http.serving import serve_env
 
     with contextlib.ExitStack() as stack:
         handles = []
@@ -233,7 +233,7 @@ def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: 
     with line, RolloutEngine(backend, sources, config=engine_cfg) as engine:
         trajs = engine.run(episodes, on_done=done, on_turn=line.turn)
     metrics = summarize(trajs)
-    # Per task, so two evaluations of the same tasks compare pairwise (agentgym_core.paired).
+    # Per task, so two evaluations of the same tasks compare pairwise (agentgym_core.evaluation.paired).
     per_task = {f"{t.env}:{t.task_id}": int(t.success) for t in trajs}
     panel = panel_hash(evaluation_panel(envs, config.trainer.eval_tasks))  # the run logged it at its start
     return {"step": step, "horizon": horizon, "tasks": len(trajs), **metrics, "per_task": per_task,

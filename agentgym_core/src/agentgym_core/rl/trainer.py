@@ -37,11 +37,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from agentgym_core.memory import HeapTrimmer, PhasePeak, prefer_expandable_cuda_segments, release_memory
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import apply_truncation_policy, build_batch, step_seed, trainable_trajectories
-from agentgym_core.rl.checkpoint import latest_checkpoint
 from agentgym_core.rl.colocated import RankRollouts, rollout_copy
 from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
@@ -69,10 +67,17 @@ from agentgym_core.rl.plugin_options import bind_plugin_options
 from agentgym_core.rl.roles import LearnerRole, Roles, RolloutRole
 from agentgym_core.rl.rollout_worker import build_rollout_worker
 from agentgym_core.rl.setup import load_policy, load_policy_for_ranks, resolve_device, summarize
-from agentgym_core.rl.tracking import MetricsWriter
 from agentgym_core.rl.update import UpdateInputs
 from agentgym_core.rl.weight_sync import engine_dtype, weight_sync_metrics
 from agentgym_core.rollout.backend import capabilities_of
+from agentgym_core.training.checkpoint import latest_checkpoint
+from agentgym_core.training.memory import (
+    HeapTrimmer,
+    PhasePeak,
+    prefer_expandable_cuda_segments,
+    release_memory,
+)
+from agentgym_core.training.tracking import MetricsWriter
 
 __all__ = ["train"]
 

@@ -232,7 +232,7 @@ def check_env_http(
     **check_options: Any,
 ) -> EnvCheckReport:
     """Run ``check_env`` in-process and through a loopback server; the episodes must be identical."""
-    from agentgym_core.client import HTTPEnv
+    from agentgym_core.http.client import HTTPEnv
     from agentgym_core.testing.serving import serve_env
 
     kwargs = dict(env_kwargs or {})

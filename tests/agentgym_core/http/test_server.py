@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from agentgym_core.client import EnvClient, HTTPEnv, RemoteError
-from agentgym_core.compat import AgentGymCompat
 from agentgym_core.env import EpisodeEndedError, InvalidTaskError
+from agentgym_core.http.client import EnvClient, HTTPEnv, RemoteError
+from agentgym_core.http.compat import AgentGymCompat
 from agentgym_core.testing import check_env_http, serve_env
 from agentgym_env_guess import GuessEnv
 from agentgym_env_guess.env import solve
@@ -391,7 +391,7 @@ def test_compat_numbers_are_typed_as_agentgym_recorded_them():
 
     from agentgym_env_babyai import BabyAIEnv
 
-    fixture = Path(__file__).parents[1] / "agentgym_env_babyai" / "fixtures" / "agentgym_anchor_babyai.json.gz"
+    fixture = Path(__file__).parents[2] / "agentgym_env_babyai" / "fixtures" / "agentgym_anchor_babyai.json.gz"
     with gzip.open(fixture, "rt", encoding="utf-8") as f:
         recorded = json.load(f)
     anchor = recorded[:20] + recorded[85:90]  # index 87 earns a reward that is not whole

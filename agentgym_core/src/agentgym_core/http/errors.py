@@ -1,7 +1,7 @@
 """Protocol errors of the environment server, and how exceptions map onto them.
 
-Kept apart from :mod:`agentgym_core.server` so that the server and its AgentGym-compatible routes
-(:mod:`agentgym_core.compat`) both use one mapping without importing each other.
+Kept apart from :mod:`agentgym_core.http.server` so that the server and its AgentGym-compatible routes
+(:mod:`agentgym_core.http.compat`) both use one mapping without importing each other.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import json
 import logging
 from typing import Any
 
-from agentgym_core import protocol as p
 from agentgym_core.env import EnvError, EpisodeEndedError, InvalidTaskError
-from agentgym_core.instances import (
+from agentgym_core.http import protocol as p
+from agentgym_core.http.instances import (
     AtCapacityError,
     NoEpisodeError,
     RequestIdReusedError,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from agentgym_core.auth import TOKEN_ENV, resolve_token
-from agentgym_core.client import EnvClient, HTTPEnv, RemoteError
-from agentgym_core.compat import AgentGymCompat
-from agentgym_core.env_pool import EnvPool
+from agentgym_core.http.auth import TOKEN_ENV, resolve_token
+from agentgym_core.http.client import EnvClient, HTTPEnv, RemoteError
+from agentgym_core.http.compat import AgentGymCompat
+from agentgym_core.http.pool import EnvPool
 from agentgym_core.testing import serve_env
 from agentgym_env_guess import GuessEnv
 

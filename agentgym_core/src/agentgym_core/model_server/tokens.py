@@ -116,7 +116,7 @@ def add_token_routes(app: FastAPI, backend: RolloutBackend, *, submit: Any, mode
     ``submit(prompt_ids, params, n=, max_new_tokens=)`` is the app's generation queue; it returns a
     future of the samples.
     """
-    from agentgym_core.model_server_errors import OpenAIError
+    from agentgym_core.model_server.errors import OpenAIError
 
     state = ControlState()
     app.state.control_calls = state.calls

@@ -12,7 +12,7 @@ Routes (all JSON; errors use OpenAI's shape ``{"error": {"message", "type", "par
 
 It also answers vLLM's token-in/token-out route (``POST /inference/v1/generate``) and its control
 routes (sleep, wake, pause, resume, reset prefix cache, weight loading), so it stands in for a
-``vllm serve`` replica: see :mod:`agentgym_core.model_server_tokens`.
+``vllm serve`` replica: see :mod:`agentgym_core.model_server.tokens`.
 
 The server wraps any :class:`agentgym_core.rollout.RolloutBackend`: the backend's own chat
 template renders the messages, its ``generate`` samples. Requests that arrive while the model is
@@ -45,8 +45,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentgym_core.model_server_errors import OpenAIError
-from agentgym_core.model_server_tokens import GENERATE_ROUTE, add_token_routes
+from agentgym_core.model_server.errors import OpenAIError
+from agentgym_core.model_server.tokens import GENERATE_ROUTE, add_token_routes
 from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
 
 __all__ = [

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentgym_core.rl.activation_checkpointing import checkpoint_only_above, checkpointing_threshold
 from agentgym_core.rl.forward import forward_tokens
 from agentgym_core.testing.tiny_model import tiny_chat_model
+from agentgym_core.training.activation_checkpointing import checkpoint_only_above, checkpointing_threshold
 
 
 def _checkpointed_model():

@@ -24,11 +24,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from agentgym_core.compat_spec import AgentGymCompat
 from agentgym_core.env import Env
-from agentgym_core.http_errors import ServerError, error_status, parse_json_body
-from agentgym_core.instances import ID_LIMIT, InstanceTable, NoEpisodeError, UnknownInstanceError
-from agentgym_core.protocol import MAX_ACTION_CHARS, check_text, strict_id
+from agentgym_core.http.compat_spec import AgentGymCompat
+from agentgym_core.http.errors import ServerError, error_status, parse_json_body
+from agentgym_core.http.instances import ID_LIMIT, InstanceTable, NoEpisodeError, UnknownInstanceError
+from agentgym_core.http.protocol import MAX_ACTION_CHARS, check_text, strict_id
 
 __all__ = ["AgentGymCompat", "add_agentgym_routes"]
 

@@ -1,7 +1,7 @@
 """Several servers of one environment behind one client: placement, failover and per-server counts.
 
 ``EnvPool(urls, env=...)`` stands for N ``agentgym serve`` processes of the same environment.
-``pool.make_env()`` returns a :class:`PooledEnv`, an :class:`~agentgym_core.client.HTTPEnv` whose
+``pool.make_env()`` returns a :class:`PooledEnv`, an :class:`~agentgym_core.http.client.HTTPEnv` whose
 instance is created on the healthy server with the fewest of this pool's live instances (relative
 to the server's ``max_instances``; ties go round-robin). What happens when a server stops answering:
 
@@ -11,7 +11,7 @@ to the server's ``max_instances``; ties go round-robin). What happens when a ser
 * a **reset** moves to another server: the episode has not started, so nothing is lost (the
   dead server's instance is forgotten);
 * a **step** cannot move (the episode's state lived on the dead server): it raises
-  :class:`~agentgym_core.client.ServerUnreachableError`, the rollout engine marks that trajectory
+  :class:`~agentgym_core.http.client.ServerUnreachableError`, the rollout engine marks that trajectory
   ``failed``, the trainer counts it (``infra_failed``) and leaves it out of the loss, and the
   rollout worker samples the episode again on a healthy server, up to ``rollout.rerun_failed`` times;
 * with every server down, placement probes them all at once and, if none answers, raises an error
@@ -27,9 +27,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from agentgym_core.client import EnvClient, HTTPEnv, RemoteError, ServerUnreachableError
 from agentgym_core.env import EnvError, ResetResult, StepResult, TaskCatalog
-from agentgym_core.protocol import EnvInfo
+from agentgym_core.http.client import EnvClient, HTTPEnv, RemoteError, ServerUnreachableError
+from agentgym_core.http.protocol import EnvInfo
 
 __all__ = ["EnvPool", "NoHealthyServerError", "PooledEnv", "ServerCounts"]
 

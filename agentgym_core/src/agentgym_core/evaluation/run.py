@@ -173,7 +173,7 @@ def summarize(trajs: Sequence[Trajectory]) -> tuple[GroupMetrics, dict[str, Grou
 
 def _make_env_factory(config: EvalConfig) -> tuple[Callable[[], Env], Any]:
     if config.env_url:
-        from agentgym_core.client import EnvClient, HTTPEnv
+        from agentgym_core.http.client import EnvClient, HTTPEnv
 
         if config.env_options:
             raise ValueError("--env-kwargs configures an in-process environment; with --env-url, pass them to "

@@ -19,8 +19,6 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from agentgym_core import protocol as p
-from agentgym_core.auth import TOKEN_ENV, resolve_token
 from agentgym_core.env import (
     Env,
     EnvError,
@@ -30,6 +28,8 @@ from agentgym_core.env import (
     StepResult,
     TaskCatalog,
 )
+from agentgym_core.http import protocol as p
+from agentgym_core.http.auth import TOKEN_ENV, resolve_token
 
 __all__ = ["EnvClient", "HTTPEnv", "RemoteError", "ServerUnreachableError"]
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from agentgym_core.paired import paired_difference, t_quantile_975
+from agentgym_core.evaluation.paired import paired_difference, t_quantile_975
 
 
 def test_paired_interval_hand_computed():

@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 _SCENARIO = textwrap.dedent("""
     from pathlib import Path
     import torch
-    from agentgym_core.memory import release_memory
+    from agentgym_core.training.memory import release_memory
 
     def rss_mb():
         return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20
@@ -46,7 +46,7 @@ def test_memory_freed_inside_the_heap_goes_back_to_the_os():
 
 _PHASES = textwrap.dedent("""
     import torch
-    from agentgym_core.memory import PhasePeak, peak_rss_bytes
+    from agentgym_core.training.memory import PhasePeak, peak_rss_bytes
 
     with PhasePeak() as big:
         block = torch.ones(400 * 2**20, dtype=torch.uint8)  # 400 MB, touched
@@ -69,7 +69,7 @@ def test_a_phase_without_cuda_reports_no_gpu_peak():
     """Without CUDA in use, phases report resident memory only (and never initialise CUDA to find out)."""
     import torch
 
-    from agentgym_core.memory import PhasePeak
+    from agentgym_core.training.memory import PhasePeak
 
     if torch.cuda.is_initialized():
         pytest.skip("this process already uses CUDA")
@@ -85,7 +85,7 @@ _TRIMMER = textwrap.dedent("""
     import time
     from pathlib import Path
     import torch
-    from agentgym_core.memory import HeapTrimmer, release_memory
+    from agentgym_core.training.memory import HeapTrimmer, release_memory
 
     def rss_mb():
         return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20
@@ -131,7 +131,7 @@ def test_expandable_cuda_segments_are_preferred_unless_the_user_configured_the_a
     """The variable is set for the transformers backend; a user's setting (even empty) and vLLM are left alone."""
     import torch
 
-    from agentgym_core.memory import CUDA_ALLOCATOR_VARIABLES, prefer_expandable_cuda_segments
+    from agentgym_core.training.memory import CUDA_ALLOCATOR_VARIABLES, prefer_expandable_cuda_segments
 
     if torch.cuda.is_initialized():
         pytest.skip("this process already uses CUDA")
@@ -152,7 +152,7 @@ def test_expandable_cuda_segments_are_preferred_unless_the_user_configured_the_a
 
 
 def test_onednn_primitive_cache_limit_leaves_a_users_setting_alone(monkeypatch):
-    from agentgym_core.memory import ONEDNN_CACHE_VARIABLE, limit_onednn_primitive_cache
+    from agentgym_core.training.memory import ONEDNN_CACHE_VARIABLE, limit_onednn_primitive_cache
 
     monkeypatch.delenv(ONEDNN_CACHE_VARIABLE, raising=False)
     assert limit_onednn_primitive_cache(32) is True
@@ -165,10 +165,10 @@ def test_onednn_primitive_cache_limit_leaves_a_users_setting_alone(monkeypatch):
 
 
 def test_model_config_limits_the_onednn_cache_when_the_policy_loads(monkeypatch, tmp_path):
-    from agentgym_core.memory import ONEDNN_CACHE_VARIABLE
     from agentgym_core.rl.config import ModelConfig
     from agentgym_core.rl.setup import load_policy
     from agentgym_core.testing.tiny_model import tiny_chat_model
+    from agentgym_core.training.memory import ONEDNN_CACHE_VARIABLE
 
     model, tokenizer = tiny_chat_model(seed=0)
     model.save_pretrained(tmp_path)
@@ -186,7 +186,7 @@ _ONEDNN_SCENARIO = textwrap.dedent("""
     import sys
     from pathlib import Path
     import torch
-    from agentgym_core.memory import limit_onednn_primitive_cache
+    from agentgym_core.training.memory import limit_onednn_primitive_cache
 
     if sys.argv[1] != "default":
         limit_onednn_primitive_cache(int(sys.argv[1]))

@@ -1,6 +1,6 @@
 """How an environment's AgentGym server names things: the ``agentgym_compat`` an Env class declares.
 
-Kept apart from the routes (:mod:`agentgym_core.compat`) so that defining an environment does not
+Kept apart from the routes (:mod:`agentgym_core.http.compat`) so that defining an environment does not
 import the web framework: ``agentgym envs`` and trainers that only step envs in process stay light.
 """
 

@@ -1,15 +1,15 @@
 """An HTTP server generated from any :class:`~agentgym_core.env.Env` class.
 
 Environment packages never write routes: ``create_app(MyEnv)`` serves the protocol of
-:mod:`agentgym_core.protocol` (with an OpenAPI page at ``/docs``), plus AgentGym's legacy routes
-when the class sets ``agentgym_compat`` (see :mod:`agentgym_core.compat`).
+:mod:`agentgym_core.http.protocol` (with an OpenAPI page at ``/docs``), plus AgentGym's legacy routes
+when the class sets ``agentgym_compat`` (see :mod:`agentgym_core.http.compat`).
 
 Handlers are plain functions, so FastAPI runs them in its worker threads; the instance table
 serialises calls on one instance and lets different instances run in parallel. An environment whose
 calls take microseconds (``Env.inline_calls = True``: BabyAI, TextCraft) is called on the event
 loop instead: the hop to a worker thread and back costs more than such a step, and it is what
 bounded TextCraft's throughput (bench/env_server.py). AgentGym's legacy routes, which read the raw
-request, are also called without FastAPI's per-request stack (:mod:`agentgym_core.direct_routes`).
+request, are also called without FastAPI's per-request stack (:mod:`agentgym_core.http.direct_routes`).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentgym_core import protocol as p
-from agentgym_core.asgi_body import TOO_LARGE, declared_too_large, read_body, replay
-from agentgym_core.compat import add_agentgym_routes
-from agentgym_core.direct_routes import DirectRouteApp, body_too_large
 from agentgym_core.env import Env
-from agentgym_core.http_errors import ServerError, error_status
-from agentgym_core.instances import Instance, InstanceTable
+from agentgym_core.http import protocol as p
+from agentgym_core.http.asgi_body import TOO_LARGE, declared_too_large, read_body, replay
+from agentgym_core.http.compat import add_agentgym_routes
+from agentgym_core.http.direct_routes import DirectRouteApp, body_too_large
+from agentgym_core.http.errors import ServerError, error_status
+from agentgym_core.http.instances import Instance, InstanceTable
 
 __all__ = ["ServerError", "create_app", "error_status", "validate_server_options"]
 
@@ -117,7 +117,7 @@ def create_app(
         shard: ``(k, n)`` for worker k of n processes (``agentgym serve --workers``): instance ids
             are k modulo n, so a request can be sent to the worker that holds its instance.
         next_serial: the creation count shared by the workers (default: this app's own).
-        token: a shared token every request must carry (:mod:`agentgym_core.auth`); None: no check.
+        token: a shared token every request must carry (:mod:`agentgym_core.http.auth`); None: no check.
     """
     validate_server_options(max_instances=max_instances, idle_ttl_s=idle_ttl_s, max_body_bytes=max_body_bytes)
     kwargs = dict(env_kwargs or {})

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import requests
 
-from agentgym_core.instances import InstanceTable
-from agentgym_core.workers import create_owner, owner_of
+from agentgym_core.http.instances import InstanceTable
+from agentgym_core.http.workers import create_owner, owner_of
 from agentgym_env_guess import GuessEnv
 
 pytest.importorskip("agentgym_env_textcraft")

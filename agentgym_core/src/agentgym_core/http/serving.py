@@ -23,8 +23,8 @@ from typing import Any
 import uvicorn
 
 from agentgym_core.env import Env
-from agentgym_core.protocol import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
-from agentgym_core.server import create_app
+from agentgym_core.http.protocol import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
+from agentgym_core.http.server import create_app
 
 __all__ = ["DEFAULT_BODY_TIMEOUT_S", "DEFAULT_HEADER_TIMEOUT_S", "serve_app", "serve_env", "uvicorn_config"]
 
@@ -143,7 +143,7 @@ def serve_app(app: Any, *, host: str = "127.0.0.1", startup_timeout_s: float = 3
 def serve_env(env_cls: type[Env], env_kwargs: dict[str, Any] | None = None, *,
               header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
               **server_options: Any) -> Iterator[str]:
-    """Serve ``env_cls`` with :func:`agentgym_core.server.create_app`; yield the base URL.
+    """Serve ``env_cls`` with :func:`agentgym_core.http.server.create_app`; yield the base URL.
 
     ``server_options`` go to ``create_app`` (``max_instances``, ``idle_ttl_s``, ...).
     """

@@ -51,11 +51,11 @@ import zlib
 from typing import Any
 from urllib.parse import parse_qs
 
-from agentgym_core import protocol as p
-from agentgym_core.asgi_body import TOO_LARGE, read_body, replay
-from agentgym_core.auth import bearer, gate
-from agentgym_core.direct_routes import body_too_large
-from agentgym_core.protocol import DEFAULT_WORKER_TIMEOUT_S
+from agentgym_core.http import protocol as p
+from agentgym_core.http.asgi_body import TOO_LARGE, read_body, replay
+from agentgym_core.http.auth import bearer, gate
+from agentgym_core.http.direct_routes import body_too_large
+from agentgym_core.http.protocol import DEFAULT_WORKER_TIMEOUT_S
 
 __all__ = ["DEFAULT_WORKER_TIMEOUT_S", "WorkerFront", "create_owner", "owner_of", "serve_workers"]
 
@@ -86,7 +86,7 @@ def create_owner(request_id: str, workers: int) -> int:
 
 
 def _is_id(text: str) -> bool:
-    """Plain decimal digits, as the app reads an id (:func:`agentgym_core.protocol.strict_id`)."""
+    """Plain decimal digits, as the app reads an id (:func:`agentgym_core.http.protocol.strict_id`)."""
     try:
         p.strict_id(text)
     except ValueError:
@@ -338,7 +338,7 @@ class WorkerFront:
             return p.WorkerHealth(worker=worker, status="starting" if state == STARTING else "lost", restarts=restarts)
 
         workers = list(await asyncio.gather(*(one(k) for k in range(self.workers))))
-        from agentgym_core.server import _server_version
+        from agentgym_core.http.server import _server_version
 
         health = p.Health(
             status="ok" if all(w.status == "ok" for w in workers) else "degraded",
@@ -412,9 +412,9 @@ def _worker_main(index: int, workers: int, shared: socket.socket, private: socke
     """One worker process: build the app for shard ``index`` and serve both sockets."""
     import uvicorn
 
+    from agentgym_core.http.server import create_app
+    from agentgym_core.http.serving import uvicorn_config
     from agentgym_core.plugins import get_plugin_manager
-    from agentgym_core.server import create_app
-    from agentgym_core.serving import uvicorn_config
 
     def next_serial() -> int:
         with serial.get_lock():

@@ -1,4 +1,4 @@
-"""Raw-request routes called directly (agentgym_core.direct_routes): same answers, same limits."""
+"""Raw-request routes called directly (agentgym_core.http.direct_routes): same answers, same limits."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 import requests
 from fastapi import FastAPI, Request
 
-from agentgym_core.compat import AgentGymCompat, add_agentgym_routes
-from agentgym_core.direct_routes import DirectRouteApp
-from agentgym_core.http_errors import error_status
-from agentgym_core.instances import InstanceTable
-from agentgym_core.server import create_app
-from agentgym_core.serving import serve_app
+from agentgym_core.http.compat import AgentGymCompat, add_agentgym_routes
+from agentgym_core.http.direct_routes import DirectRouteApp
+from agentgym_core.http.errors import error_status
+from agentgym_core.http.instances import InstanceTable
+from agentgym_core.http.server import create_app
+from agentgym_core.http.serving import serve_app
 from agentgym_core.testing import serve_env
 from agentgym_env_guess import GuessEnv
 

@@ -1,7 +1,7 @@
 """A FastAPI app that calls raw-request routes directly, without the per-request framework stack.
 
 A route whose endpoint takes only the :class:`~starlette.requests.Request` (AgentGym's legacy
-routes, :mod:`agentgym_core.compat`) gets nothing from FastAPI at request time: no parameters to
+routes, :mod:`agentgym_core.http.compat`) gets nothing from FastAPI at request time: no parameters to
 validate, no response model beyond ``Any``. Yet every such request still walks the middleware stack, the router's
 linear match, dependency solving and ``jsonable_encoder``, and for environments whose step takes
 microseconds (TextCraft, BabyAI) that walk is most of the server's time (``bench/env_server.py``).
@@ -27,9 +27,9 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agentgym_core.asgi_body import TOO_LARGE, declared_too_large, read_body
-from agentgym_core.auth import gate
-from agentgym_core.http_errors import ServerError
+from agentgym_core.http.asgi_body import TOO_LARGE, declared_too_large, read_body
+from agentgym_core.http.auth import gate
+from agentgym_core.http.errors import ServerError
 
 __all__ = ["DirectRouteApp", "body_too_large"]
 
@@ -73,7 +73,7 @@ class DirectRouteApp(FastAPI):
     _direct: dict[tuple[str, str], Endpoint] = {}  # noqa: RUF012 - replaced per instance
     _body_limit: int = 0
     token: str | None = None
-    """When set, every HTTP request must carry it (:mod:`agentgym_core.auth`), checked before any route."""
+    """When set, every HTTP request must carry it (:mod:`agentgym_core.http.auth`), checked before any route."""
 
     def enable_direct_routes(self, *, max_body_bytes: int) -> list[str]:
         """Serve the qualifying routes directly from now on; returns them as ``"METHOD /path"``."""

@@ -1,0 +1,28 @@
+"""The evaluation room: roll a model out on a split and report success and score (``agentgym eval``),
+and compare two evaluations of the same tasks pairwise.
+
+``run`` holds :func:`evaluate` and its config and results; ``paired`` the paired difference of two
+evaluations' success rates with its interval. Names load on first use.
+"""
+
+from agentgym_core.plugins import lazy_exports
+
+__all__ = [
+    "EvalConfig",
+    "EvalInterrupted",
+    "EvalResults",
+    "GroupMetrics",
+    "evaluate",
+    "paired_difference",
+    "summarize",
+]
+
+lazy_exports(__name__, {
+    "EvalConfig": "agentgym_core.evaluation.run",
+    "EvalInterrupted": "agentgym_core.evaluation.run",
+    "EvalResults": "agentgym_core.evaluation.run",
+    "GroupMetrics": "agentgym_core.evaluation.run",
+    "evaluate": "agentgym_core.evaluation.run",
+    "paired_difference": "agentgym_core.evaluation.paired",
+    "summarize": "agentgym_core.evaluation.run",
+})

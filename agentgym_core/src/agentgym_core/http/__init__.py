@@ -1,0 +1,39 @@
+"""The environment HTTP room: the server generated from an Env class, its client, pool and workers.
+
+    from agentgym_core.http import HTTPEnv, serve_env
+    with serve_env(MyEnv) as url:
+        env = HTTPEnv(url)
+
+Where things are: ``protocol`` (the wire format, pydantic models), ``server`` (the app generated
+from an Env class) with ``instances`` (live instances), ``errors`` (exceptions -> protocol errors),
+``direct_routes`` and ``asgi_body`` (the fast request path), ``compat`` + ``compat_spec`` (AgentGym's
+legacy routes), ``workers`` (``agentgym serve --workers N``), ``serving`` (run a server in a thread or
+as ``agentgym serve``), ``auth`` (the shared token), ``client`` (``HTTPEnv``) and ``pool`` (several
+servers behind one client). Names load on first use, so a client does not import the server stack.
+"""
+
+from agentgym_core.plugins import lazy_exports
+
+__all__ = [
+    "AgentGymCompat",
+    "EnvClient",
+    "EnvPool",
+    "HTTPEnv",
+    "RemoteError",
+    "ServerUnreachableError",
+    "create_app",
+    "serve_app",
+    "serve_env",
+]
+
+lazy_exports(__name__, {
+    "AgentGymCompat": "agentgym_core.http.compat_spec",
+    "EnvClient": "agentgym_core.http.client",
+    "EnvPool": "agentgym_core.http.pool",
+    "HTTPEnv": "agentgym_core.http.client",
+    "RemoteError": "agentgym_core.http.client",
+    "ServerUnreachableError": "agentgym_core.http.client",
+    "create_app": "agentgym_core.http.server",
+    "serve_app": "agentgym_core.http.serving",
+    "serve_env": "agentgym_core.http.serving",
+})
