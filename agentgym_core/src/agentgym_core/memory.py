@@ -8,7 +8,7 @@ large blocks are mmapped afresh adds its peak on top. :func:`release_memory` col
 cycles (an optimizer and its LR schedule, for one, only go in a full collection) and then asks
 glibc to return every free page (``malloc_trim(0)``); the trainer calls it between phases.
 :class:`HeapTrimmer` also trims while a phase runs, once a second from a background thread
-(``model.heap_trim_interval_s``), so memory freed within a long phase does not stay resident.
+(``runtime.heap_trim_interval_s``), so memory freed within a long phase does not stay resident.
 
 :class:`PhasePeak` measures a phase's own peak resident memory: Linux keeps the process's high-water
 mark (``VmHWM``) and resets it to the current RSS on a write of ``5`` to ``/proc/self/clear_refs``, so

@@ -235,10 +235,10 @@ def test_packing_support_problem_versions():
 
 
 def test_config_refuses_packing_on_an_old_transformers(monkeypatch):
-    from agentgym_core.rl import forward
+    from agentgym_core.rl import packing_support
 
-    real = forward.installed_version
-    monkeypatch.setattr(forward, "installed_version",
+    real = packing_support.installed_version
+    monkeypatch.setattr(packing_support, "installed_version",
                         lambda package: "4.52.4" if package == "transformers" else real(package))
     with pytest.raises(ConfigError, match=r"algorithm.packing=true is unsafe.*4.52.4.*algorithm.packing=false"):
         load_config(None, ["envs=[{name: x}]", "algorithm.packing=true"])

@@ -9,23 +9,23 @@ the closest valid key. The resolved config (defaults filled in) is saved in the 
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializeAsAny,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
-import agentgym_core.rl.forward as forward
+import agentgym_core.rl.packing_support as packing
 from agentgym_core.finetune_options import WarmStartConfig
+from agentgym_core.recipes import (
+    RECIPE_KINDS,
+    ConfigError,
+    apply_overrides,
+    load_recipe,
+    read_recipe,
+    recipe_kind,
+    save_recipe,
+    validation_message,
+)
 from agentgym_core.rl.estimator_api import AdvantageConfig, Estimator, min_group_size
 from agentgym_core.rl.losses import Aggregation, KLEstimator
 from agentgym_core.schedulers import RoundsConfig
@@ -42,20 +42,20 @@ __all__ = [
     "LoraConfig",
     "ModelConfig",
     "OptimConfig",
+    "RECIPE_KINDS",
+    "RayConfig",
     "RolloutConfig",
+    "RuntimeConfig",
     "TrainConfig",
     "TrainerConfig",
     "apply_overrides",
     "check_group_size",
     "load_config",
     "read_recipe",
+    "recipe_kind",
     "save_config",
     "validation_message",
 ]
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message says which key and how to fix it."""
 
 
 class _Section(BaseModel):
@@ -81,8 +81,6 @@ class ModelConfig(_Section):
     path: str = Field("smollm2-135m-instruct", description="Named model, .gguf file or HF model directory.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Training dtype.")
     device: str = Field("auto", description="'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:1'.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: under `agentgym`, half the CPUs "
-                                "or $OMP_NUM_THREADS; 1 is fastest when other jobs share the CPU).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     gradient_checkpointing_above_tokens: int | None = Field(
         None, ge=1, description="With gradient_checkpointing: recompute activations only in training forwards of "
@@ -98,30 +96,6 @@ class ModelConfig(_Section):
         "same batch). Sampling is unaffected; "
         "old log-probs are recomputed under the same autocast, so PPO ratios stay consistent.",
     )
-    autocast_cache: bool = Field(
-        True, description="Under bf16 autocast, keep each weight's bf16 cast for the whole optimizer step instead "
-        "of casting it again at every use (autocast's own default). The cache is a bf16 copy of the trained "
-        "weights; without it one SFT step of the CPU recipe peaked at 0.95x the memory in the same time "
-        "(bench/sft_memory.py --compare-no-autocast-cache), so the CPU recipes turn it off.")
-    onednn_primitive_cache: int | None = Field(
-        None, ge=1, description="Most compiled oneDNN kernels a process keeps (PyTorch's bf16 matmuls on the CPU; "
-        "sets ONEDNN_PRIMITIVE_CACHE_CAPACITY unless it is set). oneDNN keeps 1,024, and training forwards change "
-        "shape with every micro-batch, so its cache grows all run: 5 SFT steps of the CPU recipe left 2.64 GB "
-        "resident between steps with it, 2.40 GB with 32 (bench/sft_memory.py). None: oneDNN's default.")
-    heap_trim_interval_s: float | None = Field(
-        1.0, ge=0.0, description="Every N seconds while a run's phases (SFT, rollouts, updates, evaluations) "
-        "go on, return the C heap's free pages to the OS from a background thread (glibc's malloc_trim, a few ms "
-        "each), in every process that holds a model (Ray actors too): memory freed in the heap's middle within "
-        "a phase (a micro-batch's activations, an outgrown KV-cache buffer) otherwise stays resident and RSS "
-        "climbs over a long run. 0 or None: only between phases; at least 0.05 otherwise.")
-
-    @field_validator("heap_trim_interval_s")
-    @classmethod
-    def _trim_not_continuously(cls, value: float | None) -> float | None:
-        if value and value < 0.05:
-            raise ValueError(f"{value} s would trim almost continuously: use 0 (off) or at least 0.05")
-        return value
-
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
     @model_validator(mode="after")
@@ -130,6 +104,33 @@ class ModelConfig(_Section):
             raise ValueError("model.gradient_checkpointing_above_tokens limits gradient checkpointing to long "
                              "forwards: set model.gradient_checkpointing: true as well, or drop the threshold")
         return self
+
+
+class RuntimeConfig(_Section):
+    """``runtime``: process and memory knobs of the processes that hold a model (bench/README.md measures them)."""
+
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads per process (None: half the CPUs under `agentgym`, or "
+        "$OMP_NUM_THREADS).")
+    onednn_primitive_cache: int | None = Field(
+        None, ge=1, description="Most compiled oneDNN kernels a process keeps (sets ONEDNN_PRIMITIVE_CACHE_CAPACITY "
+        "unless it is set; None: oneDNN's default).")
+    heap_trim_interval_s: float | None = Field(
+        1.0, ge=0.0, description="Seconds between returns of the C heap's free pages to the OS while a phase runs "
+        "(0 or None: only between phases; else at least 0.05).")
+    autocast_cache: bool = Field(
+        True, description="Under bf16 autocast, keep each weight's bf16 cast for the whole optimizer step instead of "
+        "casting it at every use.")
+    optimizer_state_to_disk: bool = Field(
+        False, description="Keep the optimizer's state in a file in run_dir outside each optimizer step (one learner "
+        "process only).")
+
+    @field_validator("heap_trim_interval_s")
+    @classmethod
+    def _trim_not_continuously(cls, value: float | None) -> float | None:
+        if value and value < 0.05:
+            raise ValueError(f"{value} s would trim almost continuously: use 0 (off) or at least 0.05")
+        return value
 
 
 class EnvConfig(_Section):
@@ -412,12 +413,12 @@ class AlgorithmConfig(_Section):
     @model_validator(mode="after")
     def _packing_needs_recent_transformers(self) -> AlgorithmConfig:
         if self.packing:
-            problem = forward.packing_support_problem(forward.installed_version("transformers"),
-                                                      forward.installed_version("torch"))
+            problem = packing.packing_support_problem(packing.installed_version("transformers"),
+                                                      packing.installed_version("torch"))
             if problem is not None:
                 raise ValueError(f"algorithm.packing=true is unsafe here: {problem}. Set algorithm.packing=false "
                                  f"(padded rows give the same numbers), or upgrade: pip install "
-                                 f"'transformers>={forward.PACKING_MIN_TRANSFORMERS}' 'torch>={forward.PACKING_MIN_TORCH}'")
+                                 f"'transformers>={packing.PACKING_MIN_TRANSFORMERS}' 'torch>={packing.PACKING_MIN_TORCH}'")
         return self
 
     @model_validator(mode="after")
@@ -442,7 +443,7 @@ class OptimConfig(_Section):
 
 
 class ActorResources(_Section):
-    """What one Ray actor asks the cluster for (``trainer.learner_resources``, ``trainer.rollout_resources``)."""
+    """What one Ray actor asks for (``trainer.ray.learner_resources``, ``trainer.ray.rollout_resources``)."""
 
     num_cpus: float = Field(1.0, ge=0.0, description="CPU cores reserved for the actor.")
     num_gpus: float = Field(0.0, ge=0.0, description="GPUs reserved for the actor (fractions share one GPU).")
@@ -456,6 +457,26 @@ class ActorResources(_Section):
             raise ValueError("an actor must ask for some resource (Ray places actors by what they ask): set "
                              "num_cpus or num_gpus above 0")
         return self
+
+
+class RayConfig(_Section):
+    """``trainer.ray``: where the Ray launcher places its actors and how it handles their failures."""
+
+    address: str | None = Field(
+        None, description="The cluster to join ('auto', 'ray://host:10001'; None: $RAY_ADDRESS, a local Ray, or a "
+        "private one for this run).")
+    rollout_workers: int = Field(
+        1, ge=1, description="Rollout worker actors; each step's episodes are split between them.")
+    learner_resources: ActorResources = Field(
+        default_factory=ActorResources, description="Resources of each learner rank's actor.")
+    rollout_resources: ActorResources = Field(
+        default_factory=ActorResources, description="Resources of each rollout worker's actor.")
+    placement_timeout_s: float = Field(
+        120.0, gt=0.0, description="Seconds to wait for the cluster to place every actor before the run fails.")
+    remote_timeout_s: float = Field(
+        1800.0, gt=0.0, description="Seconds one call to an actor may take before the run fails naming it.")
+    rollout_worker_restarts: int = Field(
+        1, ge=0, description="Times a rollout worker that died is restarted and its batch sampled again.")
 
 
 class TrainerConfig(_Section):
@@ -481,52 +502,24 @@ class TrainerConfig(_Section):
         False, description="Sharded checkpoints (trainer.learners > 1): also write Hugging Face weights under "
         "model/ at every checkpoint, not only the final one.")
     save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
-    optimizer_state_to_disk: bool = Field(
-        False, description="Keep the optimizer's state (AdamW's two moments: twice the trainable weights in float32, "
-        "1.08 GB for SmolLM2-135M) in a file in run_dir except inside each optimizer step, so rollouts, evaluations "
-        "and the update's forward and backward passes do not hold it in memory: read back just before a step or a "
-        "checkpoint, written in the background just after the step (freed a few seconds later), deleted at the end "
-        "(the warm start's SFT does the same). Disk: up to twice the state while a write replaces the last. A failed "
-        "write keeps the state in memory, with a warning. One learner process (trainer.learners=1).")
     tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")
     launcher: Literal["local", "ray"] = Field(
-        "local", description="'local': the learner ranks are processes of this machine and each rank also samples its "
-        "share of every step's episodes. 'ray': a driver (which holds no model) places the learner ranks and trainer.rollout_workers "
-        "rollout workers as Ray actors (pip install './agentgym_core[ray]'); see the README's Ray section.")
-    ray_address: str | None = Field(
-        None, description="launcher=ray: the cluster to join ('auto': the one `ray start --head` started on this "
-        "machine; 'ray://host:10001' for a remote head). None: $RAY_ADDRESS or a Ray started on this machine "
-        "if there is one, else a private Ray for this run, stopped at its end (ray.init()'s rule).")
-    rollout_workers: int = Field(
-        1, ge=1, description="launcher=ray: rollout worker actors (each a backend, engines and env clients); each "
-        "step's episodes are split between them.")
-    learner_resources: ActorResources = Field(
-        default_factory=ActorResources, description="launcher=ray: resources of each learner rank's actor.")
-    rollout_resources: ActorResources = Field(
-        default_factory=ActorResources, description="launcher=ray: resources of each rollout worker's actor.")
-    placement_timeout_s: float = Field(
-        120.0, gt=0.0, description="launcher=ray: how long to wait for the cluster to place every actor before "
-        "the run fails, naming the resources it lacks.")
-    remote_timeout_s: float = Field(
-        1800.0, gt=0.0, description="launcher=ray: limit in seconds on one call to an actor (a step's rollout, "
-        "score, update, weights, checkpoint); past it the run fails with the call and the step it was on.")
-    rollout_worker_restarts: int = Field(
-        1, ge=0, description="launcher=ray: how many times a rollout worker that died (process killed, node lost) is "
-        "restarted and its batch re-sampled before the run fails with its error. Each step logs "
-        "'rollout_worker_restarts' (its own, 0 when none) and 'rollout_worker_restarts_total' (since this launch).")
+        "local", description="'local': learner ranks are processes of this machine that also sample; 'ray': learner "
+        "ranks and rollout workers are Ray actors placed as trainer.ray says.")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Placement and fault handling of launcher=ray.")
 
     @model_validator(mode="after")
     def _ray_options_need_ray(self) -> TrainerConfig:
-        if self.launcher == "local" and self.rollout_workers > 1:
-            raise ValueError(f"trainer.rollout_workers={self.rollout_workers} needs trainer.launcher=ray (the local "
-                             "launcher runs one rollout worker in the driver process)")
+        if self.launcher == "local" and self.ray.rollout_workers > 1:
+            raise ValueError(f"trainer.ray.rollout_workers={self.ray.rollout_workers} needs trainer.launcher=ray (the "
+                             "local launcher runs one rollout worker in the driver process)")
         return self
 
 
 class TrainConfig(_Section):
-    """The whole run. Sections: model, envs, rollout, algorithm, optim, trainer, warm_start."""
+    """The whole run. Sections: model, envs, rollout, algorithm, optim, trainer, warm_start, runtime."""
 
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
     envs: list[EnvConfig] = Field(description="Environments to train on (one or more).", min_length=1)
@@ -538,6 +531,7 @@ class TrainConfig(_Section):
         None, description="Supervised warm start before RL (SFT on expert demos or trajectory files); the KL "
         "reference and the 'before' evaluation are then the fine-tuned model.",
     )
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Process and memory knobs.")
 
     @property
     def off_policy_correction(self) -> str:
@@ -589,122 +583,11 @@ class TrainConfig(_Section):
         return self
 
 
-# -- loading --------------------------------------------------------------------------------------
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model class inside an annotation like ``X``, ``X | None`` or ``list[X]``."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _check_keys(model: type[BaseModel], data: Any, where: str) -> None:
-    """Raise ConfigError for the first unknown key, naming the closest valid one."""
-    if not isinstance(data, dict) or model.model_config.get("extra") == "allow":
-        return  # a plugin's options (algorithm.advantage, rounds_ctrl): checked by rl.plugin_options
-    fields = model.model_fields
-    for key, value in data.items():
-        path = f"{where}.{key}" if where else str(key)
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
-            hint = f" Did you mean '{(where + '.') if where else ''}{close[0]}'?" if close else ""
-            valid = ", ".join(sorted(fields))
-            raise ConfigError(f"unknown config key '{path}'.{hint} Valid keys here: {valid}.")
-        sub = _model_of(fields[key].annotation)
-        if sub is None:
-            continue
-        if get_origin(fields[key].annotation) is list and isinstance(value, list):
-            for i, item in enumerate(value):
-                _check_keys(sub, item, f"{path}[{i}]")
-        else:
-            _check_keys(sub, value, path)
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (value parsed as YAML: numbers, lists, bools); ``envs.0.url=...`` indexes lists."""
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} has no '='; write it as section.key=value, e.g. trainer.steps=10")
-        dotted, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else ""
-        node: Any = data
-        parts = dotted.strip().split(".")
-        for part in parts[:-1]:
-            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
-        last = parts[-1]
-        if isinstance(node, list):
-            node[int(last)] = value
-        else:
-            node[last] = value
-    return data
-
-
-RECIPE_KINDS = ("rl", "sft", "dpo", "rejection_sampling")
-
-
-def recipe_kind(path: str | Path | None, overrides: list[str] | None = None) -> str:
-    """The recipe's top-level ``kind`` (``rl`` when absent): which trainer runs it.
-
-    ``rl`` recipes are :class:`TrainConfig`; the others are ``agentgym_core.finetune`` recipes.
-    A ``kind=...`` override wins over the file.
-    """
-    kind = "rl"
-    if path is not None and Path(path).exists():
-        kind = str(read_recipe(path).get("kind", "rl"))
-    for override in overrides or []:
-        if override.startswith("kind="):
-            kind = override.split("=", 1)[1].strip()
-    if kind not in RECIPE_KINDS:
-        raise ConfigError(f"unknown recipe kind {kind!r}; expected one of {', '.join(RECIPE_KINDS)}")
-    return kind
-
+# -- loading (the loader itself is agentgym_core.recipes, shared with fine-tuning) -------------
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a YAML recipe, apply overrides, validate. Errors are :class:`ConfigError` with the fix."""
-    data = read_recipe(path) if path is not None else {}
-    data = apply_overrides(data, list(overrides or []))
-    _check_keys(TrainConfig, data, "")
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(validation_message(exc)) from None
-
-
-def read_recipe(path: str | Path) -> dict[str, Any]:
-    """The mapping in the YAML recipe ``path``; a one-line ConfigError naming the file (and line) if unreadable."""
-    path = Path(path)
-    if path.is_dir():
-        hint = f"; to continue that run: --resume {path}" if (path / "config.yaml").is_file() else ""
-        raise ConfigError(f"{path} is a directory; pass a YAML recipe file, e.g. examples/babyai_grpo_cpu.yaml{hint}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist; see examples/*.yaml for recipes") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the recipe {path}: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise ConfigError(f"{where}: not valid YAML ({problem}); fix that line of the recipe") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a recipe is a YAML mapping of sections (model:, envs:, ...), "
-                          f"got a {type(data).__name__}")
-    return data
-
-
-def validation_message(exc: ValidationError) -> str:
-    """A pydantic error as one line: every bad key with what was wrong."""
-    problems = [f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()]
-    return "invalid config: " + "; ".join(problems)
+    return load_recipe(TrainConfig, path, overrides)
 
 
 def check_group_size(config: TrainConfig, estimate: Estimator) -> None:
@@ -728,4 +611,4 @@ def check_group_size(config: TrainConfig, estimate: Estimator) -> None:
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
     """Write the resolved config (all defaults filled in) as YAML."""
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    save_recipe(config, path)

@@ -1,0 +1,132 @@
+"""The one recipe loader (agentgym_core.recipes): the regrouped schema gives every recipe its old meaning.
+
+``recipe_configs_main.json`` is the effective config (defaults filled in) of every recipe in
+``examples/`` and ``bench/`` as the schema before the regrouping resolved them, taken on main. Mapped
+with :data:`MOVED_KEYS`, it must equal what the recipes resolve to now, and a recipe in the old
+layout must load to the same config with one deprecation line per moved key.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentgym_core.finetune.config import load_finetune_config
+from agentgym_core.recipes import MOVED_KEYS, ConfigError, recipe_kind
+from agentgym_core.rl.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+BEFORE = json.loads((Path(__file__).with_name("recipe_configs_main.json")).read_text())
+
+
+def effective(path: str) -> dict:
+    load = load_config if recipe_kind(ROOT / path) == "rl" else load_finetune_config
+    return load(ROOT / path).model_dump(mode="json")
+
+
+def moved(config: dict) -> dict:
+    """``config`` (old layout) with every key of MOVED_KEYS at its new place."""
+    config = copy.deepcopy(config)
+    for old, new in MOVED_KEYS.items():
+        *old_sections, old_key = old.split(".")
+        node = config
+        for section in old_sections:
+            node = node.get(section) or {}
+        if old_key not in node:
+            continue
+        value = node.pop(old_key)
+        *new_sections, new_key = new.split(".")
+        node = config
+        for section in new_sections:
+            node = node.setdefault(section, {})
+        node[new_key] = value
+    return config
+
+
+def test_the_snapshot_covers_every_recipe():
+    recipes = sorted(str(p.relative_to(ROOT)) for d in ("examples", "bench") for p in (ROOT / d).glob("*.yaml"))
+    assert sorted(BEFORE) == recipes
+
+
+@pytest.mark.parametrize("path", sorted(BEFORE))
+def test_every_recipe_resolves_as_before_the_regrouping(path):
+    assert effective(path) == moved(BEFORE[path])
+
+
+OLD_LAYOUT = """
+model: {path: smollm2-135m-instruct, threads: 2, autocast_cache: false, onednn_primitive_cache: 32,
+        heap_trim_interval_s: 0.5}
+envs: [{name: guess}]
+trainer:
+  steps: 3
+  launcher: ray
+  optimizer_state_to_disk: true
+  ray_address: auto
+  rollout_workers: 2
+  learner_resources: {num_cpus: 2}
+  rollout_resources: {num_cpus: 1, num_gpus: 0.5}
+  placement_timeout_s: 30
+  remote_timeout_s: 60
+  rollout_worker_restarts: 0
+"""
+
+NEW_LAYOUT = """
+model: {path: smollm2-135m-instruct}
+envs: [{name: guess}]
+trainer:
+  steps: 3
+  launcher: ray
+  ray:
+    address: auto
+    rollout_workers: 2
+    learner_resources: {num_cpus: 2}
+    rollout_resources: {num_cpus: 1, num_gpus: 0.5}
+    placement_timeout_s: 30
+    remote_timeout_s: 60
+    rollout_worker_restarts: 0
+runtime: {threads: 2, autocast_cache: false, onednn_primitive_cache: 32, heap_trim_interval_s: 0.5,
+          optimizer_state_to_disk: true}
+"""
+
+
+def test_a_recipe_in_the_old_layout_loads_the_same_with_one_warning_per_moved_key(tmp_path, caplog):
+    (tmp_path / "old.yaml").write_text(OLD_LAYOUT)
+    (tmp_path / "new.yaml").write_text(NEW_LAYOUT)
+    with caplog.at_level(logging.WARNING, logger="agentgym_core.recipes"):
+        old = load_config(tmp_path / "old.yaml")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "agentgym_core.recipes"]
+    assert len(warnings) == len(MOVED_KEYS)
+    for (old_key, new_key), message in zip(MOVED_KEYS.items(), warnings, strict=True):
+        assert f"{old_key} has moved to {new_key}" in message and "\n" not in message
+    caplog.clear()
+    assert old == load_config(tmp_path / "new.yaml")
+    assert not caplog.records  # the new layout loads silently
+    assert old.trainer.ray.rollout_workers == 2 and old.runtime.threads == 2
+
+
+def test_an_old_key_as_an_override_is_moved_too(caplog):
+    with caplog.at_level(logging.WARNING, logger="agentgym_core.recipes"):
+        config = load_config(None, ["envs=[{name: guess}]", "model.threads=3", "trainer.launcher=ray",
+                                    "trainer.learner_resources.num_gpus=1", "trainer.rollout_workers=2"])
+    assert config.runtime.threads == 3
+    assert config.trainer.ray.learner_resources.num_gpus == 1 and config.trainer.ray.rollout_workers == 2
+    assert any("trainer.learner_resources has moved to trainer.ray.learner_resources" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_key_at_both_places_is_an_error_naming_both(tmp_path):
+    (tmp_path / "both.yaml").write_text("envs: [{name: guess}]\nmodel: {threads: 2}\nruntime: {threads: 4}\n")
+    with pytest.raises(ConfigError, match=r"sets both model.threads .* and runtime.threads; keep only runtime.threads"):
+        load_config(tmp_path / "both.yaml")
+
+
+def test_fine_tuning_recipes_take_the_old_layout_too(tmp_path):
+    recipe = yaml.safe_load((ROOT / "examples/babyai_sft_cpu.yaml").read_text())
+    recipe["model"]["threads"] = recipe.pop("runtime")["threads"]
+    (tmp_path / "old_sft.yaml").write_text(yaml.safe_dump(recipe))
+    assert load_finetune_config(tmp_path / "old_sft.yaml") == load_finetune_config(ROOT / "examples/babyai_sft_cpu.yaml")
