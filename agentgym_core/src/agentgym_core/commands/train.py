@@ -66,10 +66,10 @@ def check_envs(config, *, reach_servers: bool = True) -> None:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from agentgym_core.rl.config import ConfigError, load_config, recipe_kind
+    from agentgym_core.recipes import ConfigError, recipe_kind
 
     config_path, overrides = resolve_recipe(args)
-    try:
+    try:  # before torch is imported: a missing or unreadable recipe is reported at once
         kind = recipe_kind(config_path, overrides)
     except ConfigError as exc:
         print(f"agentgym: error: {exc}", file=sys.stderr)
@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         return finetune.run(args)
     overrides = [o for o in overrides if not o.startswith("kind=")]  # `kind=rl` only chose the trainer
     from agentgym_core.plugins import get_plugin_manager
+    from agentgym_core.rl.config import load_config
     from agentgym_core.rl.plugin_options import bind_plugin_options
 
     try:

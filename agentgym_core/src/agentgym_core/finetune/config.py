@@ -52,9 +52,7 @@ class FinetuneTrainerConfig(_Section):
     eval_max_turns: int = Field(12, ge=1, description="Turn budget of evaluation episodes.")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (the last is always saved).")
-    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are "
-                                  "deleted. One SmolLM2-135M checkpoint is 1.6 GB (542 MB weights + 1,076 MB AdamW "
-                                  "state; bench/checkpoint_size.py).")
+    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are deleted.")
     progress: bool = Field(True, description="Show a console progress bar.")
     tensorboard: bool = Field(False, description="Also log to TensorBoard when it is installed.")
 

@@ -76,25 +76,26 @@ class LoraConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """``model``: the policy."""
+    """``model``: the policy.
+
+    ``mixed_precision`` runs the training matmuls in bf16 while weights and optimizer state keep
+    their dtype; old log-probs are recomputed under the same autocast, so PPO ratios stay
+    consistent, and sampling is unaffected. ``gradient_checkpointing_above_tokens: N`` keeps the
+    activations of forwards of at most N tokens (faster, memory in proportion to N); set the
+    micro-batch sizes (``sft.micro_batch_tokens``, ``algorithm.micro_batch_tokens``) to N so that
+    short sequences fill such forwards. bench/README.md measures both.
+    """
 
     path: str = Field("smollm2-135m-instruct", description="Named model, .gguf file or HF model directory.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Training dtype.")
     device: str = Field("auto", description="'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:1'.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     gradient_checkpointing_above_tokens: int | None = Field(
-        None, ge=1, description="With gradient_checkpointing: recompute activations only in training forwards of "
-        "more than N tokens (rows x width); shorter ones keep theirs, which is faster and costs memory in "
-        "proportion to N (SmolLM2-135M: about 0.75 MB a token; with N = 1,024, an SFT step of 1,024-token forwards "
-        "took x0.73 the time of checkpointed 2,048-token ones at x1.01 the peak, bench/sft_memory.py). Set the "
-        "micro-batch sizes (sft.micro_batch_tokens, algorithm.micro_batch_tokens) to N so that short sequences "
-        "fill such forwards; a longer sequence is a forward of its own and is checkpointed. None: every forward.")
+        None, ge=1, description="With gradient_checkpointing, recompute activations only in training "
+        "forwards of more than N tokens (None: in every forward).")
     mixed_precision: Literal["no", "bf16", "auto"] = Field(
-        "no", description="Run training forwards/backwards under bfloat16 autocast (weights and optimizer stay in "
-        "their dtype). 'auto': bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), else off. About "
-        "3x the update tokens/s on this project's AVX512-BF16 CPU (bench/train_step.py: x2.95 vs float32 on the "
-        "same batch). Sampling is unaffected; "
-        "old log-probs are recomputed under the same autocast, so PPO ratios stay consistent.",
+        "no", description="Run training forwards and backwards under bfloat16 autocast ('auto': where the "
+        "device has native bf16).",
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
@@ -134,7 +135,13 @@ class RuntimeConfig(_Section):
 
 
 class EnvConfig(_Section):
-    """One entry of ``envs``: an environment and where it runs."""
+    """One entry of ``envs``: an environment and where it runs.
+
+    With ``urls`` (an env pool) each new instance goes to the healthy server with the fewest of the
+    run's live instances; a server that stops answering is marked down and asked again after
+    ``probe_interval_s``; the episodes it broke count as failed (``infra_failed``) and are re-run
+    (``rollout.rerun_failed``). Every server must serve the same env and task catalog.
+    """
 
     name: str = Field(description="Registered environment name (`agentgym envs` lists them).")
     url: str | None = Field(
@@ -142,10 +149,7 @@ class EnvConfig(_Section):
         "for the run.",
     )
     urls: list[str] | None = Field(
-        None, description="Several servers of this environment (an env pool), instead of url: each new instance goes "
-        "to the healthy server with the fewest of the run's live instances; a server that stops answering is marked "
-        "down and probed again later; episodes it broke are counted as failed (infra_failed) and re-run "
-        "(rollout.rerun_failed). Every server must serve the same env and task catalog.",
+        None, description="Several servers of this environment (an env pool), used instead of url.",
     )
     probe_interval_s: float = Field(
         5.0, gt=0, description="Seconds a server of urls that stopped answering is left alone before its /health is "
@@ -208,21 +212,25 @@ class CurriculumConfig(_Section):
     """
 
     kind: Literal["none", "pass_rate"] = Field(
-        "none", description="'none': tasks in per-epoch shuffles of the whole train split, every task once per "
-        "epoch. 'pass_rate': categories drawn by 1 - p^G - (1-p)^G, the chance that a group of G=rollout.group_size "
-        "samples has both passes and fails, with p = (successes + 1) / (attempts + 2) of the category's decayed "
-        "counts (0.5 before its first attempt).")
+        "none", description="'none': every task once per epoch in shuffled order; 'pass_rate': categories "
+        "drawn by their chance of a mixed group.")
     decay: float = Field(
-        0.9, gt=0.0, le=1.0, description="Factor on a category's success and attempt counts after each step, before "
-        "the step's own are added: the estimate follows the policy with an effective memory of about "
-        "1 / (1 - decay) steps. 1.0: never forget.")
+        0.9, gt=0.0, le=1.0, description="Factor on a category's counts after each step (1.0: never forget).")
     floor: float = Field(
         0.05, gt=0.0, le=1.0, description="Least weight of a category, so one that is always or never solved is "
         "still drawn now and then and its estimate can change.")
 
 
 class RolloutConfig(_Section):
-    """``rollout``: how trajectories are sampled."""
+    """``rollout``: how trajectories are sampled.
+
+    An episode the environment broke (a dead server, an env error, a call past ``env_timeout_s``)
+    stays in the step's trajectories, counted in ``infra_failed`` and left out of the loss; a re-run
+    (``rerun_failed``) takes its place in the group. With ``max_staleness: k > 0`` the rollout side
+    samples the next steps' batches while the learner updates, never more than k versions ahead of
+    the weights it holds; each trajectory records its ``policy_version`` and the lag is logged
+    (``staleness_mean``, ``staleness_max``).
+    """
 
     tasks_per_step: int = Field(8, ge=1, description="Distinct tasks per training step (all envs together).")
     group_size: int = Field(4, ge=1, description="Samples per task (the GRPO/RLOO group).")
@@ -244,28 +252,20 @@ class RolloutConfig(_Section):
     curriculum: CurriculumConfig = Field(
         default_factory=CurriculumConfig, description="Draw tasks by category, favouring those with mixed outcomes.")
     env_timeout_s: float = Field(
-        600.0, gt=0.0, description="Limit in seconds on one environment call (create/reset/step, HTTP read "
-        "included). A call that takes longer fails its trajectory as an infrastructure failure, which is left "
-        "out of the loss and counted in the 'infra_failed' metric. 600 as in the anchor's scripts; WebArena and "
-        "SciWorld steps can take tens of seconds under load.",
+        600.0, gt=0.0, description="Seconds one environment call may take before its trajectory fails as an "
+        "infrastructure failure.",
     )
     rerun_failed: int = Field(
-        1, ge=0, description="Times an episode whose trajectory the environment broke (failed: a dead server, an env "
-        "error, a timeout) is sampled again within the same step. The failed attempt stays in the step's "
-        "trajectories, counted in 'infra_failed' and left out of the loss; the re-run takes its place in the group. "
-        "0: never re-run.",
+        1, ge=0, description="Times an episode the environment broke is sampled again within the same step "
+        "(0: never).",
     )
     max_env_failure_rate: float = Field(
         0.5, ge=0.0, le=1.0, description="Stop the run when more than this share of a step's episodes broke by an "
         "env error or timeout in every attempt (naming the env, the server and the error); 1 never stops.",
     )
     max_staleness: int = Field(
-        0, ge=0, description="Asynchronous rollouts: how many policy versions (updates) a trained trajectory may lag "
-        "behind the learner. 0: synchronous, each step's trajectories come from the weights of the step before. "
-        "k > 0: the rollout side samples the next steps' batches in the background while the learner updates, and "
-        "never starts a batch more than k versions ahead of the weights it holds; each trajectory records its "
-        "policy_version and the lag is logged (staleness_mean/staleness_max). Off-policy by at most k updates; "
-        "the PPO ratio uses the learner's log-probs as the old policy.",
+        0, ge=0, description="Most policy versions a trained trajectory may lag behind the learner (0: "
+        "synchronous rollouts).",
     )
 
     @model_validator(mode="after")
@@ -294,13 +294,12 @@ class CriticConfig(_Section):
 
     enabled: bool = Field(False, description="Train a critic (value function); GAE needs one.")
     kind: Literal["separate", "shared_trunk"] = Field(
-        "separate", description="'separate': a model of its own (a copy of the policy's trunk, or model_path) with a "
-        "value head; value-loss gradients never reach the policy. 'shared_trunk': a value head on the policy's last "
-        "hidden state; cheaper (no second model), but the value loss trains the policy's trunk too.",
+        "separate", description="'separate': a model of its own with a value head; 'shared_trunk': a value "
+        "head on the policy's last hidden state.",
     )
     model_path: str | None = Field(
-        None, description="separate critic only: named model or HF directory for its trunk, e.g. a smaller model of "
-        "the policy's family (it must use the policy's tokenizer). None: a copy of the policy's initial weights.",
+        None, description="Separate critic: named model or HF directory of its trunk (None: a copy of the "
+        "policy's initial weights).",
     )
     vf_coef: float = Field(0.5, ge=0.0, description="Weight of the value loss.")
     value_clip: float | None = Field(0.2, description="Clip range of the value update; None disables.")
@@ -324,7 +323,16 @@ class OffPolicyConfig(_Section):
 
 
 class AlgorithmConfig(_Section):
-    """``algorithm``: estimator, losses and the PPO update schedule."""
+    """``algorithm``: estimator, losses and the PPO update schedule.
+
+    ``old_logprobs: current`` takes the update's own log-probs, detached, as the ratio's denominator:
+    the same numbers as a scoring pass when each batch gets one optimizer step (``ppo_epochs`` and
+    ``mini_batches`` 1), without that extra forward; it needs no critic and no KL term, whose inputs
+    come from the scoring pass. ``auto`` picks it where it is exact. ``drop_zero_advantage`` is off
+    by default, as in verl: rows of tied groups carry no policy-gradient signal but still carry the
+    KL and entropy terms and count in the loss normaliser. ``packing`` needs transformers >= 4.53.1
+    and torch >= 2.6 (older ones let packed sequences attend to each other; the config refuses them).
+    """
 
     estimator: str = Field("grpo", description="Advantage estimator plugin: gae, grpo, rloo, reinforce_pp, ...")
     # SerializeAsAny: a plugin's options subclass is saved with its own fields (see rl.plugin_options).
@@ -343,9 +351,8 @@ class AlgorithmConfig(_Section):
     clip_low: float = Field(0.2, ge=0.0, description="PPO clip: ratio >= 1 - clip_low.")
     clip_high: float | None = Field(None, ge=0.0, description="PPO clip-higher: ratio <= 1 + clip_high (None: clip_low).")
     clip_ratio_c: float | None = Field(
-        3.0, gt=1.0, description="PPO dual clip (Ye et al. 2020): on tokens with a negative advantage the loss is "
-        "capped at clip_ratio_c * |A|, so a ratio that ran far above 1 cannot blow the step up. 3.0 as in verl; "
-        "None disables.",
+        3.0, gt=1.0, description="PPO dual clip: the loss on tokens with a negative advantage is capped at "
+        "clip_ratio_c * |A| (None: off).",
     )
     loss_agg: Aggregation = Field("token_mean", description="token_mean, seq_mean_token_mean, seq_mean_token_sum_norm.")
     entropy_coef: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
@@ -356,29 +363,16 @@ class AlgorithmConfig(_Section):
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split this many ways).")
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient clipping; None disables.")
     packing: bool = Field(
-        False, description="Pack several sequences per row (block-diagonal attention) in the update forward. "
-        "Needs transformers >= 4.53.1 and torch >= 2.6 (older ones would let packed sequences attend to each "
-        "other; the config refuses them). Off by default: on the shared 2-core CPU bench/train_step.py found no "
-        "clear win over length-sorted padded rows (0.64x in one run, 1.08x best-of-2 in another).",
+        False, description="Pack several sequences per row (block-diagonal attention) in the update forward.",
     )
     micro_batch_tokens: int = Field(4096, ge=64, description="Tokens per forward/backward in the update.")
     drop_zero_advantage: bool = Field(
-        False, description="Leave trajectories whose advantages are all 0 (e.g. GRPO groups whose rewards tie) out "
-        "of the update. Off by default, as in the anchor and verl: such rows carry no policy-gradient signal, but "
-        "they still carry the KL and entropy terms and count in the loss normaliser; dropping them removes the KL "
-        "pull on exactly the prompts the policy has settled on and changes the loss scale from step to step. On: "
-        "cheaper updates when many groups tie.",
+        False, description="Leave trajectories whose advantages are all 0 (tied groups) out of the update.",
     )
 
     old_logprobs: Literal["auto", "recompute", "current"] = Field(
-        "auto", description="The PPO ratio's denominator. 'recompute': a forward pass over the whole batch before "
-        "the update scores it with the learner's weights as they are before the update. 'current': the update's own "
-        "log-probs, detached; the same numbers when each batch gets one optimizer step (ppo_epochs 1, mini_batches "
-        "1: the weights have not moved yet, the ratio is 1 and the gradient is the policy gradient), without that extra forward pass "
-        "(about a fifth of a CPU update's time); the entropy and rollout_logprob_gap metrics then cover the trained "
-        "tokens only. It needs no critic and no KL term (the critic's old values and the KL estimate come from "
-        "the scoring pass). 'auto': "
-        "current where it gives the same numbers, else recompute.",
+        "auto", description="The PPO ratio's denominator: 'recompute' (a scoring pass before the update), "
+        "'current' (the update's own, detached) or 'auto'.",
     )
 
     @property
@@ -431,15 +425,15 @@ class AlgorithmConfig(_Section):
 class OptimConfig(_Section):
     """``optim``: AdamW and its learning-rate schedule."""
 
-    lr: float = Field(1e-6, gt=0.0, description="Peak learning rate (the anchor's recipe: 1e-6).")
+    lr: float = Field(1e-6, gt=0.0, description="Peak learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in training steps.")
     schedule: Literal["constant", "cosine"] = Field("constant", description="Decay after warm-up.")
     critic_lr: float | None = Field(None, gt=0.0, description="Value head learning rate (None: 10 x lr).")
     low_precision_params: bool = Field(
-        False, description="Let AdamW update bfloat16/float16 weights directly (warns). Off: trainable weights are "
-        "float32 masters whatever model.dtype loads, and model.mixed_precision=bf16 runs the matmuls in bf16.")
+        False, description="Let AdamW update bfloat16/float16 weights directly instead of float32 master "
+        "weights (warns).")
 
 
 class ActorResources(_Section):
@@ -484,8 +478,8 @@ class TrainerConfig(_Section):
 
     steps: int = Field(100, ge=1, description="Training steps (one batch of rollouts + one update each).")
     learners: int = Field(
-        1, ge=1, description="Learner ranks (FSDP2 shards of the policy; gloo on CPU, NCCL on CUDA). N > 1 spawns N "
-        "processes on this machine, or joins the ranks torchrun started.")
+        1, ge=1, description="Learner ranks (FSDP2 shards of the policy): processes of this machine, or the "
+        "ranks torchrun started.")
     collective_timeout_s: float = Field(
         1800.0, gt=0.0, description="With several learner ranks: seconds a rank waits in one collective call "
         "(NCCL's watchdog, gloo's timeout) before the run fails.")
@@ -495,9 +489,7 @@ class TrainerConfig(_Section):
     eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps (the last step is always saved).")
-    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are "
-                                  "deleted. One SmolLM2-135M checkpoint is 1.6 GB (542 MB weights + 1,076 MB AdamW "
-                                  "state; bench/checkpoint_size.py).")
+    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are deleted.")
     hf_weights_every_checkpoint: bool = Field(
         False, description="Sharded checkpoints (trainer.learners > 1): also write Hugging Face weights under "
         "model/ at every checkpoint, not only the final one.")
