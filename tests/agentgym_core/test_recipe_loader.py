@@ -130,3 +130,35 @@ def test_fine_tuning_recipes_take_the_old_layout_too(tmp_path):
     recipe["model"]["threads"] = recipe.pop("runtime")["threads"]
     (tmp_path / "old_sft.yaml").write_text(yaml.safe_dump(recipe))
     assert load_finetune_config(tmp_path / "old_sft.yaml") == load_finetune_config(ROOT / "examples/babyai_sft_cpu.yaml")
+
+
+@pytest.mark.parametrize("path", ["examples/babyai_grpo_cpu.yaml", "examples/babyai_sft_cpu.yaml"])
+def test_print_config_shows_the_stated_keys_first_and_loads_back_to_the_same_config(path, tmp_path, capsys):
+    from agentgym_core.cli import main
+    from agentgym_core.plugins import PluginManager, reset_plugin_manager
+
+    recipe = ROOT / path
+    reset_plugin_manager(PluginManager(autoload=True))  # the recipe's env and estimator, as a user has them
+    try:
+        code = main(["train", str(recipe), "trainer.eval_tasks=3", "--print-config"])
+    finally:
+        reset_plugin_manager(None)
+    assert code == 0
+    printed = capsys.readouterr().out
+    stated, folded = printed.split("\n# Every other key, at its default, by section", 1)
+    own = yaml.safe_load(stated)
+    written = yaml.safe_load(recipe.read_text())
+    assert list(own) == [s for s in own if s in written]  # only what the recipe or an override states
+    assert own["trainer"]["eval_tasks"] == 3 and own["model"] == written["model"]
+    assert all(line.startswith("# ") or not line for line in folded.splitlines()[1:])
+    if "kind" not in written:
+        assert "#   ray:\n#     address: null" in folded and "ray" not in own["trainer"]
+    (tmp_path / "printed.yaml").write_text(printed)  # the comments aside, the same config
+    load = load_config if recipe_kind(recipe) == "rl" else load_finetune_config
+    assert load(tmp_path / "printed.yaml") == load(recipe, ["trainer.eval_tasks=3"])
+
+
+def test_the_recipe_reference_lists_every_moved_key():
+    page = (ROOT / "docs" / "reference" / "recipe.md").read_text()
+    for old, new in MOVED_KEYS.items():
+        assert f"| `{old}` | `{new}` |" in page, old

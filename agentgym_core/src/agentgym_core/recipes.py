@@ -31,6 +31,7 @@ __all__ = [
     "read_recipe",
     "recipe_kind",
     "save_recipe",
+    "show_config",
     "validation_message",
 ]
 
@@ -218,3 +219,48 @@ def load_recipe(schema: type[Config], path: str | Path | None, overrides: list[s
 def save_recipe(config: BaseModel, path: str | Path) -> None:
     """Write the resolved config (all defaults filled in) as YAML."""
     Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def show_config(config: BaseModel) -> str:
+    """The resolved config as YAML for ``--print-config``: the keys the recipe (or an override) states
+    first, then every other key at its default, commented out and grouped by section.
+
+    Comments aside it is the same config, so the output is itself a recipe that loads to it.
+    """
+    own, rest = _stated_and_defaults(config, config.model_dump(mode="json"))
+    text = yaml.safe_dump(own, sort_keys=False) if own else ""
+    if rest:
+        text += "\n# Every other key, at its default, by section (uncomment a line to set it):\n"
+        for section, values in rest.items():
+            dumped = yaml.safe_dump({section: values}, sort_keys=False).rstrip("\n")
+            text += "\n" + "\n".join(f"# {line}" for line in dumped.split("\n")) + "\n"
+    return text
+
+
+def _stated_and_defaults(model: BaseModel, dumped: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``dumped`` (``model`` as JSON) split into the keys set explicitly and those left at their defaults.
+
+    A section the recipe does not name is all defaults, even where its default was built with
+    arguments (``default_factory=lambda: SFTOptions(epochs=1)``).
+    """
+    own: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for name, value in dumped.items():
+        attribute = getattr(model, name, None)
+        if isinstance(attribute, BaseModel) and isinstance(value, dict) and name in model.model_fields_set:
+            stated, default = _stated_and_defaults(attribute, value)
+            if stated:
+                own[name] = stated
+            if default:
+                rest[name] = default
+        elif (isinstance(attribute, list) and attribute and name in model.model_fields_set
+              and all(isinstance(a, BaseModel) for a in attribute)):  # envs: each entry split alike
+            pairs = [_stated_and_defaults(a, v) for a, v in zip(attribute, value, strict=True)]
+            own[name] = [stated for stated, _ in pairs]
+            if any(default for _, default in pairs):
+                rest[name] = [default for _, default in pairs]
+        elif name in model.model_fields_set:
+            own[name] = value
+        else:
+            rest[name] = value
+    return own, rest

@@ -21,9 +21,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
 
-    from agentgym_core.recipes import ConfigError, read_recipe
+    from agentgym_core.recipes import ConfigError, read_recipe, show_config
 
     config_path, overrides = resolve_recipe(args)
     try:
@@ -35,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
-        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        print(show_config(config))
         return 0
 
     from agentgym_core.finetune.run import run_finetune
