@@ -34,7 +34,7 @@ def test_the_generators_own_answer_scores_one_over_http():
     for task in tasks:
         report = check_env_http(ReasoningGymEnv, task_ids=[task], policy=answering(task))
         answer = f"<answer>{gold_answer(task)}</answer>"
-        assert report.episodes[0].steps == [(answer, "Correct.", 1.0, True, False, True)]
+        assert report.episodes[0].steps == [(answer, "Correct.", 1.0, True, False, True, False)]  # a valid reply
 
 
 @pytest.mark.slow

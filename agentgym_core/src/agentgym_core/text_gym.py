@@ -55,6 +55,10 @@ SuccessRule = Callable[[float, bool, bool, dict[str, Any]], "bool | None"]
 """(episode return so far, terminated, truncated, info) -> success (None while undecided)."""
 
 
+InvalidRule = Callable[[str, str, dict[str, Any]], "bool | None"]
+"""(action, observation, info) -> whether the environment refused the action (None: it does not say)."""
+
+
 _GLOBAL_RANDOM_LOCK = threading.Lock()
 
 
@@ -99,6 +103,14 @@ class OwnGlobalRandom:
                     np_random.set_state(outer_numpy)
 
 
+def default_invalid(action: str, observation: str, info: dict[str, Any]) -> bool | None:
+    """The env's own flag when its ``info`` has one (``invalid_action`` or ``invalid_move``), else None."""
+    for key in ("invalid_action", "invalid_move"):
+        if isinstance(info.get(key), bool):
+            return info[key]
+    return None
+
+
 def default_success(
     episode_return: float, terminated: bool, truncated: bool, info: dict[str, Any]
 ) -> bool | None:
@@ -136,6 +148,7 @@ class TextGymEnv(Env):
     category_ids: ClassVar[dict[str, list[int]]] = {}
     actions_key: ClassVar[str] = "available_actions"
     success_rule: ClassVar[SuccessRule] = staticmethod(default_success)
+    invalid_rule: ClassVar[InvalidRule] = staticmethod(default_invalid)
     reset_seed: ClassVar[Callable[[int, int | None], int]] = staticmethod(lambda task_id, seed: task_id)
     uses_global_random: ClassVar[bool] = False
 
@@ -202,6 +215,7 @@ class TextGymEnv(Env):
             terminated=terminated,
             truncated=truncated,
             success=success,
+            invalid_action=type(self).invalid_rule(action, observation, self._info),
             info=_jsonable(self._info),
         )
 
@@ -238,6 +252,7 @@ def text_gym_env(
     categories: Mapping[str, Iterable[int]] | None = None,
     actions_key: str = "available_actions",
     success: SuccessRule | None = None,
+    invalid: InvalidRule | None = None,
     reset_seed: Callable[[int, int | None], int] | None = None,
     inline_calls: bool = False,
     global_random: bool = False,
@@ -253,6 +268,8 @@ def text_gym_env(
         categories: category name -> task ids, for per-category metrics.
         actions_key: the ``info`` key listing the valid actions, if the environment offers one.
         success: ``(return, terminated, truncated, info) -> bool | None``; default :func:`default_success`.
+        invalid: ``(action, observation, info) -> bool | None``: whether the environment refused the action
+            (``StepResult.invalid_action``); default :func:`default_invalid`.
         reset_seed: ``(task_id, seed) -> reset seed``; default: the task id.
         inline_calls: True when reset and step are pure Python and take microseconds (see ``Env``).
         global_random: True when the environment seeds or draws from Python's global ``random`` (or
@@ -286,6 +303,8 @@ def text_gym_env(
     }
     if success is not None:
         attributes["success_rule"] = staticmethod(success)
+    if invalid is not None:
+        attributes["invalid_rule"] = staticmethod(invalid)
     if reset_seed is not None:
         attributes["reset_seed"] = staticmethod(reset_seed)
     class_name = "".join(part.capitalize() for part in name.replace("-", "_").split("_")) + "Env"

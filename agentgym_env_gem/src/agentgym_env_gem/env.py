@@ -120,6 +120,15 @@ class _BoardInObservation:
         )
 
 
+def _without_boxed_answer(action: str, observation: str, info: dict[str, Any]) -> bool:
+    """GEM's games and reasoning tasks read the last ``\\boxed{...}`` of a reply and refuse a reply without
+    one. GEM does not flag its games' rule refusals (a repeated guess, a cell off the board): those count
+    as valid moves here."""
+    from gem.utils.parsing import extract_last_boxed_answer
+
+    return extract_last_boxed_answer(action) is None
+
+
 class GemEnv(TextGymEnv):
     """GEM's offline environments, the GEM id chosen by the task id (see the module docstring).
 
@@ -132,6 +141,7 @@ class GemEnv(TextGymEnv):
     max_episode_steps = 40
     instruction_text = INSTRUCTION
     uses_global_random = True
+    invalid_rule = staticmethod(_without_boxed_answer)
     # Not thread-safe: GEM's games seed and draw from Python's global random; calls serialise on the
     # process-wide lock of OwnGlobalRandom, and the server serialises the instances once the core reads this.
     thread_safe: ClassVar[bool] = False

@@ -307,5 +307,7 @@ class ReasoningGymEnv(Env):
             reward=score if last else 0.0,
             terminated=last,
             success=solved if last else None,
+            # Scored either way, but a reply without the <answer> tags the instruction asks for breaks the format.
+            invalid_action=_ANSWER.search(action) is None,
             info={"score": score},
         )

@@ -196,18 +196,23 @@ class TextArenaEnv(Env):
             if reason and reason not in observation:
                 observation = f"{observation}\n\n{reason}".strip()
             self._done = True
+            invalid = bool(info.get("invalid_move", False))
             return StepResult(
                 observation=observation,
                 reward=reward,
                 terminated=True,
                 success=reward >= 1.0,
-                info={"reason": reason, "invalid_move": bool(info.get("invalid_move", False))},
+                invalid_action=invalid,
+                info={"reason": reason, "invalid_move": invalid},
             )
+        # A refused move within the game's error allowance leaves its error count above 0 (a valid move
+        # resets it); TextArena clears its own invalid-move flag before step() returns.
+        invalid = getattr(self._game.state, "error_count", 0) > 0
         limit = self.max_episode_steps
         if limit is not None and self._steps >= limit:
             self._done = True
-            return StepResult(observation=observation, truncated=True, success=False)
-        return StepResult(observation=observation)
+            return StepResult(observation=observation, truncated=True, success=False, invalid_action=invalid)
+        return StepResult(observation=observation, invalid_action=invalid)
 
     def close(self) -> None:
         self._game = None

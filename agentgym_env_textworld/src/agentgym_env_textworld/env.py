@@ -187,6 +187,10 @@ class TextWorldEnv(Env):
             raise InvalidTaskError("textworld: reset() onto a task before step()")
         if self._done:
             raise EpisodeEndedError("the episode has ended; reset() to play again")
+        # Refused: a command outside the game's admissible ones (TextWorld answers it with a complaint
+        # and changes nothing).
+        admissible = self._state.get("admissible_commands") if self._state is not None else None
+        invalid = None if admissible is None else action.strip().lower() not in {a.lower() for a in admissible}
         with _TEXTWORLD_LOCK:
             self._state, _, game_over = self._game.step(action.strip())
         self._steps += 1
@@ -204,6 +208,7 @@ class TextWorldEnv(Env):
             terminated=terminated,
             truncated=truncated,
             success=success,
+            invalid_action=invalid,
             info={"score": score, "max_score": int(self._state.max_score)},
         )
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 def stats_sum(out_dir: str) -> None:
     """Join the group under strict collectives and sum one statistic per rank, as the update does."""
-    from agentgym_core.rl.distributed import all_reduce_stats, init_from_environment
+    from agentgym_core.rl.distributed import all_reduce_max, all_reduce_stats, init_from_environment
     from agentgym_core.testing.strict_collectives import install
 
     install("cuda")
     ctx = init_from_environment("cpu")
     summed = all_reduce_stats({"tokens": float(ctx.rank + 1), f"only_{ctx.rank}": 1.0}, ctx)
+    summed["largest"] = all_reduce_max(10.0 - ctx.rank, ctx)  # a maximum (sampler_ratio_max) is not summed
     Path(out_dir, f"rank{ctx.rank}.json").write_text(json.dumps(summed))
 
 

@@ -34,12 +34,12 @@ def test_strict_collectives_refuse_on_the_device_group_what_nccl_or_its_watchdog
         )
 
 
-def test_update_statistics_are_summed_over_ranks_under_strict_collectives(tmp_path):
+def test_update_statistics_are_summed_and_maxima_taken_over_ranks_under_strict_collectives(tmp_path):
     # The update sums its statistics over ranks every mini-batch. A CPU float64 vector all-reduced on
     # the learner's device group crashes on NCCL ("No backend type associated with device type cpu").
     spawn(collective_ranks.stats_sum, 2, str(tmp_path))
     for rank in (0, 1):
-        assert _read(tmp_path, rank) == {"tokens": 3.0, "only_0": 1.0, "only_1": 1.0}
+        assert _read(tmp_path, rank) == {"tokens": 3.0, "only_0": 1.0, "only_1": 1.0, "largest": 10.0}
 
 
 @pytest.mark.slow

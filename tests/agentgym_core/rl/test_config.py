@@ -51,13 +51,15 @@ def test_recipes_in_examples_validate():
         (load_config if recipe_kind(recipe) == "rl" else load_finetune_config)(recipe)
 
 
-def test_train_command_dispatches_on_the_recipe_kind(capsys, pm):
+def test_train_command_dispatches_on_the_recipe_kind(capsys):
     from pathlib import Path
 
     from agentgym_core.cli import main
-    from agentgym_core.plugins import reset_plugin_manager
+    from agentgym_core.plugins import PluginManager, reset_plugin_manager
 
-    reset_plugin_manager(pm)  # --print-config looks the estimator up
+    pytest.importorskip("agentgym_env_babyai")
+    # --print-config looks the estimator and the recipe's envs up
+    reset_plugin_manager(PluginManager(autoload=True, allow=["estimators", "transformers", "babyai"]))
 
     examples = Path(__file__).parents[3] / "examples"
     assert main(["train", str(examples / "babyai_sft_cpu.yaml"), "--print-config"]) == 0

@@ -178,6 +178,15 @@ def barrier(ctx: DistContext) -> None:
         dist.barrier(group=ctx.host_group)
 
 
+def all_reduce_max(value: float, ctx: DistContext) -> float:
+    """The largest of every rank's ``value`` (a maximum does not add up), on the host group."""
+    if not ctx.distributed:
+        return float(value)
+    found = torch.tensor([float(value)], dtype=torch.float64)
+    dist.all_reduce(found, op=dist.ReduceOp.MAX, group=ctx.host_group)
+    return float(found.item())
+
+
 def all_reduce_stats(stats: dict[str, float], ctx: DistContext) -> dict[str, float]:
     """Sum each named number over ranks (a rank without a key counts 0 for it), on the host group."""
     if not ctx.distributed:

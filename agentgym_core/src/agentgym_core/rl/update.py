@@ -20,7 +20,7 @@ import torch
 
 from agentgym_core.rl.config import AlgorithmConfig
 from agentgym_core.rl.critic import SeparateCritic, ValueHead
-from agentgym_core.rl.distributed import DistContext, all_reduce_stats, shard_rows
+from agentgym_core.rl.distributed import DistContext, all_reduce_max, all_reduce_stats, shard_rows
 from agentgym_core.rl.forward import forward_tokens
 from agentgym_core.rl.losses import aggregate, kl_penalty, policy_loss, value_loss
 from agentgym_core.rl.off_policy import behaviour_weights, mismatch_stats
@@ -196,7 +196,7 @@ def ppo_update(
     seconds = time.perf_counter() - t0
     metrics = {k: v / max(n_steps, 1) for k, v in sums.items()}
     if current_old and inputs.rollout_logprobs is not None:
-        metrics["sampler_ratio_max"] = ratio_max
+        metrics["sampler_ratio_max"] = all_reduce_max(ratio_max, ctx)  # every rank takes this branch
     metrics.update(update_seconds=seconds, update_tokens=float(tokens),
                    update_tokens_per_s=tokens / seconds if seconds > 0 else 0.0, optimizer_steps=float(n_steps))
     return metrics
