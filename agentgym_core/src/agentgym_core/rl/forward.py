@@ -64,7 +64,7 @@ def mixed_precision(mode: str, model: torch.nn.Module, cache: bool = True) -> co
 
     Weights, gradients and optimizer state keep their dtype; matmuls run in bfloat16. ``auto``
     picks bf16 on CUDA devices that support it and on CPUs with native bf16 instructions
-    (AVX512-BF16 or AMX), where the update runs about 3x faster than in float32 (bench/train_step.py).
+    (AVX512-BF16 or AMX), where the update runs faster than in float32 (bench/train_step.py measures it).
     ``cache``: keep each weight's bf16 cast for the whole context (a bf16 copy of the trained
     weights, half their float32 size) instead of casting it again at every use.
     """
