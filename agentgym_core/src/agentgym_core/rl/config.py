@@ -2,9 +2,13 @@
 
     config = load_config("examples/babyai_grpo_cpu.yaml", ["algorithm.kl.coef=0.01", "trainer.steps=5"])
 
-Every section is a pydantic model with ``extra="forbid"``; an unknown key is an error that names
-the closest valid key. The resolved config (defaults filled in) is saved in the run directory as
-``config.yaml``, and ``--resume`` reads it back from there.
+A recipe states ``model``, ``envs``, ``rollout``, ``algorithm``, ``optim`` and ``trainer`` (and
+``warm_start`` when it fine-tunes first); keys set only when needed are folded into
+``trainer.ray`` (the Ray launcher) and ``runtime`` (process and memory knobs). Every section is a
+pydantic model with ``extra="forbid"``; an unknown key is an error that names the closest valid
+key. Reading, old keys and overrides are :mod:`agentgym_core.recipes`, shared with fine-tuning. The
+resolved config (defaults filled in) is saved in the run directory as ``config.yaml``, and
+``--resume`` reads it back from there.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validat
 
 import agentgym_core.rl.packing_support as packing
 from agentgym_core.finetune_options import WarmStartConfig
-from agentgym_core.recipes import (
+from agentgym_core.recipes import (  # the loader's names, re-exported where RL code has always found them
     RECIPE_KINDS,
     ConfigError,
     apply_overrides,
