@@ -18,7 +18,7 @@ import torch
 from common import write_json
 
 from agentgym_core.finetune.common import detach_dequantized_gguf
-from agentgym_core.rl.config import ModelConfig
+from agentgym_core.rl.config import ModelConfig, RuntimeConfig
 from agentgym_core.rl.setup import load_policy
 from agentgym_core.training.checkpoint import rng_state, save_checkpoint
 
@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--out", default="bench/results/checkpoint_size.json")
     args = parser.parse_args()
-    model, tokenizer = load_policy(ModelConfig(path=args.model, device="cpu", threads=1))
+    model, tokenizer = load_policy(ModelConfig(path=args.model, device="cpu"), runtime=RuntimeConfig(threads=1))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-6)
     ids = torch.tensor([tokenizer.encode("Thought: go to the red ball. Action: go to red ball 1")])

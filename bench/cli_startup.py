@@ -10,7 +10,7 @@ the ratio current/baseline per command.
         --baseline /tmp/agentgym-before
 
 CLI rows: wall seconds (median) and CPU seconds (user+sys of the child, median) of ``--help``,
-``plugins``, ``envs`` and a misspelt env's one-line error. Server rows: seconds from start until
+``plugins``, ``envs``, a misspelt env's one-line error and ``train`` of a recipe that does not exist. Server rows: seconds from start until
 ``POST /v1/instances`` (with a reset onto task 0) answers 201, and the server process's RSS then.
 """
 
@@ -32,7 +32,8 @@ from typing import Any
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI_COMMANDS = {"--help": ["--help"], "plugins": ["plugins"], "envs": ["envs"], "typo error": ["serve", "textcraf"]}
+CLI_COMMANDS = {"--help": ["--help"], "plugins": ["plugins"], "envs": ["envs"], "typo error": ["serve", "textcraf"],
+                "missing recipe": ["train", "no_such_recipe.yaml"]}
 
 
 def source_path(checkout: Path) -> str:

@@ -42,7 +42,7 @@ def run_arm(name: str, args: argparse.Namespace, run_root: Path, before: dict | 
     run_dir = run_root / name
     config = load_config(None, [
         f"envs=[{{name: guess, env_kwargs: {{low: 1, high: {args.high}}}, max_concurrency: 4}}]",
-        f"model.path={args.model}", "model.device=cpu", f"model.threads={args.threads}",
+        f"model.path={args.model}", "model.device=cpu", f"runtime.threads={args.threads}",
         f"trainer.run_dir={run_dir}", f"trainer.steps={args.steps}", f"trainer.eval_tasks={args.eval_tasks}",
         f"trainer.seed={args.seed}", f"trainer.save_every={args.steps}", "trainer.progress=false",
         "trainer.tensorboard=false", "trainer.save_trajectories=false",

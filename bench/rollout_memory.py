@@ -50,7 +50,7 @@ def main() -> None:
     for k, mode in enumerate(args.modes):
         run_dir = work / f"run_{k}"
         command = [sys.executable, "-m", "agentgym_core", "train", str(RECIPE), f"model.path={work / 'model'}",
-                   "model.device=cpu", f"model.threads={args.threads}", "rollout.backend=transformers",
+                   "model.device=cpu", f"runtime.threads={args.threads}", "rollout.backend=transformers",
                    f"rollout.backend_options={mode}", "trainer.steps=1", "trainer.eval_tasks=0",
                    f"trainer.run_dir={run_dir}", "rollout.tasks_per_step=8", "rollout.max_new_tokens=96",
                    "trainer.progress=false", "trainer.tensorboard=false", "trainer.save_trajectories=false"]

@@ -78,7 +78,7 @@ def run_training(args: argparse.Namespace, env_url: str | list[str], label: str,
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
         run_dir = Path(tmp) / "run"
         config = load_config(None, [
-            f"model.path={args.model_dir}", "model.threads=1",
+            f"model.path={args.model_dir}", "runtime.threads=1",
             f"envs=[{{name: guess, {where}, max_concurrency: {concurrency or args.concurrency}}}]",
             f"trainer.run_dir={run_dir}", f"trainer.steps={args.steps}", "trainer.eval_tasks=0",
             "trainer.progress=false", "trainer.tensorboard=false", "trainer.save_trajectories=false",
@@ -122,8 +122,8 @@ def compare_rollout_workers(args: argparse.Namespace, env_url: str) -> dict[str,
     The update is one PPO epoch here, so the step is mostly rollout; ``speedup`` is of the rollout
     phase (trajectories per second of ``time_rollout``), ``step_speedup`` of whole steps.
     """
-    one = best_of(args, env_url, "1 rollout worker", "trainer.rollout_workers=1", "algorithm.ppo_epochs=1")
-    two = best_of(args, env_url, "2 rollout workers", "trainer.rollout_workers=2", "algorithm.ppo_epochs=1")
+    one = best_of(args, env_url, "1 rollout worker", "trainer.ray.rollout_workers=1", "algorithm.ppo_epochs=1")
+    two = best_of(args, env_url, "2 rollout workers", "trainer.ray.rollout_workers=2", "algorithm.ppo_epochs=1")
     return {"one_worker": one, "two_workers": two,
             "speedup": two["rollout_trajectories_per_s"] / one["rollout_trajectories_per_s"],
             "step_speedup": two["trajectories_per_s"] / one["trajectories_per_s"]}

@@ -71,8 +71,9 @@ def main() -> None:
 
     config = FinetuneConfig.model_validate({
         "kind": "sft",
-        "model": {"path": "smollm2-135m-instruct", "threads": args.threads, "lora": {"enabled": args.lora},
+        "model": {"path": "smollm2-135m-instruct", "lora": {"enabled": args.lora},
                   "mixed_precision": args.mixed_precision},
+        "runtime": {"threads": args.threads},
         "envs": [{"name": "babyai", "max_concurrency": 16}],
         "rollout": {"max_new_tokens": args.max_new_tokens, "max_total_tokens": 4096, "eval_temperature": 0.0},
         "data": {"paths": [str(data)], "max_tokens": args.max_tokens, "only_successful": True},

@@ -15,9 +15,9 @@ their ratios to it:
   ``MALLOC_MMAP_THRESHOLD_=N`` (glibc serves blocks of N bytes and more from their own mappings);
 * ``--compare-micro-batch-tokens N``: forwards of at most N tokens instead of ``--micro-batch-tokens``;
 * ``--compare-no-autocast-cache``: bf16 autocast without its cache of the weights' bf16 casts, which
-  otherwise lives for the whole step (``model.autocast_cache``);
+  otherwise lives for the whole step (``runtime.autocast_cache``);
 * ``--compare-optimizer-state-to-disk``: AdamW's moments in a file except inside ``optimizer.step()``
-  (``trainer.optimizer_state_to_disk``), so the forward and backward passes run without them;
+  (``runtime.optimizer_state_to_disk``), so the forward and backward passes run without them;
 * ``--compare-with "OPTIONS"`` (repeatable, one run each): the baseline's options plus these, for
   changes that go together, e.g. ``"--micro-batch-tokens 1024 --gradient-checkpointing 0"``.
 
@@ -77,7 +77,7 @@ def main() -> None:
                         help="checkpoint only forwards of more than N tokens (model.gradient_checkpointing_above_tokens)")
     parser.add_argument("--heap-trim-interval", type=float, default=0.0, metavar="S",
                         help="trim the C heap every S seconds from a thread, as training runs do "
-                        "(model.heap_trim_interval_s, 1.0 there); 0: only after each step")
+                        "(runtime.heap_trim_interval_s, 1.0 there); 0: only after each step")
     parser.add_argument("--compare-with", action="append", default=[], metavar='"OPTIONS"',
                         help="also run with these options added to the baseline's and compare (repeatable)")
     parser.add_argument("--expert-tasks", type=int, default=100, help="BabyAI training tasks the expert plays")
@@ -152,7 +152,7 @@ def measure(args: argparse.Namespace) -> dict:
     from agentgym_core.finetune.config import CollectConfig
     from agentgym_core.finetune.data import load_examples
     from agentgym_core.finetune.sft import sft_loss
-    from agentgym_core.rl.config import ModelConfig, OptimConfig
+    from agentgym_core.rl.config import ModelConfig, OptimConfig, RuntimeConfig
     from agentgym_core.rl.forward import forward_tokens, mixed_precision
     from agentgym_core.rl.setup import build_optimizer, load_policy
     from agentgym_core.training.memory import HeapTrimmer, PhasePeak, release_memory
@@ -168,10 +168,10 @@ def measure(args: argparse.Namespace) -> dict:
                          "raise --expert-tasks")
     random.Random(0).shuffle(examples)
 
-    model, _ = load_policy(ModelConfig(path="smollm2-135m-instruct", threads=args.threads,
+    model, _ = load_policy(ModelConfig(path="smollm2-135m-instruct",
                                        gradient_checkpointing=bool(args.gradient_checkpointing),
                                        gradient_checkpointing_above_tokens=args.gradient_checkpointing_above_tokens,
-                                       mixed_precision="auto"))
+                                       mixed_precision="auto"), runtime=RuntimeConfig(threads=args.threads))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer, _ = build_optimizer(params, [], OptimConfig(lr=5e-5), args.steps)
     on_disk = None

@@ -76,7 +76,7 @@ def cell(text: str) -> str:
 
 def model_class(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model inside ``X``, ``X | None``, ``list[X]`` or ``SerializeAsAny[X]``."""
-    from agentgym_core.rl.config import _model_of  # the recipe loader's own walk, so both agree
+    from agentgym_core.recipes import _model_of  # the recipe loader's own walk, so both agree
 
     return _model_of(annotation)
 

@@ -39,7 +39,7 @@ SMALL_RUN = [
     "warm_start.expert.workers=1",
     "warm_start.sft.batch_size=2",
     "warm_start.data.max_tokens=null",
-    "model.threads=1",
+    "runtime.threads=1",
     "trainer.progress=false",
     "trainer.tensorboard=false",
 ]

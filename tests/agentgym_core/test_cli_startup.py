@@ -52,6 +52,13 @@ def test_help_and_plugin_listing_import_nothing_heavy(argv):
     assert imported == [], f"`agentgym {' '.join(argv)}` imported {imported}"
 
 
+@pytest.mark.parametrize("command", ["train", "finetune"])
+def test_a_missing_recipe_is_reported_before_torch_is_imported(command):
+    code, imported = imported_by(command, "no_such_recipe.yaml")
+    assert code == 2
+    assert imported == [], f"`agentgym {command} no_such_recipe.yaml` imported {imported} before saying it is missing"
+
+
 def test_listing_envs_reads_split_sizes_without_torch_or_the_web_stack():
     code, imported = imported_by("envs")
     assert code == 0

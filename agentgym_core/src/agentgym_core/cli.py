@@ -30,7 +30,7 @@ examples:
   agentgym view runs/my_run                                 replay a run in the browser
 
 CPU threads: torch uses half the CPUs this process may run on (at least 1) unless you set
-OMP_NUM_THREADS, --threads N (eval, collect, serve-model) or model.threads: N (train). On a
+OMP_NUM_THREADS, --threads N (eval, collect, serve-model) or runtime.threads: N (train). On a
 2-core machine with another CPU-bound job, 1 thread generated x8.2 faster than 2 (x2.3 on a
 busier machine); without it, x1.5 faster and x1.3 slower in two runs (bench/threads.py).
 """

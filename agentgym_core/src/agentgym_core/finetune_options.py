@@ -82,8 +82,8 @@ class ExpertDemos(_Section):
     n: int = Field(600, ge=1, description="Training tasks the expert plays (seeded shuffle of the train split).")
     max_turns: int = Field(12, ge=1, description="Turn budget of an expert episode (longer ones are dropped).")
     workers: int = Field(
-        1, ge=1, description="Processes the expert plays in, each on its own in-process environment (the same "
-        "episodes, in the same order, as one); worth it from about a hundred tasks, as each starts in seconds.")
+        1, ge=1, description="Processes the expert plays in, each with its own in-process environment (the "
+        "same episodes as one).")
 
 
 class WarmStartConfig(_Section):
@@ -98,9 +98,8 @@ class WarmStartConfig(_Section):
     sft: SFTOptions = Field(default_factory=SFTOptions, description="SFT settings.")
     lr: float = Field(1e-5, gt=0.0, description="SFT learning rate (the RL recipe's optim.lr is for RL).")
     eval_base: bool = Field(
-        False, description="Also evaluate the model before SFT. Off by default: a base model that writes no "
-        "parseable action scores 0 (SmolLM2 on every env here) and its evaluation runs every turn to the cap, "
-        "the slowest evaluation of the run. trainer.eval_before: false skips it too.")
+        False, description="Also evaluate the model before SFT (off: a base model that writes no parseable "
+        "action only scores 0).")
 
     @model_validator(mode="after")
     def _needs_data(self) -> WarmStartConfig:

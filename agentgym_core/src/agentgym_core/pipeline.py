@@ -49,7 +49,7 @@ def run_rl_recipe(
         results = train(tuned, resume=resume, stop_after=stop_after, eval_before=warm.eval_after)
     else:
         if model is None:
-            model, tokenizer = load_policy(config.model)
+            model, tokenizer = load_policy(config.model, runtime=config.runtime)
         warm = warm_start_sft(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
         load_policy_weights(model, warm.checkpoint)  # a no-op after training in place; a resumed run needs it
         release_memory()  # what SFT and its evaluation freed, before RL's learner and rollouts

@@ -120,7 +120,7 @@ def test_sft_resume_matches_uninterrupted(tmp_path, guess_expert_log):
 
 def test_sft_with_the_optimizer_state_on_disk_trains_the_same_weights_and_resumes(tmp_path, guess_expert_log,
                                                                                   monkeypatch):
-    """trainer.optimizer_state_to_disk: moments out of memory for every forward and backward, same training."""
+    """runtime.optimizer_state_to_disk: moments out of memory for every forward and backward, same training."""
     from agentgym_core.finetune import loop
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
@@ -131,7 +131,7 @@ def test_sft_with_the_optimizer_state_on_disk_trains_the_same_weights_and_resume
     build = loop.OptimizerStateOnDisk.in_run_dir
     monkeypatch.setattr(loop.OptimizerStateOnDisk, "in_run_dir", classmethod(
         lambda cls, optimizer, run_dir: (optimizers.append(optimizer), build(optimizer, run_dir))[1]))
-    on_disk = _config(tmp_path / "disk", guess_expert_log, trainer={"optimizer_state_to_disk": True})
+    on_disk = _config(tmp_path / "disk", guess_expert_log, runtime={"optimizer_state_to_disk": True})
     model_b, tok_b = tiny_chat_model(seed=0)
     moments_at_forward = []
     model_b.register_forward_pre_hook(

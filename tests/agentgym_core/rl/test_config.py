@@ -72,8 +72,8 @@ def test_train_command_dispatches_on_the_recipe_kind(capsys):
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("trainer.rollout_workers=2", "needs trainer.launcher=ray"),
-    ("trainer.rollout_resources={num_cpus: 0}", "must ask for some resource"),
+    ("trainer.ray.rollout_workers=2", "needs trainer.launcher=ray"),
+    ("trainer.ray.rollout_resources={num_cpus: 0}", "must ask for some resource"),
     ("trainer.launcher=slurm", "trainer.launcher"),
     ("rollout.max_staleness=-1", "rollout.max_staleness"),
     ("rollout.curriculum.kind=easy_first", "rollout.curriculum.kind"),

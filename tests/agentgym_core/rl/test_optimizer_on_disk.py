@@ -1,4 +1,4 @@
-"""trainer.optimizer_state_to_disk: AdamW's moments leave memory between updates and come back unchanged."""
+"""runtime.optimizer_state_to_disk: AdamW's moments leave memory between updates and come back unchanged."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_th
             (len(instances[-1].optimizer.state), instances[-1].path.exists()))
             if instances and torch.is_grad_enabled() else None)
         run_dir = tmp_path / setting
-        config = tiny_config(run_dir, **{"trainer.optimizer_state_to_disk": setting, "trainer.eval_tasks": 0})
+        config = tiny_config(run_dir, **{"runtime.optimizer_state_to_disk": setting, "trainer.eval_tasks": 0})
         train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
         weights[setting] = {k: v.clone() for k, v in model.state_dict().items()}
         state = load_trainer_state(latest_checkpoint(run_dir))["optimizer_by_name"]["state"]
@@ -215,7 +215,7 @@ def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_th
 
     # Interrupted after step 2 and resumed (a fresh process): the moments go from the checkpoint to the
     # file, back for step 3's update, and the weights end where the uninterrupted run's did.
-    config = tiny_config(tmp_path / "cut", **{"trainer.optimizer_state_to_disk": "true", "trainer.eval_tasks": 0})
+    config = tiny_config(tmp_path / "cut", **{"runtime.optimizer_state_to_disk": "true", "trainer.eval_tasks": 0})
     model, tokenizer = tiny_chat_model(seed=0)
     train(config, plugin_manager=pm, model=model, tokenizer=tokenizer, stop_after=2)
     model, tokenizer = tiny_chat_model(seed=0)
@@ -232,7 +232,7 @@ def test_several_learner_ranks_refuse_the_state_on_disk(tmp_path, tiny_config):
     model, tokenizer = tiny_chat_model(seed=0)
     ctx = DistContext(device=torch.device("cpu"), rank=0, world_size=2)
     with pytest.raises(ConfigError, match="trainer.learners=1"):
-        Learner(tiny_config(tmp_path, **{"trainer.optimizer_state_to_disk": "true"}), model,
+        Learner(tiny_config(tmp_path, **{"runtime.optimizer_state_to_disk": "true"}), model,
                 tokenizer=tokenizer, ctx=ctx)
 
 

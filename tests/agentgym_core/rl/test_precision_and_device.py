@@ -152,7 +152,7 @@ def test_gradient_checkpointing_is_switched_on_and_keeps_the_numbers(tmp_path):
     tokenizer.save_pretrained(tmp_path)
     grads = []
     for on in (False, True):
-        loaded, _ = load_policy(ModelConfig(path=str(tmp_path), gradient_checkpointing=on, threads=None))
+        loaded, _ = load_policy(ModelConfig(path=str(tmp_path), gradient_checkpointing=on))
         assert getattr(loaded, "is_activation_checkpointing", None) is on or loaded.is_gradient_checkpointing is on
         loaded.train()
         seqs = [[1, 5, 7, 9, 11, 3], [2, 4, 6, 8]]
@@ -164,13 +164,13 @@ def test_gradient_checkpointing_is_switched_on_and_keeps_the_numbers(tmp_path):
 
 
 def test_model_autocast_cache_false_casts_anew_at_every_use_and_gives_the_same_gradients():
-    """model.autocast_cache reaches the learner's autocast context; without the cache every use of a
+    """runtime.autocast_cache reaches the learner's autocast context; without the cache every use of a
     weight is cast again, which rounds the same way, so the loss and the gradients are bit-identical."""
     from agentgym_core.rl.forward import forward_tokens, mixed_precision
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     cached = Learner(_config("model.mixed_precision=bf16"), tiny_chat_model(seed=0)[0])
-    uncached = Learner(_config("model.mixed_precision=bf16", "model.autocast_cache=false"), tiny_chat_model(seed=0)[0])
+    uncached = Learner(_config("model.mixed_precision=bf16", "runtime.autocast_cache=false"), tiny_chat_model(seed=0)[0])
     flags = []
     for learner in (cached, uncached):
         with learner.precision:

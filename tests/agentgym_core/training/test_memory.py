@@ -122,9 +122,9 @@ def test_a_trim_interval_that_would_trim_continuously_is_refused_with_what_to_us
     from agentgym_core.rl.config import ConfigError, load_config
 
     envs = "envs=[{name: babyai}]"
-    assert load_config(None, [envs, "model.heap_trim_interval_s=0"]).model.heap_trim_interval_s == 0
+    assert load_config(None, [envs, "runtime.heap_trim_interval_s=0"]).runtime.heap_trim_interval_s == 0
     with pytest.raises(ConfigError, match="at least 0.05"):
-        load_config(None, [envs, "model.heap_trim_interval_s=0.001"])
+        load_config(None, [envs, "runtime.heap_trim_interval_s=0.001"])
 
 
 def test_expandable_cuda_segments_are_preferred_unless_the_user_configured_the_allocator(monkeypatch):
@@ -165,7 +165,7 @@ def test_onednn_primitive_cache_limit_leaves_a_users_setting_alone(monkeypatch):
 
 
 def test_model_config_limits_the_onednn_cache_when_the_policy_loads(monkeypatch, tmp_path):
-    from agentgym_core.rl.config import ModelConfig
+    from agentgym_core.rl.config import ModelConfig, RuntimeConfig
     from agentgym_core.rl.setup import load_policy
     from agentgym_core.testing.tiny_model import tiny_chat_model
     from agentgym_core.training.memory import ONEDNN_CACHE_VARIABLE
@@ -176,7 +176,7 @@ def test_model_config_limits_the_onednn_cache_when_the_policy_loads(monkeypatch,
     monkeypatch.delenv(ONEDNN_CACHE_VARIABLE, raising=False)
     load_policy(ModelConfig(path=str(tmp_path)))
     assert ONEDNN_CACHE_VARIABLE not in os.environ  # None: oneDNN's own default
-    load_policy(ModelConfig(path=str(tmp_path), onednn_primitive_cache=32))
+    load_policy(ModelConfig(path=str(tmp_path)), runtime=RuntimeConfig(onednn_primitive_cache=32))
     assert os.environ[ONEDNN_CACHE_VARIABLE] == "32"
 
 

@@ -12,7 +12,9 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="dotted overrides key=value (values parsed as YAML)")
     parser.add_argument("--resume", metavar="RUN_DIR", default=None,
                         help="continue the run in RUN_DIR from its latest complete checkpoint")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config (the keys the recipe states first, then the defaults "
+                        "by section) and exit")
 
 
 def resolve_recipe(args: argparse.Namespace) -> tuple[str | None, list[str]]:

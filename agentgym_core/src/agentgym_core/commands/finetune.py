@@ -21,19 +21,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
 
-    from agentgym_core.finetune.config import load_finetune_config
-    from agentgym_core.rl.config import ConfigError
+    from agentgym_core.recipes import ConfigError, read_recipe, show_config
 
     config_path, overrides = resolve_recipe(args)
     try:
+        read_recipe(config_path)  # before torch is imported: a missing or unreadable recipe is reported at once
+        from agentgym_core.finetune.config import load_finetune_config
+
         config = load_finetune_config(config_path, overrides)
     except ConfigError as exc:
         print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
-        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        print(show_config(config))
         return 0
 
     from agentgym_core.finetune.run import run_finetune

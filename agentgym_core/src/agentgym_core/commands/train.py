@@ -64,12 +64,11 @@ def check_envs(config, *, reach_servers: bool = True) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
 
-    from agentgym_core.rl.config import ConfigError, load_config, recipe_kind
+    from agentgym_core.recipes import ConfigError, recipe_kind, show_config
 
     config_path, overrides = resolve_recipe(args)
-    try:
+    try:  # before torch is imported: a missing or unreadable recipe is reported at once
         kind = recipe_kind(config_path, overrides)
     except ConfigError as exc:
         print(f"agentgym: error: {exc}", file=sys.stderr)
@@ -80,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         return finetune.run(args)
     overrides = [o for o in overrides if not o.startswith("kind=")]  # `kind=rl` only chose the trainer
     from agentgym_core.plugins import get_plugin_manager
+    from agentgym_core.rl.config import load_config
     from agentgym_core.rl.plugin_options import bind_plugin_options
 
     try:
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.print_config:  # a recipe that prints must be one that runs: the same env names and options
         check_envs(config, reach_servers=False)
-        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        print(show_config(config))
         return 0
     check_envs(config)  # before the model loads: a typo or a dead server fails in a second, in one line
 

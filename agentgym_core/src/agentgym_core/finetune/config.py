@@ -6,12 +6,13 @@ option, environment servers and evaluation apply; ``kind`` picks the paradigm an
 (``sft``, ``dpo`` or ``rejection_sampling``) holds its knobs::
 
     kind: sft
-    model: {path: smollm2-135m-instruct, threads: 2}
+    model: {path: smollm2-135m-instruct}
     data: {paths: [runs/collect-babyai/trajectories.jsonl]}
     envs: [{name: babyai}]          # held-out evaluation before and after
     sft: {epochs: 2, batch_size: 8}
     optim: {lr: 1.0e-5}
     trainer: {run_dir: runs/babyai_sft, eval_tasks: 40}
+    runtime: {threads: 2}
 
 Unknown keys are errors naming the closest valid key, as in the RL recipe.
 """
@@ -21,21 +22,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from agentgym_core.finetune_options import DataConfig, DPOOptions, RejectionOptions, SFTOptions, _Section
-from agentgym_core.rl.config import (
-    ConfigError,
-    EnvConfig,
-    ModelConfig,
-    OptimConfig,
-    RolloutConfig,
-    _check_keys,
-    apply_overrides,
-    read_recipe,
-    validation_message,
-)
+from agentgym_core.recipes import load_recipe, save_recipe
+from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, RolloutConfig, RuntimeConfig
 
 __all__ = [
     "CollectConfig",
@@ -61,16 +52,9 @@ class FinetuneTrainerConfig(_Section):
     eval_max_turns: int = Field(12, ge=1, description="Turn budget of evaluation episodes.")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (the last is always saved).")
-    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are "
-                                  "deleted. One SmolLM2-135M checkpoint is 1.6 GB (542 MB weights + 1,076 MB AdamW "
-                                  "state; bench/checkpoint_size.py).")
+    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are deleted.")
     progress: bool = Field(True, description="Show a console progress bar.")
     tensorboard: bool = Field(False, description="Also log to TensorBoard when it is installed.")
-    optimizer_state_to_disk: bool = Field(
-        False, description="Keep the optimizer's state (AdamW's two moments: 1.08 GB for SmolLM2-135M) in a file in "
-        "run_dir except inside each optimizer step, so the forward and backward passes do not hold it: read back "
-        "before the step, written after it in the background, deleted at the end. An RL recipe's warm start takes "
-        "the RL trainer's setting.")
 
 
 class FinetuneConfig(_Section):
@@ -90,6 +74,7 @@ class FinetuneConfig(_Section):
     )
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5), description="Optimizer.")
     trainer: FinetuneTrainerConfig = Field(default_factory=FinetuneTrainerConfig, description="Run control.")
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Process and memory knobs.")
 
     @model_validator(mode="after")
     def _needs(self) -> FinetuneConfig:
@@ -111,7 +96,7 @@ class FinetuneConfig(_Section):
             trainer["eval_max_turns"] = max(rounds)
         data: dict[str, Any] = {
             "kind": kind or config.trainer.kind, "model": config.model, "envs": config.envs,
-            "rollout": config.rollout, "optim": config.optim, "trainer": trainer,
+            "rollout": config.rollout, "optim": config.optim, "trainer": trainer, "runtime": config.runtime,
         }
         for section in ("data", "sft", "dpo", "rejection_sampling"):
             if getattr(config, section, None) is not None:
@@ -153,15 +138,9 @@ class CollectConfig(_Section):
 
 def load_finetune_config(path: str | Path | None, overrides: list[str] | None = None) -> FinetuneConfig:
     """Read a fine-tuning YAML recipe, apply ``a.b=value`` overrides, validate (errors say the fix)."""
-    data = read_recipe(path) if path is not None else {}
-    data = apply_overrides(data, list(overrides or []))
-    _check_keys(FinetuneConfig, data, "")
-    try:
-        return FinetuneConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(validation_message(exc)) from None
+    return load_recipe(FinetuneConfig, path, overrides)
 
 
 def save_finetune_config(config: FinetuneConfig, path: str | Path) -> None:
     """Write the resolved config (defaults filled in) as YAML."""
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    save_recipe(config, path)

@@ -167,7 +167,7 @@ def run_dpo(
 
     # ---- setup: policy, pairs, frozen reference ------------------------------------------------------
     if model is None:
-        model, tokenizer = load_policy(config.model)
+        model, tokenizer = load_policy(config.model, runtime=config.runtime)
     pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
     if examples is None:
         chat = ChatFormat(TokenizerChat.for_model(model, tokenizer))
@@ -184,7 +184,7 @@ def run_dpo(
                          "(`agentgym collect --policy MODEL --samples 4`) so that some succeed and some fail")
     used = sorted({i for pair in pairs for i in pair})
     ref = torch.zeros(len(examples))
-    with mixed_precision(config.model.mixed_precision, model, cache=config.model.autocast_cache):  # the reference as the policy will be computed
+    with mixed_precision(config.model.mixed_precision, model, cache=config.runtime.autocast_cache):  # the reference as the policy will be computed
         ref[used] = _reference_logprobs(model, [examples[i] for i in used], opts, pad_id)
 
     # ---- one optimizer step: a seeded per-epoch shuffle's slice of the pairs -------------------------

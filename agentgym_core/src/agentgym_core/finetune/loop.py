@@ -68,14 +68,14 @@ def train_steps(
     optimizer, lr_schedule = build_optimizer(params, [], config.optim, total_steps)
     start = int(restore(run_dir, model, optimizer, lr_schedule)["step"]) if resume else 0
     on_disk = None  # AdamW's moments in a file except inside optimizer.step()
-    if config.trainer.optimizer_state_to_disk:
+    if config.runtime.optimizer_state_to_disk:
         on_disk = OptimizerStateOnDisk.in_run_dir(optimizer, run_dir)
         on_disk.store()  # a resumed run's state goes out until the first step
     save_finetune_config(config, run_dir / "config.yaml")
     writer = MetricsWriter(run_dir, tensorboard=config.trainer.tensorboard, resume_step=start if resume else None)
     result = FinetuneResult(run_dir=run_dir, steps=start)
 
-    with HeapTrimmer(config.model.heap_trim_interval_s), open_evaluation(pm, config, model, tokenizer) as evaluate_held_out:
+    with HeapTrimmer(config.runtime.heap_trim_interval_s), open_evaluation(pm, config, model, tokenizer) as evaluate_held_out:
         def evaluate_now(step: int) -> dict[str, Any] | None:  # with the evaluation's peak resident memory
             with PhasePeak() as peak:
                 found = evaluate_held_out(step)
@@ -94,7 +94,7 @@ def train_steps(
         peak = PhasePeak().start()  # each step logs the peak resident memory of the steps so far
         for step in bar:
             t0 = time.perf_counter()
-            with mixed_precision(config.model.mixed_precision, model, cache=config.model.autocast_cache):
+            with mixed_precision(config.model.mixed_precision, model, cache=config.runtime.autocast_cache):
                 metrics = train_step(step, optimizer)
             lr_schedule.step()
             release_memory()  # the step's activations and logits: freed heap pages go back before the next

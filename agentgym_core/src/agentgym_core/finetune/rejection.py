@@ -84,7 +84,7 @@ def run_rejection_sampling(
     rs = config.rejection_sampling
     run_dir = start_run(config)
     if model is None:
-        model, tokenizer = load_policy(config.model)
+        model, tokenizer = load_policy(config.model, runtime=config.runtime)
     chat = ChatFormat(TokenizerChat.for_model(model, tokenizer))
     seed_data = select_examples(load_examples(config.data.paths, chat), config.data) if rs.include_data and config.data.paths else []
 

@@ -74,8 +74,8 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
                     "eval_tasks": train_config.trainer.eval_tasks, "eval_max_turns": horizon,
                     "eval_before": train_config.trainer.eval_before and warm.eval_base,
                     "progress": train_config.trainer.progress,
-                    "optimizer_state_to_disk": train_config.trainer.optimizer_state_to_disk,
-                    "save_every": 10**9}})
+                    "save_every": 10**9},
+        "runtime": train_config.runtime})
     result = run_sft(config, plugin_manager=plugin_manager, model=model, tokenizer=tokenizer,
                      resume=done is not None, label="warm start sft")  # a warm start cut short continues
     if result.checkpoint is None:

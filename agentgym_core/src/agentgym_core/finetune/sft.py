@@ -112,7 +112,7 @@ def run_sft(
 
     # ---- setup: policy, data -------------------------------------------------------------------------
     if model is None:
-        model, tokenizer = load_policy(config.model)
+        model, tokenizer = load_policy(config.model, runtime=config.runtime)
     pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
     if examples is None:
         chat = ChatFormat(TokenizerChat.for_model(model, tokenizer))

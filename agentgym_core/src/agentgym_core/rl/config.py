@@ -2,30 +2,34 @@
 
     config = load_config("examples/babyai_grpo_cpu.yaml", ["algorithm.kl.coef=0.01", "trainer.steps=5"])
 
-Every section is a pydantic model with ``extra="forbid"``; an unknown key is an error that names
-the closest valid key. The resolved config (defaults filled in) is saved in the run directory as
-``config.yaml``, and ``--resume`` reads it back from there.
+A recipe states ``model``, ``envs``, ``rollout``, ``algorithm``, ``optim`` and ``trainer`` (and
+``warm_start`` when it fine-tunes first); keys set only when needed are folded into
+``trainer.ray`` (the Ray launcher) and ``runtime`` (process and memory knobs). Every section is a
+pydantic model with ``extra="forbid"``; an unknown key is an error that names the closest valid
+key. Reading, old keys and overrides are :mod:`agentgym_core.recipes`, shared with fine-tuning. The
+resolved config (defaults filled in) is saved in the run directory as ``config.yaml``, and
+``--resume`` reads it back from there.
 """
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializeAsAny,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
-import agentgym_core.rl.forward as forward
+import agentgym_core.rl.packing_support as packing
 from agentgym_core.finetune_options import WarmStartConfig
+from agentgym_core.recipes import (  # the loader's names, re-exported where RL code has always found them
+    RECIPE_KINDS,
+    ConfigError,
+    apply_overrides,
+    load_recipe,
+    read_recipe,
+    recipe_kind,
+    save_recipe,
+    validation_message,
+)
 from agentgym_core.rl.estimator_api import AdvantageConfig, Estimator, min_group_size
 from agentgym_core.rl.losses import Aggregation, KLEstimator
 from agentgym_core.schedulers import RoundsConfig
@@ -42,20 +46,20 @@ __all__ = [
     "LoraConfig",
     "ModelConfig",
     "OptimConfig",
+    "RECIPE_KINDS",
+    "RayConfig",
     "RolloutConfig",
+    "RuntimeConfig",
     "TrainConfig",
     "TrainerConfig",
     "apply_overrides",
     "check_group_size",
     "load_config",
     "read_recipe",
+    "recipe_kind",
     "save_config",
     "validation_message",
 ]
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message says which key and how to fix it."""
 
 
 class _Section(BaseModel):
@@ -76,52 +80,27 @@ class LoraConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """``model``: the policy."""
+    """``model``: the policy.
+
+    ``mixed_precision`` runs the training matmuls in bf16 while weights and optimizer state keep
+    their dtype; old log-probs are recomputed under the same autocast, so PPO ratios stay
+    consistent, and sampling is unaffected. ``gradient_checkpointing_above_tokens: N`` keeps the
+    activations of forwards of at most N tokens (faster, memory in proportion to N); set the
+    micro-batch sizes (``sft.micro_batch_tokens``, ``algorithm.micro_batch_tokens``) to N so that
+    short sequences fill such forwards. bench/README.md measures both.
+    """
 
     path: str = Field("smollm2-135m-instruct", description="Named model, .gguf file or HF model directory.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Training dtype.")
     device: str = Field("auto", description="'auto' (CUDA if present, else CPU), 'cpu', 'cuda', 'cuda:1'.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: under `agentgym`, half the CPUs "
-                                "or $OMP_NUM_THREADS; 1 is fastest when other jobs share the CPU).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     gradient_checkpointing_above_tokens: int | None = Field(
-        None, ge=1, description="With gradient_checkpointing: recompute activations only in training forwards of "
-        "more than N tokens (rows x width); shorter ones keep theirs, which is faster and costs memory in "
-        "proportion to N (SmolLM2-135M: about 0.75 MB a token; with N = 1,024, an SFT step of 1,024-token forwards "
-        "took x0.73 the time of checkpointed 2,048-token ones at x1.01 the peak, bench/sft_memory.py). Set the "
-        "micro-batch sizes (sft.micro_batch_tokens, algorithm.micro_batch_tokens) to N so that short sequences "
-        "fill such forwards; a longer sequence is a forward of its own and is checkpointed. None: every forward.")
+        None, ge=1, description="With gradient_checkpointing, recompute activations only in training "
+        "forwards of more than N tokens (None: in every forward).")
     mixed_precision: Literal["no", "bf16", "auto"] = Field(
-        "no", description="Run training forwards/backwards under bfloat16 autocast (weights and optimizer stay in "
-        "their dtype). 'auto': bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), else off. About "
-        "3x the update tokens/s on this project's AVX512-BF16 CPU (bench/train_step.py: x2.95 vs float32 on the "
-        "same batch). Sampling is unaffected; "
-        "old log-probs are recomputed under the same autocast, so PPO ratios stay consistent.",
+        "no", description="Run training forwards and backwards under bfloat16 autocast ('auto': where the "
+        "device has native bf16).",
     )
-    autocast_cache: bool = Field(
-        True, description="Under bf16 autocast, keep each weight's bf16 cast for the whole optimizer step instead "
-        "of casting it again at every use (autocast's own default). The cache is a bf16 copy of the trained "
-        "weights; without it one SFT step of the CPU recipe peaked at 0.95x the memory in the same time "
-        "(bench/sft_memory.py --compare-no-autocast-cache), so the CPU recipes turn it off.")
-    onednn_primitive_cache: int | None = Field(
-        None, ge=1, description="Most compiled oneDNN kernels a process keeps (PyTorch's bf16 matmuls on the CPU; "
-        "sets ONEDNN_PRIMITIVE_CACHE_CAPACITY unless it is set). oneDNN keeps 1,024, and training forwards change "
-        "shape with every micro-batch, so its cache grows all run: 5 SFT steps of the CPU recipe left 2.64 GB "
-        "resident between steps with it, 2.40 GB with 32 (bench/sft_memory.py). None: oneDNN's default.")
-    heap_trim_interval_s: float | None = Field(
-        1.0, ge=0.0, description="Every N seconds while a run's phases (SFT, rollouts, updates, evaluations) "
-        "go on, return the C heap's free pages to the OS from a background thread (glibc's malloc_trim, a few ms "
-        "each), in every process that holds a model (Ray actors too): memory freed in the heap's middle within "
-        "a phase (a micro-batch's activations, an outgrown KV-cache buffer) otherwise stays resident and RSS "
-        "climbs over a long run. 0 or None: only between phases; at least 0.05 otherwise.")
-
-    @field_validator("heap_trim_interval_s")
-    @classmethod
-    def _trim_not_continuously(cls, value: float | None) -> float | None:
-        if value and value < 0.05:
-            raise ValueError(f"{value} s would trim almost continuously: use 0 (off) or at least 0.05")
-        return value
-
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
     @model_validator(mode="after")
@@ -132,8 +111,41 @@ class ModelConfig(_Section):
         return self
 
 
+class RuntimeConfig(_Section):
+    """``runtime``: process and memory knobs of the processes that hold a model (bench/README.md measures them)."""
+
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads per process (None: half the CPUs under `agentgym`, or "
+        "$OMP_NUM_THREADS).")
+    onednn_primitive_cache: int | None = Field(
+        None, ge=1, description="Most compiled oneDNN kernels a process keeps (sets ONEDNN_PRIMITIVE_CACHE_CAPACITY "
+        "unless it is set; None: oneDNN's default).")
+    heap_trim_interval_s: float | None = Field(
+        1.0, ge=0.0, description="Seconds between returns of the C heap's free pages to the OS while a phase runs "
+        "(0 or None: only between phases; else at least 0.05).")
+    autocast_cache: bool = Field(
+        True, description="Under bf16 autocast, keep each weight's bf16 cast for the whole optimizer step instead of "
+        "casting it at every use.")
+    optimizer_state_to_disk: bool = Field(
+        False, description="Keep the optimizer's state in a file in run_dir outside each optimizer step (one learner "
+        "process only).")
+
+    @field_validator("heap_trim_interval_s")
+    @classmethod
+    def _trim_not_continuously(cls, value: float | None) -> float | None:
+        if value and value < 0.05:
+            raise ValueError(f"{value} s would trim almost continuously: use 0 (off) or at least 0.05")
+        return value
+
+
 class EnvConfig(_Section):
-    """One entry of ``envs``: an environment and where it runs."""
+    """One entry of ``envs``: an environment and where it runs.
+
+    With ``urls`` (an env pool) each new instance goes to the healthy server with the fewest of the
+    run's live instances; a server that stops answering is marked down and asked again after
+    ``probe_interval_s``; the episodes it broke count as failed (``infra_failed``) and are re-run
+    (``rollout.rerun_failed``). Every server must serve the same env and task catalog.
+    """
 
     name: str = Field(description="Registered environment name (`agentgym envs` lists them).")
     url: str | None = Field(
@@ -141,10 +153,7 @@ class EnvConfig(_Section):
         "for the run.",
     )
     urls: list[str] | None = Field(
-        None, description="Several servers of this environment (an env pool), instead of url: each new instance goes "
-        "to the healthy server with the fewest of the run's live instances; a server that stops answering is marked "
-        "down and probed again later; episodes it broke are counted as failed (infra_failed) and re-run "
-        "(rollout.rerun_failed). Every server must serve the same env and task catalog.",
+        None, description="Several servers of this environment (an env pool), used instead of url.",
     )
     probe_interval_s: float = Field(
         5.0, gt=0, description="Seconds a server of urls that stopped answering is left alone before its /health is "
@@ -207,21 +216,25 @@ class CurriculumConfig(_Section):
     """
 
     kind: Literal["none", "pass_rate"] = Field(
-        "none", description="'none': tasks in per-epoch shuffles of the whole train split, every task once per "
-        "epoch. 'pass_rate': categories drawn by 1 - p^G - (1-p)^G, the chance that a group of G=rollout.group_size "
-        "samples has both passes and fails, with p = (successes + 1) / (attempts + 2) of the category's decayed "
-        "counts (0.5 before its first attempt).")
+        "none", description="'none': every task once per epoch in shuffled order; 'pass_rate': categories "
+        "drawn by their chance of a mixed group.")
     decay: float = Field(
-        0.9, gt=0.0, le=1.0, description="Factor on a category's success and attempt counts after each step, before "
-        "the step's own are added: the estimate follows the policy with an effective memory of about "
-        "1 / (1 - decay) steps. 1.0: never forget.")
+        0.9, gt=0.0, le=1.0, description="Factor on a category's counts after each step (1.0: never forget).")
     floor: float = Field(
         0.05, gt=0.0, le=1.0, description="Least weight of a category, so one that is always or never solved is "
         "still drawn now and then and its estimate can change.")
 
 
 class RolloutConfig(_Section):
-    """``rollout``: how trajectories are sampled."""
+    """``rollout``: how trajectories are sampled.
+
+    An episode the environment broke (a dead server, an env error, a call past ``env_timeout_s``)
+    stays in the step's trajectories, counted in ``infra_failed`` and left out of the loss; a re-run
+    (``rerun_failed``) takes its place in the group. With ``max_staleness: k > 0`` the rollout side
+    samples the next steps' batches while the learner updates, never more than k versions ahead of
+    the weights it holds; each trajectory records its ``policy_version`` and the lag is logged
+    (``staleness_mean``, ``staleness_max``).
+    """
 
     tasks_per_step: int = Field(8, ge=1, description="Distinct tasks per training step (all envs together).")
     group_size: int = Field(4, ge=1, description="Samples per task (the GRPO/RLOO group).")
@@ -243,28 +256,20 @@ class RolloutConfig(_Section):
     curriculum: CurriculumConfig = Field(
         default_factory=CurriculumConfig, description="Draw tasks by category, favouring those with mixed outcomes.")
     env_timeout_s: float = Field(
-        600.0, gt=0.0, description="Limit in seconds on one environment call (create/reset/step, HTTP read "
-        "included). A call that takes longer fails its trajectory as an infrastructure failure, which is left "
-        "out of the loss and counted in the 'infra_failed' metric. 600 as in the anchor's scripts; WebArena and "
-        "SciWorld steps can take tens of seconds under load.",
+        600.0, gt=0.0, description="Seconds one environment call may take before its trajectory fails as an "
+        "infrastructure failure.",
     )
     rerun_failed: int = Field(
-        1, ge=0, description="Times an episode whose trajectory the environment broke (failed: a dead server, an env "
-        "error, a timeout) is sampled again within the same step. The failed attempt stays in the step's "
-        "trajectories, counted in 'infra_failed' and left out of the loss; the re-run takes its place in the group. "
-        "0: never re-run.",
+        1, ge=0, description="Times an episode the environment broke is sampled again within the same step "
+        "(0: never).",
     )
     max_env_failure_rate: float = Field(
         0.5, ge=0.0, le=1.0, description="Stop the run when more than this share of a step's episodes broke by an "
         "env error or timeout in every attempt (naming the env, the server and the error); 1 never stops.",
     )
     max_staleness: int = Field(
-        0, ge=0, description="Asynchronous rollouts: how many policy versions (updates) a trained trajectory may lag "
-        "behind the learner. 0: synchronous, each step's trajectories come from the weights of the step before. "
-        "k > 0: the rollout side samples the next steps' batches in the background while the learner updates, and "
-        "never starts a batch more than k versions ahead of the weights it holds; each trajectory records its "
-        "policy_version and the lag is logged (staleness_mean/staleness_max). Off-policy by at most k updates; "
-        "the PPO ratio uses the learner's log-probs as the old policy.",
+        0, ge=0, description="Most policy versions a trained trajectory may lag behind the learner (0: "
+        "synchronous rollouts).",
     )
 
     @model_validator(mode="after")
@@ -293,13 +298,12 @@ class CriticConfig(_Section):
 
     enabled: bool = Field(False, description="Train a critic (value function); GAE needs one.")
     kind: Literal["separate", "shared_trunk"] = Field(
-        "separate", description="'separate': a model of its own (a copy of the policy's trunk, or model_path) with a "
-        "value head; value-loss gradients never reach the policy. 'shared_trunk': a value head on the policy's last "
-        "hidden state; cheaper (no second model), but the value loss trains the policy's trunk too.",
+        "separate", description="'separate': a model of its own with a value head; 'shared_trunk': a value "
+        "head on the policy's last hidden state.",
     )
     model_path: str | None = Field(
-        None, description="separate critic only: named model or HF directory for its trunk, e.g. a smaller model of "
-        "the policy's family (it must use the policy's tokenizer). None: a copy of the policy's initial weights.",
+        None, description="Separate critic: named model or HF directory of its trunk (None: a copy of the "
+        "policy's initial weights).",
     )
     vf_coef: float = Field(0.5, ge=0.0, description="Weight of the value loss.")
     value_clip: float | None = Field(0.2, description="Clip range of the value update; None disables.")
@@ -323,7 +327,16 @@ class OffPolicyConfig(_Section):
 
 
 class AlgorithmConfig(_Section):
-    """``algorithm``: estimator, losses and the PPO update schedule."""
+    """``algorithm``: estimator, losses and the PPO update schedule.
+
+    ``old_logprobs: current`` takes the update's own log-probs, detached, as the ratio's denominator:
+    the same numbers as a scoring pass when each batch gets one optimizer step (``ppo_epochs`` and
+    ``mini_batches`` 1), without that extra forward; it needs no critic and no KL term, whose inputs
+    come from the scoring pass. ``auto`` picks it where it is exact. ``drop_zero_advantage`` is off
+    by default, as in verl: rows of tied groups carry no policy-gradient signal but still carry the
+    KL and entropy terms and count in the loss normaliser. ``packing`` needs transformers >= 4.53.1
+    and torch >= 2.6 (older ones let packed sequences attend to each other; the config refuses them).
+    """
 
     estimator: str = Field("grpo", description="Advantage estimator plugin: gae, grpo, rloo, reinforce_pp, ...")
     # SerializeAsAny: a plugin's options subclass is saved with its own fields (see rl.plugin_options).
@@ -342,9 +355,8 @@ class AlgorithmConfig(_Section):
     clip_low: float = Field(0.2, ge=0.0, description="PPO clip: ratio >= 1 - clip_low.")
     clip_high: float | None = Field(None, ge=0.0, description="PPO clip-higher: ratio <= 1 + clip_high (None: clip_low).")
     clip_ratio_c: float | None = Field(
-        3.0, gt=1.0, description="PPO dual clip (Ye et al. 2020): on tokens with a negative advantage the loss is "
-        "capped at clip_ratio_c * |A|, so a ratio that ran far above 1 cannot blow the step up. 3.0 as in verl; "
-        "None disables.",
+        3.0, gt=1.0, description="PPO dual clip: the loss on tokens with a negative advantage is capped at "
+        "clip_ratio_c * |A| (None: off).",
     )
     loss_agg: Aggregation = Field("token_mean", description="token_mean, seq_mean_token_mean, seq_mean_token_sum_norm.")
     entropy_coef: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
@@ -355,29 +367,16 @@ class AlgorithmConfig(_Section):
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split this many ways).")
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="Gradient clipping; None disables.")
     packing: bool = Field(
-        False, description="Pack several sequences per row (block-diagonal attention) in the update forward. "
-        "Needs transformers >= 4.53.1 and torch >= 2.6 (older ones would let packed sequences attend to each "
-        "other; the config refuses them). Off by default: on the shared 2-core CPU bench/train_step.py found no "
-        "clear win over length-sorted padded rows (0.64x in one run, 1.08x best-of-2 in another).",
+        False, description="Pack several sequences per row (block-diagonal attention) in the update forward.",
     )
     micro_batch_tokens: int = Field(4096, ge=64, description="Tokens per forward/backward in the update.")
     drop_zero_advantage: bool = Field(
-        False, description="Leave trajectories whose advantages are all 0 (e.g. GRPO groups whose rewards tie) out "
-        "of the update. Off by default, as in the anchor and verl: such rows carry no policy-gradient signal, but "
-        "they still carry the KL and entropy terms and count in the loss normaliser; dropping them removes the KL "
-        "pull on exactly the prompts the policy has settled on and changes the loss scale from step to step. On: "
-        "cheaper updates when many groups tie.",
+        False, description="Leave trajectories whose advantages are all 0 (tied groups) out of the update.",
     )
 
     old_logprobs: Literal["auto", "recompute", "current"] = Field(
-        "auto", description="The PPO ratio's denominator. 'recompute': a forward pass over the whole batch before "
-        "the update scores it with the learner's weights as they are before the update. 'current': the update's own "
-        "log-probs, detached; the same numbers when each batch gets one optimizer step (ppo_epochs 1, mini_batches "
-        "1: the weights have not moved yet, the ratio is 1 and the gradient is the policy gradient), without that extra forward pass "
-        "(about a fifth of a CPU update's time); the entropy and rollout_logprob_gap metrics then cover the trained "
-        "tokens only. It needs no critic and no KL term (the critic's old values and the KL estimate come from "
-        "the scoring pass). 'auto': "
-        "current where it gives the same numbers, else recompute.",
+        "auto", description="The PPO ratio's denominator: 'recompute' (a scoring pass before the update), "
+        "'current' (the update's own, detached) or 'auto'.",
     )
 
     @property
@@ -412,12 +411,12 @@ class AlgorithmConfig(_Section):
     @model_validator(mode="after")
     def _packing_needs_recent_transformers(self) -> AlgorithmConfig:
         if self.packing:
-            problem = forward.packing_support_problem(forward.installed_version("transformers"),
-                                                      forward.installed_version("torch"))
+            problem = packing.packing_support_problem(packing.installed_version("transformers"),
+                                                      packing.installed_version("torch"))
             if problem is not None:
                 raise ValueError(f"algorithm.packing=true is unsafe here: {problem}. Set algorithm.packing=false "
                                  f"(padded rows give the same numbers), or upgrade: pip install "
-                                 f"'transformers>={forward.PACKING_MIN_TRANSFORMERS}' 'torch>={forward.PACKING_MIN_TORCH}'")
+                                 f"'transformers>={packing.PACKING_MIN_TRANSFORMERS}' 'torch>={packing.PACKING_MIN_TORCH}'")
         return self
 
     @model_validator(mode="after")
@@ -430,19 +429,19 @@ class AlgorithmConfig(_Section):
 class OptimConfig(_Section):
     """``optim``: AdamW and its learning-rate schedule."""
 
-    lr: float = Field(1e-6, gt=0.0, description="Peak learning rate (the anchor's recipe: 1e-6).")
+    lr: float = Field(1e-6, gt=0.0, description="Peak learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up, in training steps.")
     schedule: Literal["constant", "cosine"] = Field("constant", description="Decay after warm-up.")
     critic_lr: float | None = Field(None, gt=0.0, description="Value head learning rate (None: 10 x lr).")
     low_precision_params: bool = Field(
-        False, description="Let AdamW update bfloat16/float16 weights directly (warns). Off: trainable weights are "
-        "float32 masters whatever model.dtype loads, and model.mixed_precision=bf16 runs the matmuls in bf16.")
+        False, description="Let AdamW update bfloat16/float16 weights directly instead of float32 master "
+        "weights (warns).")
 
 
 class ActorResources(_Section):
-    """What one Ray actor asks the cluster for (``trainer.learner_resources``, ``trainer.rollout_resources``)."""
+    """What one Ray actor asks for (``trainer.ray.learner_resources``, ``trainer.ray.rollout_resources``)."""
 
     num_cpus: float = Field(1.0, ge=0.0, description="CPU cores reserved for the actor.")
     num_gpus: float = Field(0.0, ge=0.0, description="GPUs reserved for the actor (fractions share one GPU).")
@@ -458,13 +457,33 @@ class ActorResources(_Section):
         return self
 
 
+class RayConfig(_Section):
+    """``trainer.ray``: where the Ray launcher places its actors and how it handles their failures."""
+
+    address: str | None = Field(
+        None, description="The cluster to join ('auto', 'ray://host:10001'; None: $RAY_ADDRESS, a local Ray, or a "
+        "private one for this run).")
+    rollout_workers: int = Field(
+        1, ge=1, description="Rollout worker actors; each step's episodes are split between them.")
+    learner_resources: ActorResources = Field(
+        default_factory=ActorResources, description="Resources of each learner rank's actor.")
+    rollout_resources: ActorResources = Field(
+        default_factory=ActorResources, description="Resources of each rollout worker's actor.")
+    placement_timeout_s: float = Field(
+        120.0, gt=0.0, description="Seconds to wait for the cluster to place every actor before the run fails.")
+    remote_timeout_s: float = Field(
+        1800.0, gt=0.0, description="Seconds one call to an actor may take before the run fails naming it.")
+    rollout_worker_restarts: int = Field(
+        1, ge=0, description="Times a rollout worker that died is restarted and its batch sampled again.")
+
+
 class TrainerConfig(_Section):
     """``trainer``: the run itself."""
 
     steps: int = Field(100, ge=1, description="Training steps (one batch of rollouts + one update each).")
     learners: int = Field(
-        1, ge=1, description="Learner ranks (FSDP2 shards of the policy; gloo on CPU, NCCL on CUDA). N > 1 spawns N "
-        "processes on this machine, or joins the ranks torchrun started.")
+        1, ge=1, description="Learner ranks (FSDP2 shards of the policy): processes of this machine, or the "
+        "ranks torchrun started.")
     collective_timeout_s: float = Field(
         1800.0, gt=0.0, description="With several learner ranks: seconds a rank waits in one collective call "
         "(NCCL's watchdog, gloo's timeout) before the run fails.")
@@ -474,59 +493,29 @@ class TrainerConfig(_Section):
     eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps (the last step is always saved).")
-    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are "
-                                  "deleted. One SmolLM2-135M checkpoint is 1.6 GB (542 MB weights + 1,076 MB AdamW "
-                                  "state; bench/checkpoint_size.py).")
+    keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are deleted.")
     hf_weights_every_checkpoint: bool = Field(
         False, description="Sharded checkpoints (trainer.learners > 1): also write Hugging Face weights under "
         "model/ at every checkpoint, not only the final one.")
     save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
-    optimizer_state_to_disk: bool = Field(
-        False, description="Keep the optimizer's state (AdamW's two moments: twice the trainable weights in float32, "
-        "1.08 GB for SmolLM2-135M) in a file in run_dir except inside each optimizer step, so rollouts, evaluations "
-        "and the update's forward and backward passes do not hold it in memory: read back just before a step or a "
-        "checkpoint, written in the background just after the step (freed a few seconds later), deleted at the end "
-        "(the warm start's SFT does the same). Disk: up to twice the state while a write replaces the last. A failed "
-        "write keeps the state in memory, with a warning. One learner process (trainer.learners=1).")
     tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")
     launcher: Literal["local", "ray"] = Field(
-        "local", description="'local': the learner ranks are processes of this machine and each rank also samples its "
-        "share of every step's episodes. 'ray': a driver (which holds no model) places the learner ranks and trainer.rollout_workers "
-        "rollout workers as Ray actors (pip install './agentgym_core[ray]'); see the README's Ray section.")
-    ray_address: str | None = Field(
-        None, description="launcher=ray: the cluster to join ('auto': the one `ray start --head` started on this "
-        "machine; 'ray://host:10001' for a remote head). None: $RAY_ADDRESS or a Ray started on this machine "
-        "if there is one, else a private Ray for this run, stopped at its end (ray.init()'s rule).")
-    rollout_workers: int = Field(
-        1, ge=1, description="launcher=ray: rollout worker actors (each a backend, engines and env clients); each "
-        "step's episodes are split between them.")
-    learner_resources: ActorResources = Field(
-        default_factory=ActorResources, description="launcher=ray: resources of each learner rank's actor.")
-    rollout_resources: ActorResources = Field(
-        default_factory=ActorResources, description="launcher=ray: resources of each rollout worker's actor.")
-    placement_timeout_s: float = Field(
-        120.0, gt=0.0, description="launcher=ray: how long to wait for the cluster to place every actor before "
-        "the run fails, naming the resources it lacks.")
-    remote_timeout_s: float = Field(
-        1800.0, gt=0.0, description="launcher=ray: limit in seconds on one call to an actor (a step's rollout, "
-        "score, update, weights, checkpoint); past it the run fails with the call and the step it was on.")
-    rollout_worker_restarts: int = Field(
-        1, ge=0, description="launcher=ray: how many times a rollout worker that died (process killed, node lost) is "
-        "restarted and its batch re-sampled before the run fails with its error. Each step logs "
-        "'rollout_worker_restarts' (its own, 0 when none) and 'rollout_worker_restarts_total' (since this launch).")
+        "local", description="'local': learner ranks are processes of this machine that also sample; 'ray': learner "
+        "ranks and rollout workers are Ray actors placed as trainer.ray says.")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Placement and fault handling of launcher=ray.")
 
     @model_validator(mode="after")
     def _ray_options_need_ray(self) -> TrainerConfig:
-        if self.launcher == "local" and self.rollout_workers > 1:
-            raise ValueError(f"trainer.rollout_workers={self.rollout_workers} needs trainer.launcher=ray (the local "
-                             "launcher runs one rollout worker in the driver process)")
+        if self.launcher == "local" and self.ray.rollout_workers > 1:
+            raise ValueError(f"trainer.ray.rollout_workers={self.ray.rollout_workers} needs trainer.launcher=ray (the "
+                             "local launcher runs one rollout worker in the driver process)")
         return self
 
 
 class TrainConfig(_Section):
-    """The whole run. Sections: model, envs, rollout, algorithm, optim, trainer, warm_start."""
+    """The whole run. Sections: model, envs, rollout, algorithm, optim, trainer, warm_start, runtime."""
 
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
     envs: list[EnvConfig] = Field(description="Environments to train on (one or more).", min_length=1)
@@ -538,6 +527,7 @@ class TrainConfig(_Section):
         None, description="Supervised warm start before RL (SFT on expert demos or trajectory files); the KL "
         "reference and the 'before' evaluation are then the fine-tuned model.",
     )
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Process and memory knobs.")
 
     @property
     def off_policy_correction(self) -> str:
@@ -589,122 +579,11 @@ class TrainConfig(_Section):
         return self
 
 
-# -- loading --------------------------------------------------------------------------------------
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model class inside an annotation like ``X``, ``X | None`` or ``list[X]``."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _check_keys(model: type[BaseModel], data: Any, where: str) -> None:
-    """Raise ConfigError for the first unknown key, naming the closest valid one."""
-    if not isinstance(data, dict) or model.model_config.get("extra") == "allow":
-        return  # a plugin's options (algorithm.advantage, rounds_ctrl): checked by rl.plugin_options
-    fields = model.model_fields
-    for key, value in data.items():
-        path = f"{where}.{key}" if where else str(key)
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
-            hint = f" Did you mean '{(where + '.') if where else ''}{close[0]}'?" if close else ""
-            valid = ", ".join(sorted(fields))
-            raise ConfigError(f"unknown config key '{path}'.{hint} Valid keys here: {valid}.")
-        sub = _model_of(fields[key].annotation)
-        if sub is None:
-            continue
-        if get_origin(fields[key].annotation) is list and isinstance(value, list):
-            for i, item in enumerate(value):
-                _check_keys(sub, item, f"{path}[{i}]")
-        else:
-            _check_keys(sub, value, path)
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (value parsed as YAML: numbers, lists, bools); ``envs.0.url=...`` indexes lists."""
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} has no '='; write it as section.key=value, e.g. trainer.steps=10")
-        dotted, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else ""
-        node: Any = data
-        parts = dotted.strip().split(".")
-        for part in parts[:-1]:
-            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
-        last = parts[-1]
-        if isinstance(node, list):
-            node[int(last)] = value
-        else:
-            node[last] = value
-    return data
-
-
-RECIPE_KINDS = ("rl", "sft", "dpo", "rejection_sampling")
-
-
-def recipe_kind(path: str | Path | None, overrides: list[str] | None = None) -> str:
-    """The recipe's top-level ``kind`` (``rl`` when absent): which trainer runs it.
-
-    ``rl`` recipes are :class:`TrainConfig`; the others are ``agentgym_core.finetune`` recipes.
-    A ``kind=...`` override wins over the file.
-    """
-    kind = "rl"
-    if path is not None and Path(path).exists():
-        kind = str(read_recipe(path).get("kind", "rl"))
-    for override in overrides or []:
-        if override.startswith("kind="):
-            kind = override.split("=", 1)[1].strip()
-    if kind not in RECIPE_KINDS:
-        raise ConfigError(f"unknown recipe kind {kind!r}; expected one of {', '.join(RECIPE_KINDS)}")
-    return kind
-
+# -- loading (the loader itself is agentgym_core.recipes, shared with fine-tuning) -------------
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a YAML recipe, apply overrides, validate. Errors are :class:`ConfigError` with the fix."""
-    data = read_recipe(path) if path is not None else {}
-    data = apply_overrides(data, list(overrides or []))
-    _check_keys(TrainConfig, data, "")
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(validation_message(exc)) from None
-
-
-def read_recipe(path: str | Path) -> dict[str, Any]:
-    """The mapping in the YAML recipe ``path``; a one-line ConfigError naming the file (and line) if unreadable."""
-    path = Path(path)
-    if path.is_dir():
-        hint = f"; to continue that run: --resume {path}" if (path / "config.yaml").is_file() else ""
-        raise ConfigError(f"{path} is a directory; pass a YAML recipe file, e.g. examples/babyai_grpo_cpu.yaml{hint}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist; see examples/*.yaml for recipes") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the recipe {path}: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise ConfigError(f"{where}: not valid YAML ({problem}); fix that line of the recipe") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a recipe is a YAML mapping of sections (model:, envs:, ...), "
-                          f"got a {type(data).__name__}")
-    return data
-
-
-def validation_message(exc: ValidationError) -> str:
-    """A pydantic error as one line: every bad key with what was wrong."""
-    problems = [f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()]
-    return "invalid config: " + "; ".join(problems)
+    return load_recipe(TrainConfig, path, overrides)
 
 
 def check_group_size(config: TrainConfig, estimate: Estimator) -> None:
@@ -728,4 +607,4 @@ def check_group_size(config: TrainConfig, estimate: Estimator) -> None:
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
     """Write the resolved config (all defaults filled in) as YAML."""
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    save_recipe(config, path)

@@ -31,12 +31,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import metadata
 
 import torch
 
 from agentgym_core.rl.critic import SeparateCritic, ValueHead
 from agentgym_core.rl.losses import entropy_from_logits
+from agentgym_core.rl.packing_support import (  # re-exported: the forward pass's version gate
+    PACKING_MIN_TORCH,
+    PACKING_MIN_TRANSFORMERS,
+    installed_version,
+    packing_support_problem,
+)
 from agentgym_core.training.activation_checkpointing import checkpointing_for_forward
 
 __all__ = [
@@ -53,55 +58,13 @@ __all__ = [
     "packing_support_problem",
 ]
 
-PACKING_MIN_TRANSFORMERS = "4.53.1"
-"""First transformers release whose mask builder (``masking_utils.find_packed_sequence_indices``, PR
-#39194, shipped in the 4.53.1 patch release; absent from 4.53.0) turns restarting ``position_ids``
-into a block-diagonal mask for eager and SDPA attention when no attention mask is given."""
-PACKING_MIN_TORCH = "2.6"
-"""transformers applies that packed mask only with torch >= 2.6 (``and_masks`` needs it) and
-otherwise falls back, silently, to a plain causal mask."""
-
-
-def installed_version(package: str) -> str | None:
-    """The installed distribution's version string, or None when it is not installed."""
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _release(version: str) -> tuple[int, ...]:
-    """(major, minor, patch) of a version string like '4.53.1', '2.6.0+cpu' or '5.0.0rc1'."""
-    parts: list[int] = []
-    for piece in version.split("+")[0].split(".")[:3]:
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        parts.append(int(digits or 0))
-    return tuple(parts + [0] * (3 - len(parts)))
-
-
-def packing_support_problem(transformers_version: str | None, torch_version: str | None) -> str | None:
-    """Why packed rows would attend across sequences with these versions, or None when packing is safe."""
-    if transformers_version is None:
-        return "transformers is not installed"
-    if _release(transformers_version) < _release(PACKING_MIN_TRANSFORMERS):
-        return (f"transformers {transformers_version} does not detect packed sequences from position_ids (it needs "
-                f">= {PACKING_MIN_TRANSFORMERS}), so packed rows would attend across sequences")
-    if torch_version is None or _release(torch_version) < _release(PACKING_MIN_TORCH):
-        return (f"transformers applies the packed-sequence mask only with torch >= {PACKING_MIN_TORCH} (installed: "
-                f"{torch_version}), so packed rows would attend across sequences")
-    return None
-
 
 def mixed_precision(mode: str, model: torch.nn.Module, cache: bool = True) -> contextlib.AbstractContextManager:
     """The autocast context of ``model.mixed_precision`` (``no``, ``bf16`` or ``auto``) on the model's device.
 
     Weights, gradients and optimizer state keep their dtype; matmuls run in bfloat16. ``auto``
     picks bf16 on CUDA devices that support it and on CPUs with native bf16 instructions
-    (AVX512-BF16 or AMX), where the update runs about 3x faster than in float32 (bench/train_step.py).
+    (AVX512-BF16 or AMX), where the update runs faster than in float32 (bench/train_step.py measures it).
     ``cache``: keep each weight's bf16 cast for the whole context (a bf16 copy of the trained
     weights, half their float32 size) instead of casting it again at every use.
     """

@@ -134,8 +134,8 @@ class Learner:
             if alg.critic.enabled:
                 raise ConfigError("trainer.learners > 1 with a critic (GAE) is not supported yet: "
                                   "use grpo/rloo/reinforce_pp, or trainer.learners=1")
-            if config.trainer.optimizer_state_to_disk:
-                raise ConfigError("trainer.optimizer_state_to_disk needs one learner process (trainer.learners=1); "
+            if config.runtime.optimizer_state_to_disk:
+                raise ConfigError("runtime.optimizer_state_to_disk needs one learner process (trainer.learners=1); "
                                   "sharded optimizer states are not written to disk")
         initial: dict[str, torch.Tensor] = {}
         unsaved: dict[str, torch.Tensor] | None = None
@@ -167,7 +167,7 @@ class Learner:
             config.trainer.steps)
         self.state_on_disk: OptimizerStateOnDisk | None = None  # AdamW's moments between updates
         self.weight_sync_bytes: int | None = None  # of the last policy_state_dict
-        if config.trainer.optimizer_state_to_disk:
+        if config.runtime.optimizer_state_to_disk:
             self.state_on_disk = OptimizerStateOnDisk.in_run_dir(self.optimizer, config.trainer.run_dir)
 
     # ---- set-up -----------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ class Learner:
         """Autocast on one process; under FSDP2 the mixed-precision policy casts instead."""
         if self.ctx.distributed:
             return contextlib.nullcontext()
-        return mixed_precision(self.config.model.mixed_precision, self.model, cache=self.config.model.autocast_cache)
+        return mixed_precision(self.config.model.mixed_precision, self.model, cache=self.config.runtime.autocast_cache)
 
     # ---- 1. score a batch -----------------------------------------------------------------------------
     @torch.no_grad()
@@ -310,7 +310,7 @@ class Learner:
         return self.policy_state_dict(dtype)
 
     def close(self) -> None:
-        """Delete what the learner keeps on disk between updates (``trainer.optimizer_state_to_disk``); the
+        """Delete what the learner keeps on disk between updates (``runtime.optimizer_state_to_disk``); the
         learner updates no more after it."""
         if self.state_on_disk is not None:
             self.state_on_disk.close()

@@ -8,16 +8,16 @@ model. :class:`RayRoles` gives it the two roles it drives, with the calls the lo
   themselves). Every call goes to every rank (their collectives must match) and rank 0 answers.
   ``policy_state_dict`` returns a reference to rank 0's weights (in the rollout engine's dtype) in
   Ray's object store, never the weights themselves: they go from there straight to the rollout workers.
-* :class:`RayRolloutGroup`: ``trainer.rollout_workers`` actors, each a
+* :class:`RayRolloutGroup`: ``trainer.ray.rollout_workers`` actors, each a
   :class:`~agentgym_core.rl.rollout_worker.RolloutWorker` (its backend, engines and environment
   clients) sampling one contiguous slice of each step's episodes; the slices come back in order,
   and a continuous backend seeds each episode by its index in the whole step, so M workers sample
   what one would.
 
 All actors are placed together in one placement group: when the cluster cannot hold it within
-``trainer.placement_timeout_s`` the run fails naming the missing resources. Every remote call is
-waited for at most ``trainer.remote_timeout_s``. A rollout worker that dies is restarted by Ray
-(``trainer.rollout_worker_restarts`` times), given the newest weights and its batch again (the
+``trainer.ray.placement_timeout_s`` the run fails naming the missing resources. Every remote call is
+waited for at most ``trainer.ray.remote_timeout_s``. A rollout worker that dies is restarted by Ray
+(``trainer.ray.rollout_worker_restarts`` times), given the newest weights and its batch again (the
 batch is a pure function of step and weights); every step's metrics count the restarts
 (``rollout_worker_restarts``: this step's, 0.0 on a step without one; ``rollout_worker_restarts_total``:
 since this launch). A learner rank that dies fails the run with its error and the step. Ray is
@@ -66,7 +66,7 @@ def import_ray() -> Any:
 def _set_threads(config: TrainConfig, resources: ActorResources) -> None:
     import torch
 
-    torch.set_num_threads(config.model.threads or max(1, int(resources.num_cpus)))
+    torch.set_num_threads(config.runtime.threads or max(1, int(resources.num_cpus)))
 
 
 class LearnerRank:
@@ -74,7 +74,7 @@ class LearnerRank:
 
     def __init__(self, config: TrainConfig, rank: int, world_size: int) -> None:
         self.config, self.rank, self.world_size = config, rank, world_size
-        _set_threads(config, config.trainer.learner_resources)
+        _set_threads(config, config.trainer.ray.learner_resources)
 
     def pid(self) -> int:
         return os.getpid()
@@ -105,9 +105,9 @@ class LearnerRank:
         random.seed(self.config.trainer.seed)
         torch.manual_seed(self.config.trainer.seed)
         model, self.tokenizer = load_policy_for_ranks(self.config.model, ctx.device, rank=ctx.rank,
-                                                      world_size=ctx.world_size)
+                                                      world_size=ctx.world_size, runtime=self.config.runtime)
         self.learner = Learner(self.config, model, tokenizer=self.tokenizer, ctx=ctx)
-        self.trimmer = HeapTrimmer(self.config.model.heap_trim_interval_s).__enter__()  # as a local learner
+        self.trimmer = HeapTrimmer(self.config.runtime.heap_trim_interval_s).__enter__()  # as a local learner
 
     def score(self, batch: Any, temperature: float) -> Any:
         scored = self.learner.score(batch, temperature=temperature)
@@ -167,13 +167,13 @@ class RolloutActor:
         from agentgym_core.rl.plugin_options import bind_plugin_options
         from agentgym_core.rl.rollout_worker import build_rollout_worker
 
-        _set_threads(config, config.trainer.rollout_resources)
+        _set_threads(config, config.trainer.ray.rollout_resources)
         pm = get_plugin_manager()
         config = bind_plugin_options(config, pm)
         self.scheduler = pm.get("round_scheduler", config.algorithm.rounds_ctrl.type)(config.algorithm.rounds_ctrl)
         self.curriculum = curriculum_for(config.rollout)  # its counts come from the driver with each collect
         self._stack = contextlib.ExitStack()
-        self._stack.enter_context(HeapTrimmer(config.model.heap_trim_interval_s))  # as a local rollout worker
+        self._stack.enter_context(HeapTrimmer(config.runtime.heap_trim_interval_s))  # as a local rollout worker
         if torch.cuda.is_available():  # before the backend starts CUDA in this actor's process
             prefer_expandable_cuda_segments(config.rollout.backend)
         self.worker = build_rollout_worker(self._stack, pm, config, scheduler=self.scheduler,
@@ -275,7 +275,7 @@ class _Remote:
                 answers[index[ready[0]]] = ray.get(ready[0])
         except ray.exceptions.GetTimeoutError:
             raise RemoteCallError(f"{what} at step {self.step}: no answer within {timeout:.0f} s "
-                                  "(trainer.remote_timeout_s)") from None
+                                  "(trainer.ray.remote_timeout_s)") from None
         except ray.exceptions.RayActorError as exc:
             raise RemoteCallError(f"{what} at step {self.step}: its actor died: {exc}") from exc
         except ray.exceptions.RayTaskError as exc:
@@ -361,7 +361,7 @@ class RayRolloutGroup:
                     if not restarting or self.restarts_used[i] >= self.restarts:
                         raise
                     self.restarts_used[i] += 1
-                    log.warning("%s; Ray restarts it (%d of trainer.rollout_worker_restarts=%d), then it is asked "
+                    log.warning("%s; Ray restarts it (%d of trainer.ray.rollout_worker_restarts=%d), then it is asked "
                                 "again", exc, self.restarts_used[i], self.restarts)
                     self._revive(i, worker)
                     refs[i] = call(worker)
@@ -438,7 +438,7 @@ class RayRoles:
     def __init__(self, config: TrainConfig, pm: PluginManager, ctx: DistContext) -> None:
         self.ray = import_ray()
         self.config = _absolute(config)
-        self.remote = _Remote(self.ray, config.trainer.remote_timeout_s)
+        self.remote = _Remote(self.ray, config.trainer.ray.remote_timeout_s)
         self.tag = f"agentgym-{os.getpid()}-{int(time.time())}"
         self.pg: Any = None
 
@@ -447,7 +447,7 @@ class RayRoles:
         ray, t = self.ray, self.config.trainer
         if ray.is_initialized():
             return  # the caller's Ray (tests, notebooks): left running
-        ray.init(address=t.ray_address, include_dashboard=False, log_to_driver=True)
+        ray.init(address=t.ray.address, include_dashboard=False, log_to_driver=True)
         stack.callback(ray.shutdown)
 
     def _place(self, stack: contextlib.ExitStack) -> None:
@@ -455,23 +455,23 @@ class RayRoles:
         from ray.util import placement_group, remove_placement_group
 
         ray, t = self.ray, self.config.trainer
-        bundles = [_bundle(t.learner_resources)] * t.learners + [_bundle(t.rollout_resources)] * t.rollout_workers
+        bundles = [_bundle(t.ray.learner_resources)] * t.learners + [_bundle(t.ray.rollout_resources)] * t.ray.rollout_workers
         self.pg = placement_group(bundles, strategy="PACK", name=f"{self.tag}-actors")
         stack.callback(lambda: remove_placement_group(self.pg))
         try:
-            ray.get(self.pg.ready(), timeout=t.placement_timeout_s)
+            ray.get(self.pg.ready(), timeout=t.ray.placement_timeout_s)
         except ray.exceptions.GetTimeoutError:
             cluster = ray.cluster_resources()
             missing = missing_resources(bundles, cluster)
             lacking = ", ".join(f"{k} {v:g}" for k, v in missing.items()) or \
                 "none in total, but no node has room for one actor's bundle, or other jobs hold them"
             raise RemoteCallError(
-                f"Ray could not place the run's actors within {t.placement_timeout_s:g} s "
-                f"(trainer.placement_timeout_s): {t.learners} learner ranks x {_bundle(t.learner_resources)} + "
-                f"{t.rollout_workers} rollout workers x {_bundle(t.rollout_resources)}; the cluster has "
+                f"Ray could not place the run's actors within {t.ray.placement_timeout_s:g} s "
+                f"(trainer.ray.placement_timeout_s): {t.learners} learner ranks x {_bundle(t.ray.learner_resources)} + "
+                f"{t.ray.rollout_workers} rollout workers x {_bundle(t.ray.rollout_resources)}; the cluster has "
                 f"{ {k: cluster[k] for k in sorted(cluster) if not k.startswith('node:')} }. Missing: {lacking}. "
-                "Add nodes, or lower trainer.learners / trainer.rollout_workers / "
-                "trainer.learner_resources / trainer.rollout_resources.") from None
+                "Add nodes, or lower trainer.learners / trainer.ray.rollout_workers / "
+                "trainer.ray.learner_resources / trainer.ray.rollout_resources.") from None
 
     def _options(self, bundle_index: int, resources: ActorResources, **extra: Any) -> dict[str, Any]:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -487,7 +487,7 @@ class RayRoles:
         self._connect(stack)
         self._place(stack)
         actor = ray.remote(LearnerRank)
-        ranks = [actor.options(**self._options(r, t.learner_resources, name=f"{self.tag}-learner-{r}"))
+        ranks = [actor.options(**self._options(r, t.ray.learner_resources, name=f"{self.tag}-learner-{r}"))
                  .remote(self.config, r, t.learners) for r in range(t.learners)]
         stack.callback(lambda: [ray.kill(a) for a in ranks])
         group = RayLearnerGroup(ranks, self.remote)
@@ -501,13 +501,13 @@ class RayRoles:
         ray, t = self.ray, self.config.trainer
         actor = ray.remote(RolloutActor)
         workers = [
-            actor.options(**self._options(t.learners + i, t.rollout_resources, name=f"{self.tag}-rollout-{i}",
-                                          max_restarts=t.rollout_worker_restarts, max_concurrency=2))
-            .remote(self.config, i, t.rollout_workers) for i in range(t.rollout_workers)]
+            actor.options(**self._options(t.learners + i, t.ray.rollout_resources, name=f"{self.tag}-rollout-{i}",
+                                          max_restarts=t.ray.rollout_worker_restarts, max_concurrency=2))
+            .remote(self.config, i, t.ray.rollout_workers) for i in range(t.ray.rollout_workers)]
         stack.callback(lambda: [ray.kill(a, no_restart=True) for a in workers])
         # Its own step count: with asynchronous rollouts the workers sample ahead of the learner's step.
-        group = RayRolloutGroup(workers, _Remote(ray, t.remote_timeout_s), scheduler=scheduler, env_order=[e.name for e in self.config.envs],
-                                restarts=t.rollout_worker_restarts, curriculum=curriculum)
+        group = RayRolloutGroup(workers, _Remote(ray, t.ray.remote_timeout_s), scheduler=scheduler, env_order=[e.name for e in self.config.envs],
+                                restarts=t.ray.rollout_worker_restarts, curriculum=curriculum)
         stack.callback(group.close)
         self.remote.get([w.pid.remote() for w in workers], "rollout workers: load the backend and open the envs")
         return group

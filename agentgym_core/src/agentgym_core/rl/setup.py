@@ -12,7 +12,7 @@ import torch
 
 from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, TrainConfig
+from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, RuntimeConfig, TrainConfig
 from agentgym_core.rl.guards import evaluation_panel, panel_hash
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine
@@ -22,7 +22,7 @@ from agentgym_core.training.activation_checkpointing import checkpoint_only_abov
 from agentgym_core.training.memory import limit_onednn_primitive_cache
 
 __all__ = [
-    "EnvHandle", "build_optimizer", "evaluate", "load_policy", "load_policy_for_ranks", "make_backend", "open_envs",
+    "EnvHandle", "apply_runtime", "build_optimizer", "evaluate", "load_policy", "load_policy_for_ranks", "make_backend", "open_envs",
     "resolve_device", "summarize",
 ]
 
@@ -34,16 +34,24 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def load_policy(config: ModelConfig, device: str | torch.device | None = None) -> tuple[Any, Any]:
+def apply_runtime(runtime: RuntimeConfig) -> None:
+    """This process's share of the recipe's ``runtime``: torch threads and oneDNN's kernel cache."""
+    if runtime.threads:
+        torch.set_num_threads(runtime.threads)
+    if runtime.onednn_primitive_cache is not None:  # before this process's first oneDNN kernel
+        limit_onednn_primitive_cache(runtime.onednn_primitive_cache)
+
+
+def load_policy(config: ModelConfig, device: str | torch.device | None = None, *,
+                runtime: RuntimeConfig | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) from ``config.path`` on ``device`` (default ``config.device``); with LoRA
     enabled, wrapped with fresh peft adapters. On the ``meta`` device: the model's structure only,
-    no weights read (a learner rank that receives its shards from rank 0)."""
+    no weights read (a learner rank that receives its shards from rank 0). ``runtime``, when given,
+    is applied to this process first (:func:`apply_runtime`)."""
     from agentgym_core.models import load_pretrained
 
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    if config.onednn_primitive_cache is not None:  # before this process's first oneDNN kernel
-        limit_onednn_primitive_cache(config.onednn_primitive_cache)
+    if runtime is not None:
+        apply_runtime(runtime)
     device = resolve_device(config.device) if device is None else torch.device(device)
     if device.type == "meta":
         model, tokenizer = _model_structure(config)
@@ -60,8 +68,8 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None) -
     return model, tokenizer
 
 
-def load_policy_for_ranks(config: ModelConfig, device: torch.device, *, rank: int,
-                          world_size: int) -> tuple[Any, Any]:
+def load_policy_for_ranks(config: ModelConfig, device: torch.device, *, rank: int, world_size: int,
+                          runtime: RuntimeConfig | None = None) -> tuple[Any, Any]:
     """The policy as a learner rank builds it before FSDP2 shards it, without a full copy per GPU.
 
     One process: :func:`load_policy` on ``device``. Several ranks: rank 0 reads the weights into host
@@ -70,10 +78,10 @@ def load_policy_for_ranks(config: ModelConfig, device: torch.device, *, rank: in
     tensor by tensor (:meth:`agentgym_core.rl.learner.Learner`). Both in the dtype ``device`` gets.
     """
     if world_size <= 1:
-        return load_policy(config, device=device)
+        return load_policy(config, device=device, runtime=runtime)
     if config.dtype == "auto":  # what load_pretrained picks on the training device, not on the host
         config = config.model_copy(update={"dtype": "bfloat16" if device.type == "cuda" else "float32"})
-    return load_policy(config, device="cpu" if rank == 0 else "meta")
+    return load_policy(config, device="cpu" if rank == 0 else "meta", runtime=runtime)
 
 
 def _model_structure(config: ModelConfig) -> tuple[Any, Any]:

@@ -154,7 +154,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             _LocalRoles(cfg, pm, ctx, model, tokenizer)
         results: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
-            stack.enter_context(HeapTrimmer(cfg.model.heap_trim_interval_s))  # RSS follows what phases hold
+            stack.enter_context(HeapTrimmer(cfg.runtime.heap_trim_interval_s))  # RSS follows what phases hold
             learner: LearnerRole = roles.learner(stack)  # the KL reference: these initial weights
             start_step = 0
             if checkpoint is not None:
@@ -482,11 +482,13 @@ class _LocalRoles:
 
     def learner(self, stack: contextlib.ExitStack) -> Learner:
         if self.model is None and self.samples_module:  # each rank samples from a whole copy: load it whole
-            self.model, self.tokenizer = load_policy(self.config.model, device=self.ctx.device)
+            self.model, self.tokenizer = load_policy(self.config.model, device=self.ctx.device,
+                                                     runtime=self.config.runtime)
         elif self.model is None:
             # Several ranks: rank 0 reads the weights into host memory, the others build the structure only.
-            self.model, self.tokenizer = load_policy_for_ranks(self.config.model, self.ctx.device, rank=self.ctx.rank,
-                                                               world_size=self.ctx.world_size)
+            self.model, self.tokenizer = load_policy_for_ranks(
+                self.config.model, self.ctx.device, rank=self.ctx.rank, world_size=self.ctx.world_size,
+                runtime=self.config.runtime)
         else:  # a model handed in follows model.device as a loaded one does (tests pass CPU models)
             self.model.to(self.ctx.device)
         if self.samples_module:  # before the learner shards the module and makes float32 masters

@@ -7,10 +7,8 @@ memory it saves is proportional to the forward's tokens: a short forward's activ
 long sequence's do not. So a threshold (``model.gradient_checkpointing_above_tokens``) keeps it for
 forwards of more tokens (rows x width) than that and turns it off for the others.
 
-On SmolLM2-135M with bf16 autocast on this project's CPU, keeping the activations costs about
-0.75 MB a token more; with a threshold of 1,024 tokens, an SFT step of 1,024-token forwards took
-x0.73 the time of 2,048-token checkpointed ones, and its peak (the optimizer step) moved x1.01
-(``bench/sft_memory.py``, README "Memory on CPU").
+What the threshold saves in time and costs in memory is measured by ``bench/sft_memory.py``
+(bench/README.md, "Checkpointing only long forwards").
 
 The threshold is an attribute of the model, set where the model is loaded (as transformers keeps its
 own flag on the layers), and read by :func:`~agentgym_core.rl.forward.forward_tokens` around each

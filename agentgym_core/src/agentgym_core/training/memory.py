@@ -8,7 +8,7 @@ large blocks are mmapped afresh adds its peak on top. :func:`release_memory` col
 cycles (an optimizer and its LR schedule, for one, only go in a full collection) and then asks
 glibc to return every free page (``malloc_trim(0)``); the trainer calls it between phases.
 :class:`HeapTrimmer` also trims while a phase runs, once a second from a background thread
-(``model.heap_trim_interval_s``), so memory freed within a long phase does not stay resident.
+(``runtime.heap_trim_interval_s``), so memory freed within a long phase does not stay resident.
 
 :class:`PhasePeak` measures a phase's own peak resident memory: Linux keeps the process's high-water
 mark (``VmHWM``) and resets it to the current RSS on a write of ``5`` to ``/proc/self/clear_refs``, so
@@ -84,9 +84,8 @@ def prefer_expandable_cuda_segments(rollout_backend: str) -> bool:
     """Turn on ``expandable_segments`` in PyTorch's CUDA caching allocator for this process and the
     processes it starts, unless the user configured the allocator; returns whether it did.
 
-    On an H200, the first RL step of the one-GPU recipe with the transformers backend reserved 59.6 GB
-    during its rollout while its tensors took 26.2 GB at their peak; with expandable segments, 28.1 GB
-    (``bench/gpu_rl_step.py``, both on one machine). Left alone where a variable of
+    A rollout's growing KV caches otherwise leave the allocator holding about twice what its tensors
+    use at their peak (measured by ``bench/gpu_rl_step.py``, in bench/README.md). Left alone where a variable of
     :data:`CUDA_ALLOCATOR_VARIABLES` is set (even empty: ``PYTORCH_CUDA_ALLOC_CONF=`` keeps PyTorch's
     default), with the ``vllm`` backend (its sleep mode's memory pool refuses expandable segments),
     and once this process has initialised CUDA (too late to change its allocator).
@@ -99,7 +98,7 @@ def prefer_expandable_cuda_segments(rollout_backend: str) -> bool:
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"  # read when CUDA starts; children inherit it
     if torch is not None and torch.cuda.is_available():
         # In case this torch read the variable when it was imported. The accelerator-wide setter first:
-        # torch 2.11 still has the CUDA one but warns that it is deprecated (seen on the H200).
+        # recent torch releases still have the CUDA one but warn that it is deprecated.
         set_settings = (getattr(torch._C, "_accelerator_setAllocatorSettings", None)
                         or getattr(torch.cuda.memory, "_set_allocator_settings", None))
         if set_settings is not None:
@@ -117,15 +116,14 @@ def limit_onednn_primitive_cache(capacity: int) -> bool:
 
     PyTorch runs CPU matmuls in bf16 through oneDNN, which compiles a kernel for every shape it meets and
     keeps the last 1,024 with their buffers. Training forwards change shape with every micro-batch's
-    length, so nearly every entry is used once and the cache only grows: in 5 SFT steps of the CPU
-    recipe (``bench/sft_memory.py``) the RSS left after each step climbed 2.23 -> 2.64 GB and the step's
-    peak 3.26 -> 3.91 GB; with 32 entries, 2.18 -> 2.40 and 3.30 -> 3.47 GB, in x0.95 the time (one
-    forward's layers share a handful of shapes, which 32 entries still hold). oneDNN reads the variable
+    length, so nearly every entry is used once and the cache only grows, while a small cache keeps the
+    speed (one forward's layers share a handful of shapes; ``bench/sft_memory.py`` measures it, in
+    bench/README.md). oneDNN reads the variable
     when it first uses its cache, so call this before the process's first bf16 matmul on the CPU.
     """
     if capacity < 1:
         raise ValueError(f"a oneDNN primitive cache of {capacity} entries: use at least 1 (0 would recompile "
-                         "every kernel at every use, x1.76 the time of an SFT step)")
+                         "every kernel at every use)")
     if ONEDNN_CACHE_VARIABLE in os.environ:
         return False
     os.environ[ONEDNN_CACHE_VARIABLE] = str(capacity)

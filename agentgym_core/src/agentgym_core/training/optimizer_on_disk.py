@@ -2,7 +2,7 @@
 backward passes do not hold it.
 
 AdamW keeps two moments per trainable weight: twice the weights in float32 (1.08 GB for SmolLM2-135M),
-needed only inside ``optimizer.step()``. On one learner process (``trainer.optimizer_state_to_disk``)
+needed only inside ``optimizer.step()``. On one learner process (``runtime.optimizer_state_to_disk``)
 :meth:`OptimizerStateOnDisk.around_steps` hooks the optimizer so that its state is read back just
 before each step and written to a file just after it, then dropped from memory: the micro-batches'
 forward and backward passes, where activations and gradients peak, run without it. A checkpoint
@@ -122,7 +122,7 @@ class OptimizerStateOnDisk:
             self._unwritten, self._pending = self._pending, None
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)
-            warnings.warn(f"trainer.optimizer_state_to_disk: writing {self.path} failed ({exc!r}); the optimizer "
+            warnings.warn(f"runtime.optimizer_state_to_disk: writing {self.path} failed ({exc!r}); the optimizer "
                           "state stays in memory for the rest of the run", RuntimeWarning, stacklevel=1)
 
     def restore(self) -> None:

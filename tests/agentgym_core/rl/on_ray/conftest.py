@@ -66,12 +66,12 @@ def make_config(tiny: Path, run_dir: Path, *overrides: str) -> Any:
     from agentgym_core.rl.config import load_config
 
     return load_config(None, [
-        f"model.path={tiny}", "model.threads=1", "envs=[{name: guess, max_concurrency: 2}]",
+        f"model.path={tiny}", "runtime.threads=1", "envs=[{name: guess, max_concurrency: 2}]",
         f"trainer.run_dir={run_dir}", "trainer.steps=2", "trainer.eval_tasks=0", "trainer.progress=false",
         "trainer.tensorboard=false", "trainer.seed=3", "rollout.tasks_per_step=2", "rollout.group_size=2",
         "rollout.max_new_tokens=6", "rollout.max_total_tokens=256", "algorithm.rounds_ctrl.rounds=2",
-        "optim.lr=0.001", "algorithm.kl.coef=0.01", "algorithm.mini_batches=2", "trainer.remote_timeout_s=120",
-        "trainer.placement_timeout_s=60",
+        "optim.lr=0.001", "algorithm.kl.coef=0.01", "algorithm.mini_batches=2", "trainer.ray.remote_timeout_s=120",
+        "trainer.ray.placement_timeout_s=60",
         # Ray's rollout workers sample from copies, where auto turns the behaviour correction on; the runs
         # compared with the local one must compute the same loss.
         "algorithm.off_policy.correction=none", *overrides])

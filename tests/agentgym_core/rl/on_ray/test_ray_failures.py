@@ -23,8 +23,8 @@ def test_a_killed_rollout_worker_is_restarted_and_its_batch_sampled_again(ray_cl
     killed: list[int] = []
     killer = kill_actor_when("-rollout-1", _sampling, killed)
     run_dir = tmp_path / "run"
-    run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.rollout_workers=2",
-                             "trainer.rollout_worker_restarts=1"))
+    run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.ray.rollout_workers=2",
+                             "trainer.ray.rollout_worker_restarts=1"))
     killer.join(timeout=1)
     assert killed, "the rollout worker was never seen sampling"
     assert_same_run(run_dir, local_run)  # the restarted worker got the weights and re-sampled its slice
@@ -42,8 +42,8 @@ def test_a_killed_rollout_worker_without_restarts_fails_the_run_within_a_minute(
     killer = kill_actor_when("-rollout-1", _sampling, killed)
     start = time.time()
     with pytest.raises(RemoteCallError, match=r"rollout worker 1: collect at step \d+: its actor died"):
-        run_training(make_config(tiny_path, tmp_path / "run", "trainer.launcher=ray", "trainer.rollout_workers=2",
-                                 "trainer.rollout_worker_restarts=0"))
+        run_training(make_config(tiny_path, tmp_path / "run", "trainer.launcher=ray", "trainer.ray.rollout_workers=2",
+                                 "trainer.ray.rollout_worker_restarts=0"))
     killer.join(timeout=1)
     assert killed
     assert time.time() - start < 60 + 30  # 60 s once the worker is dead; start-up of the actors on top

@@ -21,7 +21,7 @@ def test_two_learner_ranks_and_two_rollout_workers_train_what_one_process_trains
     # lr-sized moves. At this rate those moves cannot change a sampled token; the update of two ranks
     # with a real gradient is compared with one process's in test_learner_ranks.py.
     run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.learners=2",
-                             "trainer.rollout_workers=2", "rollout.max_staleness=0", "optim.lr=1e-7"))
+                             "trainer.ray.rollout_workers=2", "rollout.max_staleness=0", "optim.lr=1e-7"))
     local = tmp_path / "local"
     run_training(make_config(tiny_path, local, "optim.lr=1e-7"))
     assert_same_run(run_dir, local)
@@ -34,7 +34,7 @@ def test_the_curriculum_on_ray_draws_what_one_process_draws(ray_cluster, tiny_pa
     curriculum = "rollout.curriculum.kind=pass_rate"
     run_training(make_config(tiny_path, tmp_path / "local", curriculum))
     run_training(make_config(tiny_path, tmp_path / "ray", curriculum, "trainer.launcher=ray",
-                             "trainer.rollout_workers=2"))
+                             "trainer.ray.rollout_workers=2"))
     assert_same_run(tmp_path / "ray", tmp_path / "local")
     keys = ("curriculum/guess/expected_mixed", "curriculum/guess/categories_weighted")
     ours, theirs = train_lines(tmp_path / "ray"), train_lines(tmp_path / "local")
@@ -60,7 +60,7 @@ def test_an_adaptive_horizon_on_ray_moves_when_the_local_run_moves(ray_cluster, 
     run_training(make_config(tiny_path, tmp_path / "local", adaptive))
     pm = PluginManager(autoload=True, allow=PLUGINS)
     pm.register(SlowObserver(), "slow_observer")
-    train(make_config(tiny_path, tmp_path / "ray", adaptive, "trainer.launcher=ray", "trainer.rollout_workers=2"),
+    train(make_config(tiny_path, tmp_path / "ray", adaptive, "trainer.launcher=ray", "trainer.ray.rollout_workers=2"),
           plugin_manager=pm)
     assert [x["horizon"] for x in train_lines(tmp_path / "local")] == [1.0, 3.0]
     assert [x["horizon"] for x in train_lines(tmp_path / "ray")] == [1.0, 3.0]
@@ -69,7 +69,7 @@ def test_an_adaptive_horizon_on_ray_moves_when_the_local_run_moves(ray_cluster, 
 
 def test_max_staleness_1_on_ray_trains_trajectories_at_most_one_version_old(ray_cluster, tiny_path, tmp_path):
     run_dir = tmp_path / "run"
-    run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.rollout_workers=2",
+    run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.ray.rollout_workers=2",
                              "rollout.max_staleness=1", "trainer.steps=3"))
     steps = trajectories(run_dir)
     assert len(steps) == 3
@@ -82,8 +82,8 @@ def test_an_unplaceable_run_fails_in_time_naming_the_missing_resources(ray_clust
     start = time.time()
     with pytest.raises(RemoteCallError, match=r"Missing: GPU 2"):
         run_training(make_config(tiny_path, tmp_path / "run", "trainer.launcher=ray", "trainer.learners=2",
-                                 "trainer.learner_resources={num_cpus: 1, num_gpus: 1}",
-                                 "trainer.placement_timeout_s=3"))
+                                 "trainer.ray.learner_resources={num_cpus: 1, num_gpus: 1}",
+                                 "trainer.ray.placement_timeout_s=3"))
     assert time.time() - start < 20
 
 
