@@ -48,6 +48,10 @@ _TEXTWORLD_LOCK = threading.RLock()
 _BANNER_LINE = re.compile(r"^[\s_|\\$/<>]*$")
 _PROMPT = re.compile(r"\n\s*>.*\Z", re.S)
 _RESTART = re.compile(r"\s*Would you like to RESTART.*\Z", re.S)
+# Characters a command may carry into the interpreter: printable ASCII. Jericho's frotz reads some control
+# characters (NUL and 0x10-0x14, its "hot keys" for seed, undo, restart, quit and debug) as requests to
+# the terminal it does not have and segfaults the whole process; a sampled reply can hold any of them.
+_NOT_TYPABLE = re.compile(r"[^\x20-\x7e]+")
 
 
 def default_cache_dir() -> Path:
@@ -99,6 +103,12 @@ def clean(text: str) -> str:
     while lines and _BANNER_LINE.match(lines[0]):
         lines.pop(0)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(line.strip() for line in lines)).strip()
+
+
+def typable(action: str) -> str:
+    """``action`` as a player could type it: every run of characters outside printable ASCII becomes one
+    space (see ``_NOT_TYPABLE``), and the ends are stripped."""
+    return _NOT_TYPABLE.sub(" ", action).strip()
 
 
 class TextWorldEnv(Env):
@@ -188,7 +198,7 @@ class TextWorldEnv(Env):
         if self._done:
             raise EpisodeEndedError("the episode has ended; reset() to play again")
         with _TEXTWORLD_LOCK:
-            self._state, _, game_over = self._game.step(action.strip())
+            self._state, _, game_over = self._game.step(typable(action))
         self._steps += 1
         score = int(self._state.score)
         reward = (score - self._score) / max(1, int(self._state.max_score))
