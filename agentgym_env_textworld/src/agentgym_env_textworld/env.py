@@ -106,9 +106,9 @@ def clean(text: str) -> str:
 
 
 def typable(action: str) -> str:
-    """``action`` as a player could type it: every run of characters outside printable ASCII becomes one
-    space (see ``_NOT_TYPABLE``), and the ends are stripped."""
-    return _NOT_TYPABLE.sub(" ", action).strip()
+    """``action`` as a player could type it: characters outside printable ASCII (see ``_NOT_TYPABLE``)
+    become spaces, and runs of spaces one."""
+    return " ".join(_NOT_TYPABLE.sub(" ", action).split())
 
 
 class TextWorldEnv(Env):
