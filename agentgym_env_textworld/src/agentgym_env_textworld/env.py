@@ -10,9 +10,10 @@ everywhere. Tasks 0-999 are the train split and 1000-1099 the test split; catego
 Per step: ``available_actions`` are TextWorld's admissible commands; the reward is the rise in the
 game's score divided by its maximum (an episode's rewards sum to the share of the quest done);
 winning terminates with ``success=True``, losing terminates with ``success=False``, and
-``max_steps`` commands truncate. Built with ``include_walkthrough=True`` the reset info carries the
-game's walkthrough (``info["walkthrough"]``), which :func:`agentgym_env_textworld.expert.play_walkthrough`
-replays as the expert.
+``max_steps`` commands truncate. A command reaches the interpreter cut to printable ASCII
+(:func:`typable`): a sampled reply may hold control characters, some of which crash it. Built with
+``include_walkthrough=True`` the reset info carries the game's walkthrough (``info["walkthrough"]``),
+which :func:`agentgym_env_textworld.expert.play_walkthrough` replays as the expert.
 """
 
 from __future__ import annotations
