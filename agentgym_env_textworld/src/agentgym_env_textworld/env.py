@@ -43,8 +43,9 @@ INSTRUCTION = (
 LISTED = " The valid commands of the moment are listed after each observation; choose one of them."
 
 # textworld is not thread-safe: its logic parser is one module-level tatsu parser (generating a game on
-# one thread while loading another on a second corrupts it), and two jericho interpreters stepped at
-# once have crashed the process. Every call into textworld (generation and play) holds this lock.
+# one thread while loading another on a second corrupts it). Every call into textworld (generation and
+# play) holds this lock. (The process crash once put down to two jericho interpreters stepped at once was
+# a hot-key character in a command: see _NOT_TYPABLE. Each interpreter loads its own copy of frotz.)
 _TEXTWORLD_LOCK = threading.RLock()
 _BANNER_LINE = re.compile(r"^[\s_|\\$/<>]*$")
 _PROMPT = re.compile(r"\n\s*>.*\Z", re.S)
