@@ -81,7 +81,6 @@ def test_a_command_is_cut_to_what_a_player_could_type():
     assert typable("\x14") == ""
 
 
-@pytest.mark.slow  # a child process that imports textworld (and the game generated first, when run alone)
 def test_hot_key_characters_in_a_command_are_answered_not_a_crash(cache):
     game_file(1000, cache)  # generated here, so the child only plays
     # In a child process: before the fix the interpreter took the whole process (and a test run) down.

@@ -24,7 +24,7 @@ from agentgym_env_textworld import game_file  # noqa: E402
 
 
 @pytest.mark.slow  # generates two games, then an evaluation and a step of sampled episodes
-def test_one_grpo_step_with_sampled_replies_on_textworld(tmp_path):
+def test_one_grpo_step_with_sampled_replies_on_textworld(tmp_path, one_rl_step):
     torch.set_num_threads(1)
     cache = tmp_path / "games"
     for task in (0, 1000):
@@ -36,17 +36,7 @@ def test_one_grpo_step_with_sampled_replies_on_textworld(tmp_path):
         [
             f"envs=[{{name: textworld, env_kwargs: {{cache_dir: '{cache}', max_steps: 4}}, train_tasks: [0], "
             "test_tasks: [1000], max_concurrency: 4}]",
-            f"trainer.run_dir={tmp_path / 'run'}",
-            "trainer.steps=1",
-            "trainer.save_every=1",
-            "trainer.eval_tasks=1",
-            "trainer.progress=false",
-            "trainer.tensorboard=false",
-            "rollout.tasks_per_step=1",
-            "rollout.group_size=4",
-            "rollout.max_new_tokens=12",
-            "rollout.max_total_tokens=4096",
-            "algorithm.rounds_ctrl.rounds=4",
+            *one_rl_step(group_size=4, max_new_tokens=12, max_total_tokens=4096, rounds=4),
         ],
     )
     train(config, plugin_manager=manager, model=model, tokenizer=tokenizer)
