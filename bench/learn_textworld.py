@@ -8,6 +8,9 @@ test games (generated at first use). Writes bench/results/learn_textworld.json (
 bench/results/learn_textworld.png.
 
     python bench/learn_textworld.py --recipe bench/textworld_grpo_cpu.yaml --arms scaling_inter --eval-tasks 30
+    python bench/learn_textworld.py --recipe bench/textworld_grpo_cpu.yaml --arms scaling_inter --steps 3 \
+        --eval-tasks 16 --expert-tasks 32 --override warm_start.eval_base=true \
+        --override trainer.tensorboard=false            # the small run in bench/README.md, with the base model
 """
 
 from __future__ import annotations

@@ -22,3 +22,21 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture
+def one_rl_step(tmp_path):
+    """Recipe overrides for one small GRPO step into ``tmp_path / "run"``, quiet; keyword arguments
+    change a dotted key (``group_size=4`` sets ``rollout.group_size``)."""
+
+    def overrides(**changes: object) -> list[str]:
+        keys = {
+            "trainer.steps": 1, "trainer.save_every": 1, "trainer.eval_tasks": 1, "trainer.progress": "false",
+            "trainer.tensorboard": "false", "rollout.tasks_per_step": 1, "rollout.group_size": 2,
+            "rollout.max_new_tokens": 6, "rollout.max_total_tokens": 1024, "algorithm.rounds_ctrl.rounds": 3,
+        }
+        for name, value in changes.items():
+            keys[next(k for k in keys if k.rsplit(".", 1)[1] == name)] = value
+        return [f"trainer.run_dir={tmp_path / 'run'}", *(f"{k}={v}" for k, v in keys.items())]
+
+    return overrides

@@ -19,7 +19,7 @@ from agentgym_core.testing.tiny_model import tiny_chat_model  # noqa: E402
 from agentgym_env_textarena import TextArenaEnv  # noqa: E402
 
 
-def test_one_grpo_step_against_a_served_textarena(tmp_path):
+def test_one_grpo_step_against_a_served_textarena(tmp_path, one_rl_step):
     torch.set_num_threads(1)
     manager = PluginManager(autoload=True, allow=["estimators", "transformers", "textarena"])
     env_cls = TextArenaEnv.configured(games=["TowerOfHanoi-v0"])
@@ -27,20 +27,7 @@ def test_one_grpo_step_against_a_served_textarena(tmp_path):
     with serve_env(env_cls, {"games": ["TowerOfHanoi-v0"], "max_steps": 3}) as url:
         config = load_config(
             None,
-            [
-                f"envs=[{{name: textarena, url: '{url}', max_concurrency: 2}}]",
-                f"trainer.run_dir={tmp_path / 'run'}",
-                "trainer.steps=1",
-                "trainer.save_every=1",
-                "trainer.eval_tasks=1",
-                "trainer.progress=false",
-                "trainer.tensorboard=false",
-                "rollout.tasks_per_step=1",
-                "rollout.group_size=2",
-                "rollout.max_new_tokens=6",
-                "rollout.max_total_tokens=1024",
-                "algorithm.rounds_ctrl.rounds=3",
-            ],
+            [f"envs=[{{name: textarena, url: '{url}', max_concurrency: 2}}]", *one_rl_step()],
         )
         train(config, plugin_manager=manager, model=model, tokenizer=tokenizer)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -10,9 +10,10 @@ everywhere. Tasks 0-999 are the train split and 1000-1099 the test split; catego
 Per step: ``available_actions`` are TextWorld's admissible commands; the reward is the rise in the
 game's score divided by its maximum (an episode's rewards sum to the share of the quest done);
 winning terminates with ``success=True``, losing terminates with ``success=False``, and
-``max_steps`` commands truncate. Built with ``include_walkthrough=True`` the reset info carries the
-game's walkthrough (``info["walkthrough"]``), which :func:`agentgym_env_textworld.expert.play_walkthrough`
-replays as the expert.
+``max_steps`` commands truncate. A command reaches the interpreter cut to printable ASCII
+(:func:`typable`): a sampled reply may hold control characters, some of which crash it. Built with
+``include_walkthrough=True`` the reset info carries the game's walkthrough (``info["walkthrough"]``),
+which :func:`agentgym_env_textworld.expert.play_walkthrough` replays as the expert.
 """
 
 from __future__ import annotations
@@ -42,12 +43,17 @@ INSTRUCTION = (
 LISTED = " The valid commands of the moment are listed after each observation; choose one of them."
 
 # textworld is not thread-safe: its logic parser is one module-level tatsu parser (generating a game on
-# one thread while loading another on a second corrupts it), and two jericho interpreters stepped at
-# once have crashed the process. Every call into textworld (generation and play) holds this lock.
+# one thread while loading another on a second corrupts it). Every call into textworld (generation and
+# play) holds this lock. (The process crash once put down to two jericho interpreters stepped at once was
+# a hot-key character in a command: see _NOT_TYPABLE. Each interpreter loads its own copy of frotz.)
 _TEXTWORLD_LOCK = threading.RLock()
 _BANNER_LINE = re.compile(r"^[\s_|\\$/<>]*$")
 _PROMPT = re.compile(r"\n\s*>.*\Z", re.S)
 _RESTART = re.compile(r"\s*Would you like to RESTART.*\Z", re.S)
+# Characters a command may carry into the interpreter: printable ASCII. Jericho's frotz reads some control
+# characters (NUL and 0x10-0x14, its "hot keys" for seed, undo, restart, quit and debug) as requests to
+# the terminal it does not have and segfaults the whole process; a sampled reply can hold any of them.
+_NOT_TYPABLE = re.compile(r"[^\x20-\x7e]+")
 
 
 def default_cache_dir() -> Path:
@@ -99,6 +105,12 @@ def clean(text: str) -> str:
     while lines and _BANNER_LINE.match(lines[0]):
         lines.pop(0)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(line.strip() for line in lines)).strip()
+
+
+def typable(action: str) -> str:
+    """``action`` as a player could type it: characters outside printable ASCII (see ``_NOT_TYPABLE``)
+    become spaces, and runs of spaces one."""
+    return " ".join(_NOT_TYPABLE.sub(" ", action).split())
 
 
 class TextWorldEnv(Env):
@@ -192,7 +204,7 @@ class TextWorldEnv(Env):
         admissible = self._state.get("admissible_commands") if self._state is not None else None
         invalid = None if admissible is None else action.strip().lower() not in {a.lower() for a in admissible}
         with _TEXTWORLD_LOCK:
-            self._state, _, game_over = self._game.step(action.strip())
+            self._state, _, game_over = self._game.step(typable(action))
         self._steps += 1
         score = int(self._state.score)
         reward = (score - self._score) / max(1, int(self._state.max_score))
