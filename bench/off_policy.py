@@ -6,12 +6,15 @@ Three arms, the same seed, tasks, steps and model (the example guess env, ``exam
 2. ``async_none``: ``max_staleness: 2``, ``algorithm.off_policy.correction: none``;
 3. ``async_tis``: ``max_staleness: 2``, ``correction: tis`` (cap 2).
 
-Each arm evaluates greedily on the same held-out tasks before and after training, and logs per step
-the staleness and the learner/sampler ratio statistics (``sampler_*``). Writes
-``bench/results/off_policy_<model>.json``.
+With ``--warm-start N`` the env's expert (binary search) first plays N training tasks and the model is
+fine-tuned on them (SFT), so that the policy gets some reward and GRPO groups have mixed outcomes; every
+arm then starts from that one checkpoint. Each arm evaluates greedily on the same held-out tasks before
+(once, shared) and after training, with the paired 95% interval of after minus before and of each arm
+against ``sync``, and logs per step the staleness and the learner/sampler ratio statistics
+(``sampler_*``). Writes ``bench/results/off_policy_<model>.json``.
 
     python bench/off_policy.py                               # tiny random model: a smoke run, seconds
-    python bench/off_policy.py --model smollm2-135m-instruct --steps 6 --eval-tasks 20
+    python bench/off_policy.py --model smollm2-135m-instruct --warm-start 96 --steps 6 --eval-tasks 24
 """
 
 from __future__ import annotations
@@ -33,16 +36,11 @@ PER_STEP = ("step", "success", "reward", "staleness_mean", "staleness_max", "sam
             "sampler_ratio_over_cap", "sampler_kl", "is_weight_mean", "rollout_logprob_gap", "truncated", "time_step")
 
 
-def run_arm(name: str, args: argparse.Namespace, run_root: Path, before: dict | None) -> dict:
-    """One arm; ``before`` is the first arm's evaluation of the starting policy (same model, tasks, horizon)."""
-    from agentgym_core.plugins import get_plugin_manager
-    from agentgym_core.rl.config import load_config
-    from agentgym_core.rl.trainer import train
-
-    run_dir = run_root / name
-    config = load_config(None, [
+def _overrides(args: argparse.Namespace, run_dir: Path, model: str) -> list[str]:
+    """The recipe every phase shares (warm start and arms): env, model, sizes, seed."""
+    return [
         f"envs=[{{name: guess, env_kwargs: {{low: 1, high: {args.high}}}, max_concurrency: 4}}]",
-        f"model.path={args.model}", "model.device=cpu", f"runtime.threads={args.threads}",
+        f"model.path={model}", "model.device=cpu", f"runtime.threads={args.threads}",
         f"trainer.run_dir={run_dir}", f"trainer.steps={args.steps}", f"trainer.eval_tasks={args.eval_tasks}",
         f"trainer.seed={args.seed}", f"trainer.save_every={args.steps}", "trainer.progress=false",
         "trainer.tensorboard=false", "trainer.save_trajectories=false",
@@ -51,10 +49,42 @@ def run_arm(name: str, args: argparse.Namespace, run_root: Path, before: dict | 
         f"algorithm.rounds_ctrl.rounds={args.turns}", "algorithm.kl.coef=0", f"optim.lr={args.lr}",
         # the off-policy arms are about rejected/truncated weights: the warning thresholds stay out of the way
         "algorithm.off_policy.warn_kl=null", "algorithm.off_policy.stop_kl=null",
-        *ARMS[name], *args.override,
+        *args.override,
+    ]
+
+
+def warm_start(args: argparse.Namespace, run_root: Path) -> tuple[str, dict | None, float]:
+    """SFT on the expert's episodes (read back when already done): the fine-tuned model's directory, its
+    held-out evaluation (every arm's evaluation before RL) and the minutes it took."""
+    from agentgym_core.finetune.run import warm_start_sft
+    from agentgym_core.plugins import get_plugin_manager
+    from agentgym_core.rl.config import load_config
+
+    config = load_config(None, [
+        *_overrides(args, run_root, args.model),
+        f"warm_start={{expert: {{n: {args.warm_start}, max_turns: {args.turns}}}, data: {{max_tokens: 1024}}, "
+        f"sft: {{epochs: {args.sft_epochs}, batch_size: 8, micro_batch_tokens: 2048}}, lr: {args.sft_lr}}}",
     ])
+    t0 = time.perf_counter()
     model = tokenizer = None
     if args.model == "tiny":
+        from agentgym_core.testing.tiny_model import tiny_chat_model
+
+        model, tokenizer = tiny_chat_model(seed=args.seed)
+    result = warm_start_sft(config, plugin_manager=get_plugin_manager(), model=model, tokenizer=tokenizer)
+    return str(result.model_path), result.eval_after, (time.perf_counter() - t0) / 60
+
+
+def run_arm(name: str, args: argparse.Namespace, run_root: Path, model_path: str, before: dict | None) -> dict:
+    """One arm from ``model_path``; ``before`` is the evaluation of the starting policy (same tasks, horizon)."""
+    from agentgym_core.plugins import get_plugin_manager
+    from agentgym_core.rl.config import load_config
+    from agentgym_core.rl.trainer import train
+
+    run_dir = run_root / name
+    config = load_config(None, [*_overrides(args, run_dir, model_path), *ARMS[name]])
+    model = tokenizer = None
+    if model_path == "tiny":
         from agentgym_core.testing.tiny_model import tiny_chat_model
 
         model, tokenizer = tiny_chat_model(seed=args.seed)
@@ -66,9 +96,16 @@ def run_arm(name: str, args: argparse.Namespace, run_root: Path, before: dict | 
         "arm": name, "overrides": ARMS[name], "minutes": minutes,
         "eval_before_full": results.get("eval_before"),
         "eval_before": {k: results.get("eval_before", {}).get(k) for k in ("success", "reward", "tasks")},
-        "eval_after": {k: results.get("eval_after", {}).get(k) for k in ("success", "reward", "tasks")},
+        "eval_after": {k: results.get("eval_after", {}).get(k) for k in ("success", "reward", "tasks", "per_task")},
         "train": [{k: x.get(k) for k in PER_STEP} for x in logged if x["kind"] == "train"],
     }
+
+
+def _paired(before: dict, after: dict) -> dict | None:
+    """After minus before over the same held-out tasks, with its paired 95% interval (None under 2 tasks)."""
+    from agentgym_core.paired import paired_difference
+
+    return paired_difference(before, after) if len(before) >= 2 else None
 
 
 def main() -> None:
@@ -84,6 +121,10 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warm-start", type=int, default=0,
+                        help="expert episodes to fine-tune on before the arms (0: the arms start from --model)")
+    parser.add_argument("--sft-epochs", type=int, default=2)
+    parser.add_argument("--sft-lr", type=float, default=1e-4)
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--override", nargs="*", default=[], help="extra section.key=value overrides, every arm")
     parser.add_argument("--runs-dir", default=str(Path(tempfile.gettempdir()) / "agentgym_off_policy_runs"),
@@ -99,10 +140,19 @@ def main() -> None:
             "machine": f"{platform.machine()} CPU, {args.threads} torch thread(s), shared and loaded",
             "arms": []}
     out.parent.mkdir(parents=True, exist_ok=True)
-    before = None  # the starting policy is evaluated once, by the first arm
+    start, before = args.model, None  # the starting policy is evaluated once (after SFT, or by the first arm)
+    if args.warm_start:
+        start, before, minutes = warm_start(args, run_root)
+        data["warm_start"] = {"expert_episodes": args.warm_start, "minutes": minutes,
+                              "eval": {k: (before or {}).get(k) for k in ("success", "reward", "tasks")}}
+        print(f"warm start: held-out success {data['warm_start']['eval']['success']} | {minutes:.1f} min", flush=True)
     for name_ in args.arms:  # written after every arm, so a run cut short keeps the arms it finished
-        arm = run_arm(name_, args, run_root, before)
+        arm = run_arm(name_, args, run_root, start, before)
         before = arm.pop("eval_before_full")
+        arm["paired_vs_before"] = _paired(before["per_task"], arm["eval_after"]["per_task"])
+        if data["arms"]:
+            arm["paired_vs_first_arm"] = _paired(data["arms"][0]["eval_after"]["per_task"],
+                                                 arm["eval_after"]["per_task"])
         data["arms"].append(arm)
         out.write_text(json.dumps(data, indent=2) + "\n")
         last = arm["train"][-1] if arm["train"] else {}

@@ -12,6 +12,7 @@ module (about a minute each on a CPU); every test leaves them with the original 
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import subprocess
@@ -219,3 +220,102 @@ def test_server_mode_on_a_real_vllm_serve_replica(replica_url, smollm2_dir, refe
     assert changed.token_ids != ours[0].token_ids
     assert backend.generate(ids[:1], greedy)[0].token_ids == ours[0].token_ids
     backend.close()
+
+
+# --- the off-policy alarm (algorithm.off_policy) on the real engine: vLLM samples, the learner scores ---
+
+MISMATCH_QUESTIONS = [*QUESTIONS, "Give me a short tip for sleeping well.", "Say hello in French."]
+
+
+def _mismatch(prompts_sampled, prompts_learner, engine_backend, learner):
+    """vLLM samples after ``prompts_sampled``; ``learner`` (transformers, fp32) scores the same reply tokens
+    after ``prompts_learner``: the trainer's ``sampler_*`` statistics over the reply tokens."""
+    from agentgym_core.rl.off_policy import mismatch_stats
+
+    params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=7)
+    samples = engine_backend.generate(prompts_sampled, params)
+    length = max(len(s.token_ids) for s in samples)
+    sampler, scored, mask = (torch.zeros(len(samples), length) for _ in range(3))  # (B, T) each
+    rows = learner.score([p + s.token_ids for p, s in zip(prompts_learner, samples, strict=True)])
+    for i, (prompt, sample, row) in enumerate(zip(prompts_learner, samples, rows, strict=True)):
+        n = len(sample.token_ids)
+        sampler[i, :n] = torch.tensor(sample.logprobs)
+        scored[i, :n] = torch.tensor(row[len(prompt):])
+        mask[i, :n] = 1.0
+    return mismatch_stats(scored, sampler, mask, cap=2.0)
+
+
+def _alarm(stats):
+    """The alarm under the default thresholds (warn_kl 0.05, stop_kl 1.0): ``ok``, ``warn`` or ``stop``."""
+    from agentgym_core.rl.config import OffPolicyConfig
+    from agentgym_core.rl.off_policy import mismatch_alarm
+
+    defaults = OffPolicyConfig()
+    return mismatch_alarm(stats["sampler_kl"], warn=defaults.warn_kl, stop=defaults.stop_kl)
+
+
+def _stops_the_run(stats):
+    """What the trainer does with these statistics under the default thresholds: the error's message, or None."""
+    from types import SimpleNamespace
+
+    from agentgym_core.rl.config import OffPolicyConfig
+    from agentgym_core.rl.trainer import SamplerMismatchError, _check_sampler_mismatch
+
+    cfg = SimpleNamespace(algorithm=SimpleNamespace(off_policy=OffPolicyConfig()))
+    try:
+        _check_sampler_mismatch(stats, cfg, 0, warn=False)
+    except SamplerMismatchError as exc:
+        return str(exc)
+    return None
+
+
+def _chat_prompts(backend, questions=MISMATCH_QUESTIONS):
+    return [backend.encode(backend.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True))
+            for q in questions]
+
+
+def test_vllm_samples_and_the_learner_agree_the_mismatch_metrics_are_small(engine_backend, reference):
+    ids = _chat_prompts(engine_backend)
+    stats = _mismatch(ids, ids, engine_backend, reference)
+    print("same weights, same template:", stats)
+    assert all(math.isfinite(v) for v in stats.values())
+    assert stats["sampler_kl"] < 1e-3  # far below warn_kl (0.05)
+    assert 0.95 < stats["sampler_ratio_mean"] < 1.05 and stats["sampler_ratio_max"] < 1.5
+    assert stats["sampler_ratio_over_cap"] == 0.0
+    assert _alarm(stats) == "ok"
+
+
+def test_a_wrong_chat_template_on_the_sampler_trips_the_alarm(engine_backend, reference):
+    """The engine is sent a plain-text prompt (no chat markers) while the learner trains the reply after
+    the model's chat template: the replies are off-policy for the learner, and the alarm says so.
+
+    Measured here: sampler_kl about 1.0, twenty times warn_kl and level with stop_kl (just under it with
+    this seed), with 7% of tokens past the cap: the warning fires for certain, the stop only with a lower
+    ``stop_kl``."""
+    plain = [engine_backend.encode(f"Question: {q}\nAnswer:") for q in MISMATCH_QUESTIONS]
+    stats = _mismatch(plain, _chat_prompts(engine_backend), engine_backend, reference)
+    print("wrong template:", stats)
+    assert all(math.isfinite(v) for v in stats.values())
+    assert stats["sampler_kl"] > 5 * 0.05 and stats["sampler_ratio_over_cap"] > 0.0
+    assert _alarm(stats) in ("warn", "stop")
+
+
+def test_stale_weights_on_the_sampler_stop_the_run(engine_backend, smollm2_dir):
+    """The learner's weights moved (a perturbation standing in for updates) and the engine never got them."""
+    from agentgym_backend_transformers import TransformersBackend
+    from agentgym_core.models import load_pretrained
+
+    model, tokenizer = load_pretrained(str(smollm2_dir), dtype="float32")
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.add_(0.3 * p.float().std() * torch.randn(p.shape, generator=generator))
+    learner = TransformersBackend(model, tokenizer, session_cache_mb=0)
+    ids = _chat_prompts(engine_backend)
+    stats = _mismatch(ids, ids, engine_backend, learner)
+    print("stale weights:", stats)
+    assert all(math.isfinite(v) for v in stats.values())
+    assert _alarm(stats) == "stop"
+    message = _stops_the_run(stats)
+    assert message is not None and "did not receive the latest weights" in message

@@ -64,6 +64,15 @@ def test_expert_plays_through_client(url):
     env.close()  # idempotent
 
 
+def test_expert_searches_the_range_the_env_was_made_with():
+    """A warm start on ``GuessEnv(high=16)`` learns binary search over [1, 16], not over [1, 100]."""
+    env = GuessEnv(low=1, high=16)
+    for task in range(900, 932):
+        result = solve(env, task)
+        assert result.success is True
+        assert env._steps <= 5  # ceil(log2(16 + 1)) guesses at most
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "code"),
     [

@@ -8,6 +8,7 @@ import re
 from agentgym_core import Env, EpisodeEndedError, InvalidTaskError, ResetResult, StepResult, TaskCatalog
 
 _GUESS = re.compile(r"^guess\s+(-?\d+)$", re.IGNORECASE)
+_RANGE = re.compile(r"between (-?\d+) and (-?\d+)")
 
 
 class GuessEnv(Env):
@@ -76,9 +77,11 @@ class GuessEnv(Env):
 
 
 def solve(env: Env, task_id: int) -> StepResult:
-    """An expert: binary search through the env interface (works in-process and over HTTP)."""
-    env.reset(task_id)
-    low, high = 1, 100
+    """An expert: binary search through the env interface (works in-process and over HTTP), over the
+    range the first observation names (an env made with other ``low``/``high`` is searched correctly)."""
+    first = env.reset(task_id).observation
+    bounds = _RANGE.search(first)
+    low, high = (int(bounds.group(1)), int(bounds.group(2))) if bounds else (1, 100)
     while True:
         guess = (low + high) // 2
         result = env.step(f"guess {guess}")
