@@ -246,7 +246,7 @@ def _mismatch(prompts_sampled, prompts_learner, engine_backend, learner):
 
 
 def _alarm(stats):
-    """The alarm under the default thresholds (warn_kl 0.05, stop_kl 1.0): ``ok``, ``warn`` or ``stop``."""
+    """The alarm under the default thresholds (warn_kl 0.05, stop_kl 0.5): ``ok``, ``warn`` or ``stop``."""
     from agentgym_core.rl.config import OffPolicyConfig
     from agentgym_core.rl.off_policy import mismatch_alarm
 
@@ -285,19 +285,18 @@ def test_vllm_samples_and_the_learner_agree_the_mismatch_metrics_are_small(engin
     assert _alarm(stats) == "ok"
 
 
-def test_a_wrong_chat_template_on_the_sampler_trips_the_alarm(engine_backend, reference):
+def test_a_wrong_chat_template_on_the_sampler_stops_the_run(engine_backend, reference):
     """The engine is sent a plain-text prompt (no chat markers) while the learner trains the reply after
     the model's chat template: the replies are off-policy for the learner, and the alarm says so.
 
-    Measured here: sampler_kl about 1.0, twenty times warn_kl and level with stop_kl (just under it with
-    this seed), with 7% of tokens past the cap: the warning fires for certain, the stop only with a lower
-    ``stop_kl``."""
+    Measured here: sampler_kl 0.97, twenty times warn_kl and twice the default stop_kl, with 7% of tokens
+    past the cap."""
     plain = [engine_backend.encode(f"Question: {q}\nAnswer:") for q in MISMATCH_QUESTIONS]
     stats = _mismatch(plain, _chat_prompts(engine_backend), engine_backend, reference)
     print("wrong template:", stats)
     assert all(math.isfinite(v) for v in stats.values())
     assert stats["sampler_kl"] > 5 * 0.05 and stats["sampler_ratio_over_cap"] > 0.0
-    assert _alarm(stats) in ("warn", "stop")
+    assert _alarm(stats) == "stop"
 
 
 def test_stale_weights_on_the_sampler_stop_the_run(engine_backend, smollm2_dir):
