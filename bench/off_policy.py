@@ -103,7 +103,7 @@ def run_arm(name: str, args: argparse.Namespace, run_root: Path, model_path: str
 
 def _paired(before: dict, after: dict) -> dict | None:
     """After minus before over the same held-out tasks, with its paired 95% interval (None under 2 tasks)."""
-    from agentgym_core.paired import paired_difference
+    from agentgym_core.evaluation.paired import paired_difference
 
     return paired_difference(before, after) if len(before) >= 2 else None
 

@@ -94,7 +94,8 @@ def eval_command(model_dir: Path, out: Path) -> str:
 
 def train_recipe(model_dir: Path, path: Path) -> Path:
     path.write_text(textwrap.dedent(f"""\
-        model: {{path: {model_dir}, threads: 1}}
+        model: {{path: {model_dir}}}
+        runtime: {{threads: 1}}
         envs: [{{name: babyai}}]
         rollout: {{tasks_per_step: 1, group_size: 2, max_new_tokens: 4}}
         algorithm: {{rounds_ctrl: {{rounds: 1}}, kl: {{coef: 0.0}}}}

@@ -7,6 +7,7 @@ layout must load to the same config with one deprecation line per moved key.
 
 A recipe changed on purpose gets its entry replaced by its new effective config (``effective(path)``
 below, written into the JSON); the comparison maps old keys only, so a new-layout entry compares as is.
+So does a default changed on purpose (``algorithm.off_policy.stop_kl`` 1.0 -> 0.5 after the regrouping).
 """
 
 from __future__ import annotations
