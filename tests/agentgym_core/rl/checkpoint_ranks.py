@@ -15,6 +15,9 @@ def _learner(world_size: int) -> tuple[Any, Any]:
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     torch.set_num_threads(1)
+    from agentgym_core.testing.strict_collectives import install
+
+    install("cuda")  # refuse what NCCL would: a CPU tensor on the device group, objects or barriers there
     ctx = init_from_environment("cpu")
     model, tokenizer = tiny_chat_model(seed=0)
     config = load_config(

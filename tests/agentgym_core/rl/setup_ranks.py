@@ -20,6 +20,9 @@ def build_in_rank(model_dir: str, out_dir: str) -> None:
     reads = []
     real = models.load_pretrained
     models.load_pretrained = lambda *a, **kw: reads.append(kw.get("device")) or real(*a, **kw)
+    from agentgym_core.testing.strict_collectives import install
+
+    install("cuda")  # refuse what NCCL would: a CPU tensor on the device group, objects or barriers there
     ctx = init_from_environment("cpu")
     config = load_config(
         None,

@@ -17,12 +17,15 @@ def gather_in_rank(out_dir: str) -> None:
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     torch.set_num_threads(1)
+    from agentgym_core.testing.strict_collectives import install
+
+    install("cuda")  # refuse what NCCL would: a CPU tensor on the device group, objects or barriers there
     ctx = init_from_environment("cpu")
     model, tokenizer = tiny_chat_model(seed=0)
     config = load_config(None, ["envs=[{name: word}]", "trainer.learners=2", "algorithm.kl.coef=0"])
     learner = Learner(config, model, tokenizer=tokenizer, ctx=ctx)
     weights = learner.policy_state_dict(torch.bfloat16)
-    dist.barrier()
+    dist.barrier(group=ctx.host_group)
     if ctx.rank == 0:
         torch.save(
             {

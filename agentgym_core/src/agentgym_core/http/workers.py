@@ -202,15 +202,18 @@ class WorkerFront:
         self.token = token
         self.forwarder = _Forwarder(ports, token)
         self._seen_restarts = [0] * workers
+        self._said_up = False
 
     def _state(self, worker: int) -> int:
         return OK if self.states is None else self.states[worker]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.states is not None and self.states[self.index] == STARTING:
-            # Up (uvicorn's start-up reaches the app first): from now on the parent counts this worker's
-            # silence, even if it hangs before the parent's first heartbeat reaches it.
-            self.states[self.index] = OK
+        if not self._said_up:  # once: the shared array takes a lock, and this runs on every request
+            self._said_up = True
+            if self.states is not None and self.states[self.index] == STARTING:
+                # Up (uvicorn's start-up reaches the app first): from now on the parent counts this worker's
+                # silence, even if it hangs before the parent's first heartbeat reaches it.
+                self.states[self.index] = OK
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
