@@ -498,7 +498,7 @@ class TrainerConfig(_Section):
         False, description="Sharded checkpoints (trainer.learners > 1): also write Hugging Face weights under "
         "model/ at every checkpoint, not only the final one.")
     save_trajectories: bool = Field(True, description="Write each step's trajectories as JSONL.")
-    tensorboard: bool = Field(True, description="Also log to TensorBoard (warns once when it is not installed).")
+    tensorboard: bool = Field(False, description="Also log to TensorBoard (`pip install tensorboard`; warns once when it is missing).")
     wandb_project: str | None = Field(None, description="Log to this wandb project (needs wandb installed).")
     progress: bool = Field(True, description="Show a console progress bar.")
     launcher: Literal["local", "ray"] = Field(
