@@ -19,7 +19,7 @@ from common import write_json
 
 from agentgym_core.finetune.common import detach_dequantized_gguf
 from agentgym_core.rl.config import ModelConfig, RuntimeConfig
-from agentgym_core.rl.setup import load_policy
+from agentgym_core.rl.policy import load_policy
 from agentgym_core.training.checkpoint import rng_state, save_checkpoint
 
 

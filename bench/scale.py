@@ -193,7 +193,7 @@ def _score_on_rank(model_dir: str, rows: int, repeats: int, out: str) -> None:
     from agentgym_core.rl.distributed import barrier, init_from_environment
     from agentgym_core.rl.forward import forward_tokens
     from agentgym_core.rl.learner import Learner
-    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.rl.policy import load_policy
 
     torch.set_num_threads(1)
     ctx = init_from_environment("cpu")

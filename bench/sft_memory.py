@@ -154,8 +154,9 @@ def measure(args: argparse.Namespace) -> dict:
     from agentgym_core.finetune.sft import sft_loss
     from agentgym_core.rl.config import ModelConfig, OptimConfig, RuntimeConfig
     from agentgym_core.rl.forward import forward_tokens, mixed_precision
-    from agentgym_core.rl.setup import build_optimizer, load_policy
+    from agentgym_core.rl.policy import load_policy
     from agentgym_core.training.memory import HeapTrimmer, PhasePeak, release_memory
+    from agentgym_core.training.optimizer import build_optimizer
 
     with tempfile.TemporaryDirectory() as tmp:  # the expert's episodes, collected afresh in each process
         data = Path(tmp) / "expert.jsonl"

@@ -39,7 +39,7 @@ def main() -> None:
     from agentgym_core.rl.config import load_config
     from agentgym_core.rl.guards import WeightSyncProbe
     from agentgym_core.rl.learner import Learner
-    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.rl.policy import load_policy
 
     config = load_config(None, ["envs=[{name: guess}]", f"model.path={args.model}", "model.device=cpu",
                                 "algorithm.kl.coef=0"])

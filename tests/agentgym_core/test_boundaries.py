@@ -143,9 +143,10 @@ ALLOWED: dict[str, set[str]] = {
     "testing": {"env", "http", "rollout"},
     "training": set(),  # the kit rl and finetune share: it knows neither
     # rl.distributed installs testing's strict collectives when a test run asks for them by env var
-    "rl": {"finetune_options", "http", "models", "plugins", "recipes", "rollout", "schedulers", "testing",
-           "training"},
-    "evaluation": {"env", "http", "plugins", "rl", "rollout"},
+    "rl": {"evaluation", "finetune_options", "http", "models", "plugins", "recipes", "rollout", "schedulers",
+           "testing", "training"},
+    # the one evaluator (agentgym eval and the trainer's held-out evaluations): it knows nothing of training
+    "evaluation": {"env", "http", "plugins", "rollout"},
     "finetune": {"env", "experts", "finetune_options", "http", "models", "plugins", "recipes", "rl", "rollout",
                  "training"},
     "pipeline": {"finetune", "plugins", "rl", "training"},  # where rl and finetune meet (warm start, then RL)

@@ -84,12 +84,12 @@ def test_penalty_is_charged_on_the_refused_turn_only():
 
 
 def test_training_metrics_have_the_rate_overall_and_per_env():
-    from agentgym_core.rl.setup import summarize
+    from agentgym_core.evaluation.results import metric_record
 
-    metrics = summarize([_traj([True, False]), _traj([True, True])])
+    metrics = metric_record([_traj([True, False]), _traj([True, True])])
     assert metrics["invalid_action_rate"] == pytest.approx(0.75)
     assert metrics["guess/invalid_action_rate"] == pytest.approx(0.75)
-    assert "invalid_action_rate" not in summarize([_traj([None])])
+    assert "invalid_action_rate" not in metric_record([_traj([None])])
 
 
 def test_the_main_jobs_table_shows_the_rate_beside_success():

@@ -40,7 +40,7 @@ def run_rl_recipe(
                      stop_after=stop_after)
 
     from agentgym_core.finetune.run import warm_start_sft
-    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.rl.policy import load_policy
     from agentgym_core.training.checkpoint import load_policy_weights
 
     if config.trainer.learners > 1:  # learner ranks load the warm start's weights from its model directory

@@ -70,10 +70,11 @@ def test_sft_learns_the_expert_and_saves_an_rl_checkpoint(tmp_path, tiny, guess_
 def test_sft_evaluates_after_training_without_the_optimizer_state(tmp_path, tiny, pm, guess_expert_log, monkeypatch):
     """AdamW's moments (2x the weights in float32) are dropped once the last step is saved: the held-out
     evaluation after SFT (and an RL run after a warm start) does not carry them; the checkpoint keeps them."""
-    from agentgym_core.rl import setup
+    from agentgym_core.rl import envs
+    from agentgym_core.training import optimizer as optimizer_module
 
     optimizers, state_at_eval = [], []
-    build, evaluate = setup.build_optimizer, setup.evaluate
+    build, evaluate = optimizer_module.build_optimizer, envs.evaluate
 
     def recording_build(*args, **kwargs):
         optimizer, schedule = build(*args, **kwargs)
@@ -85,8 +86,8 @@ def test_sft_evaluates_after_training_without_the_optimizer_state(tmp_path, tiny
                                         if isinstance(t, torch.Tensor))))
         return evaluate(backend, envs, config, horizon, step)
 
-    monkeypatch.setattr(setup, "build_optimizer", recording_build)
-    monkeypatch.setattr(setup, "evaluate", recording_evaluate)
+    monkeypatch.setattr(optimizer_module, "build_optimizer", recording_build)
+    monkeypatch.setattr(envs, "evaluate", recording_evaluate)
     model, tokenizer = tiny
     config = FinetuneConfig.model_validate({**_config(tmp_path, guess_expert_log, sft={"epochs": 1}).model_dump(),
                                             "envs": [{"name": "guess"}], "trainer": {
@@ -154,7 +155,7 @@ def test_sft_with_the_optimizer_state_on_disk_trains_the_same_weights_and_resume
 def test_sft_lora_trains_adapters_only(tmp_path, tiny, guess_expert_log):
     pytest.importorskip("peft")
     from agentgym_core.rl.config import ModelConfig
-    from agentgym_core.rl.setup import wrap_lora
+    from agentgym_core.rl.policy import wrap_lora
 
     model, tokenizer = tiny
     config = _config(tmp_path, guess_expert_log, model={"lora": {"enabled": True, "r": 4, "alpha": 8,

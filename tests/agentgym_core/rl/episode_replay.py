@@ -47,8 +47,8 @@ def attempts_by_episode(
     """Step 0 rolled out by ``workers`` rollout workers (each its slice): every episode's attempts'
     token ids in order, keyed by (task, group member); and how many episodes were re-run."""
     from agentgym_core.rl.config import load_config
+    from agentgym_core.rl.envs import make_backend, open_envs
     from agentgym_core.rl.rollout_worker import RolloutWorker
-    from agentgym_core.rl.setup import make_backend, open_envs
 
     config = load_config(None, [*OVERRIDES, *overrides])
     scheduler = pm.get("round_scheduler", config.algorithm.rounds_ctrl.type)(config.algorithm.rounds_ctrl)

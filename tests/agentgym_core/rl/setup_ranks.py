@@ -14,7 +14,7 @@ def build_in_rank(model_dir: str, out_dir: str) -> None:
     from agentgym_core.rl.config import load_config
     from agentgym_core.rl.distributed import init_from_environment
     from agentgym_core.rl.learner import Learner
-    from agentgym_core.rl.setup import load_policy_for_ranks
+    from agentgym_core.rl.policy import load_policy_for_ranks
 
     torch.set_num_threads(1)
     reads = []

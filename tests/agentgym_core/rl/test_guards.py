@@ -97,7 +97,7 @@ def test_working_syncs_pass_the_check_and_evaluations_log_their_panel(tmp_path, 
 # ---- fixed evaluation panels ------------------------------------------------------------------------------
 def test_the_panel_is_the_same_with_one_server_or_two(pm):
     from agentgym_core.rl.config import EnvConfig
-    from agentgym_core.rl.setup import open_envs
+    from agentgym_core.rl.envs import open_envs
     from agentgym_core.testing.serving import serve_env
 
     with serve_env(WordEnv) as a, serve_env(WordEnv) as b:

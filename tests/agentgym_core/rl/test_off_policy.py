@@ -170,9 +170,9 @@ def test_truncated_episodes_counted_and_dropped_or_repriced():
     assert [t.turns[-1].reward for t in repriced] == [1.0, -0.5]
     assert batch[1].turns[-1].reward == 0.0  # the originals are left as they were, for the logs
 
-    from agentgym_core.rl.setup import summarize
+    from agentgym_core.evaluation.results import metric_record
 
-    assert summarize(batch)["truncated"] == 1.0 and summarize(batch)["e/truncated"] == 1.0
+    assert metric_record(batch)["truncated"] == 1.0 and metric_record(batch)["e/truncated"] == 1.0
 
 
 def test_an_engine_on_the_learners_gpu_is_refused_where_it_would_sample_at_the_wrong_time():

@@ -144,7 +144,7 @@ def test_gradient_checkpointing_is_switched_on_and_keeps_the_numbers(tmp_path):
     """model.gradient_checkpointing (the CPU recipes' memory setting) recomputes activations: same gradients."""
     from agentgym_core.rl.config import ModelConfig
     from agentgym_core.rl.forward import forward_tokens
-    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.rl.policy import load_policy
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     model, tokenizer = tiny_chat_model(seed=0)

@@ -20,7 +20,7 @@ def test_gae_critic_lora_kl_in_reward_epochs_minibatches(tmp_path, pm, tiny_conf
         "algorithm.advantage.lam": 0.95, "model.lora.enabled": "true", "model.lora.r": 4,
         "model.lora.target_modules": "[q_proj, v_proj]", "algorithm.packing": "false",
     })
-    from agentgym_core.rl.setup import wrap_lora
+    from agentgym_core.rl.policy import wrap_lora
 
     model = wrap_lora(model, config.model)
     base_before = model.base_model.model.model.embed_tokens.weight.clone()

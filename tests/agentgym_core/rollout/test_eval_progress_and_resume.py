@@ -41,7 +41,7 @@ def test_eval_progress_shows_turns_tokens_per_second_and_time_left_before_any_tr
     shown = frames(capsys.readouterr().err)
     before_end = [f for f in shown if "0/1 traj" in f]
     assert any(re.search(r"\b\d+ turns?, \d+\.\d tok/s, at most \d+:\d\d left", f) for f in before_end), shown
-    assert "1/1 traj" in shown[-1] and "3 turns" in shown[-1] and "success 0%" in shown[-1], shown
+    assert "1/1 traj" in shown[-1] and "3 turns" in shown[-1] and "success 0/1" in shown[-1], shown
 
 
 def test_time_left_is_a_bound_until_a_trajectory_ends_then_uses_the_turns_they_took():

@@ -91,7 +91,7 @@ def test_model_config_sets_the_threshold_and_refuses_it_without_checkpointing(tm
     from pydantic import ValidationError
 
     from agentgym_core.rl.config import ModelConfig
-    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.rl.policy import load_policy
 
     with pytest.raises(ValidationError, match="model.gradient_checkpointing: true"):
         ModelConfig(gradient_checkpointing_above_tokens=512)

@@ -166,7 +166,7 @@ def test_onednn_primitive_cache_limit_leaves_a_users_setting_alone(monkeypatch):
 
 def test_model_config_limits_the_onednn_cache_when_the_policy_loads(monkeypatch, tmp_path):
     from agentgym_core.rl.config import ModelConfig, RuntimeConfig
-    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.rl.policy import load_policy
     from agentgym_core.testing.tiny_model import tiny_chat_model
     from agentgym_core.training.memory import ONEDNN_CACHE_VARIABLE
 

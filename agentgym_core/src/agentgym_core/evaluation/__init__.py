@@ -1,7 +1,9 @@
 """The evaluation room: roll a model out on a split and report success and score (``agentgym eval``),
 and compare two evaluations of the same tasks pairwise.
 
-``run`` holds :func:`evaluate` and its config and results; ``paired`` the paired difference of two
+``held_out`` is the one evaluator (``agentgym eval`` and the trainer both play through it); ``run`` holds
+``agentgym eval``'s :func:`evaluate` and its config (run directory, log, resume); ``results`` the results
+shape both report; ``panel`` the fixed evaluation panels; ``paired`` the paired difference of two
 evaluations' success rates with its interval. Names load on first use.
 """
 
@@ -20,9 +22,9 @@ __all__ = [
 lazy_exports(__name__, {
     "EvalConfig": "agentgym_core.evaluation.run",
     "EvalInterrupted": "agentgym_core.evaluation.run",
-    "EvalResults": "agentgym_core.evaluation.run",
-    "GroupMetrics": "agentgym_core.evaluation.run",
+    "EvalResults": "agentgym_core.evaluation.results",
+    "GroupMetrics": "agentgym_core.evaluation.results",
     "evaluate": "agentgym_core.evaluation.run",
     "paired_difference": "agentgym_core.evaluation.paired",
-    "summarize": "agentgym_core.evaluation.run",
+    "summarize": "agentgym_core.evaluation.results",
 })

@@ -1,12 +1,8 @@
 """Evaluation: roll a model out on a split and report success and score, per category.
 
-Definitions (the same as the README's):
-
-* **success** of a trajectory: the environment's success flag at the end (a failed trajectory,
-  e.g. an environment crash or timeout, counts as unsuccessful and is reported separately).
-* **score** of a trajectory: the environment's raw reward summed over the episode.
-* With K samples per task: **Avg@K** is the mean over all K samples of all tasks; **Pass@K** is the
-  mean over tasks of the best of its K samples (for success: 1 if any sample succeeded).
+The episodes are played by the evaluator the trainer uses too (:func:`agentgym_core.evaluation.held_out.play`)
+and reported in its results shape (:mod:`agentgym_core.evaluation.results`: the definitions of success,
+score, Avg@K and Pass@K are there).
 
 Resuming: each trajectory is appended to ``trajectories.jsonl`` (and flushed) as it finishes, and
 the run's settings go to ``eval_config.json`` first. An interrupted run (Ctrl-C) keeps what
@@ -25,8 +21,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,18 +29,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.env import Env, check_env_options
-from agentgym_core.rl.guards import describe_panel, panel_hash, panel_record
+from agentgym_core.evaluation.held_out import play
+from agentgym_core.evaluation.panel import describe_panel, panel_hash, panel_record
+from agentgym_core.evaluation.results import EvalResults, GroupMetrics, build_results, summarize
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
-from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
+from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec
 from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter
-from agentgym_core.rollout.progress import RolloutProgress
-from agentgym_core.rollout.text_engine import (
-    ChatBackend,
-    TextRolloutEngine,
-    TextRolloutLogWriter,
-    is_chat_backend,
-)
-from agentgym_core.rollout.trajectory import Trajectory, invalid_action_rate
+from agentgym_core.rollout.text_engine import ChatBackend, TextRolloutLogWriter, is_chat_backend
+from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = ["EvalConfig", "EvalInterrupted", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
 
@@ -112,63 +103,6 @@ class EvalInterrupted(KeyboardInterrupt):
     def __init__(self, run_dir: Path, kept: int, total: int) -> None:
         super().__init__(f"{kept} of {total} trajectories kept in {run_dir / 'trajectories.jsonl'}")
         self.run_dir, self.kept, self.total = run_dir, kept, total
-
-
-class GroupMetrics(BaseModel):
-    """Success and score of one category (or of all tasks)."""
-
-    tasks: int
-    samples: int
-    success_avg: float = Field(description="Avg@K success rate.")
-    success_pass: float = Field(description="Pass@K success rate.")
-    score_avg: float = Field(description="Avg@K mean score.")
-    score_pass: float = Field(description="Pass@K mean score (best of K per task).")
-    failed: int = Field(description="Trajectories ended by an env failure or timeout.")
-    invalid_action_rate: float | None = Field(
-        default=None, description="Share of turns whose action the environment refused (None: it does not say).")
-
-
-class EvalResults(BaseModel):
-    """The results JSON of one evaluation."""
-
-    config: dict[str, Any]
-    overall: GroupMetrics
-    categories: dict[str, GroupMetrics]
-    per_task: list[dict[str, Any]]
-    failure_reasons: dict[str, int]
-    timing: dict[str, float]
-    trainable: bool = Field(
-        default=True, description="False when the backend gave text only (API models): no tokens were recorded."
-    )
-    panel_hash: str | None = Field(
-        default=None, description="Hash of the evaluated task ids (agentgym_core.rl.guards.panel_hash): equal hashes, "
-        "equal tasks, whatever the number of workers or servers.")
-    run_dir: str | None = None
-
-
-def _group(trajs: Sequence[Trajectory]) -> GroupMetrics:
-    by_task: dict[int, list[Trajectory]] = defaultdict(list)
-    for traj in trajs:
-        by_task[traj.task_id].append(traj)
-    n = max(len(trajs), 1)
-    k = max(len(by_task), 1)
-    return GroupMetrics(
-        tasks=len(by_task), samples=len(trajs),
-        success_avg=sum(t.success for t in trajs) / n,
-        success_pass=sum(any(t.success for t in ts) for ts in by_task.values()) / k,
-        score_avg=sum(t.outcome_reward for t in trajs) / n,
-        score_pass=sum(max(t.outcome_reward for t in ts) for ts in by_task.values()) / k,
-        failed=sum(t.failed for t in trajs),
-        invalid_action_rate=invalid_action_rate(list(trajs)),
-    )
-
-
-def summarize(trajs: Sequence[Trajectory]) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
-    """Overall and per-category metrics of finished trajectories."""
-    cats: dict[str, list[Trajectory]] = defaultdict(list)
-    for traj in trajs:
-        cats[traj.category or "-"].append(traj)
-    return _group(trajs), {name: _group(ts) for name, ts in sorted(cats.items())}
 
 
 def _make_env_factory(config: EvalConfig) -> tuple[Callable[[], Env], Any]:
@@ -267,12 +201,6 @@ def _logged_invalid_actions(record: dict[str, Any]) -> int:
     return sum(turn.get("invalid_action") is True for turn in record.get("turns") or ())
 
 
-def _per_task_row(traj: Trajectory, turns: int, invalid_actions: int) -> dict[str, Any]:
-    return {"task_id": traj.task_id, "sample_index": traj.sample_index, "category": traj.category,
-            "success": traj.success, "score": traj.outcome_reward, "turns": turns, "invalid_actions": invalid_actions,
-            "failed": traj.failed, "failure_reason": traj.failure_reason, "truncation_reason": traj.truncation_reason}
-
-
 def evaluate(
     config: EvalConfig,
     *,
@@ -291,7 +219,7 @@ def evaluate(
     task_ids = catalog.spread(config.split, config.limit)
     categories = catalog.category_index()
     episodes = [
-        EpisodeSpec(task_id=t, sample_index=s, category=categories.get(t), seed=None)
+        EpisodeSpec(task_id=t, sample_index=s, category=categories.get(t), seed=None, env=config.env)
         for t in task_ids for s in range(config.n_samples)
     ]
     run_dir = Path(config.out_dir or f"runs/eval-{config.env}-{datetime.now():%Y%m%d-%H%M%S}")
@@ -324,44 +252,28 @@ def evaluate(
         step_timeout_s=config.step_timeout_s, env_workers=min(config.num_envs, 32),
     )
     desc = f"eval {config.env}" + (f" (resumed: {len(kept)} kept)" if kept else "")
-    line = RolloutProgress(len(episodes), desc=desc, max_turns=config.max_rounds, enabled=progress)
     done: list[Trajectory] = []
     start = time.perf_counter()
-    engine_cls = TextRolloutEngine if text_only else RolloutEngine
-    with line, (TextRolloutLogWriter(log_path) if text_only
-                else RolloutLogWriter(log_path, include_tokens=config.include_tokens)) as log, engine_cls(
-        backend, factory, num_envs=config.num_envs, config=rollout, env_name=config.env  # type: ignore[arg-type]
-    ) as engine:
+    with (TextRolloutLogWriter(log_path) if text_only
+          else RolloutLogWriter(log_path, include_tokens=config.include_tokens)) as log:
         def on_done(traj: Trajectory) -> None:
             done.append(traj)
             log.write(traj)  # flushed: an interrupted run keeps every trajectory that finished
-            failed = {"failed": engine.stats.failed} if engine.stats.failed else {}
-            line.done(traj, success=f"{sum(t.success for t in done) / len(done):.0%}", **failed)
 
         try:
-            trajs = engine.run(episodes, on_done=on_done, on_turn=line.turn)
+            trajs, stats = play(backend, {config.env: EnvSource(factory, config.num_envs)}, episodes, rollout,
+                                desc=desc, progress=progress, on_done=on_done)
         except KeyboardInterrupt:
             raise EvalInterrupted(run_dir, len(kept) + len(done), len(kept) + len(episodes)) from None
     # Every trajectory of the run directory, in the order of the split: earlier runs' and this one's.
     rows = sorted([(_record_trajectory(r), r.get("num_turns", 0), _logged_invalid_actions(r)) for r in kept]
                   + [(t, t.num_turns, t.invalid_actions) for t in trajs],
                   key=lambda row: order[(row[0].task_id, row[0].sample_index)])
-    everything = [t for t, _, _ in rows]
-    overall, per_category = summarize(everything)
-    per_task = [_per_task_row(t, turns, invalid) for t, turns, invalid in rows]
-    failure_reasons: dict[str, int] = {}
-    for t in everything:
-        if t.failed:
-            key = (t.failure_reason or "").split(":")[0]
-            failure_reasons[key] = failure_reasons.get(key, 0) + 1
     wall = time.perf_counter() - start
-    results = EvalResults(
-        config=config.model_dump(exclude={"api_key"}), overall=overall, trainable=not text_only, categories=per_category, per_task=per_task,
-        failure_reasons=failure_reasons,
-        timing={"wall_seconds": wall, "gen_seconds": engine.stats.gen_seconds,
-                "sampled_tokens": float(engine.stats.sampled_tokens),
+    results = build_results(
+        rows, config=config.model_dump(exclude={"api_key"}), panel_hash=panel_hash(panel), trainable=not text_only,
+        timing={"wall_seconds": wall, "gen_seconds": stats.gen_seconds, "sampled_tokens": float(stats.sampled_tokens),
                 "trajectories_per_min": 60 * len(trajs) / wall if wall else 0.0},
-        run_dir=str(run_dir), panel_hash=panel_hash(panel),
-    )
+        run_dir=str(run_dir))
     (run_dir / "results.json").write_text(json.dumps(results.model_dump(), indent=2) + "\n", encoding="utf-8")
     return results

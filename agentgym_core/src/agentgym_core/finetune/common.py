@@ -1,9 +1,9 @@
 """What SFT, DPO and rejection sampling share with each other and with the RL trainer.
 
-Model loading (``rl.setup.load_policy``: named model / GGUF / HF dir, LoRA), the optimizer and LR
-schedule (``rl.setup.build_optimizer``), checkpoints (``rl.checkpoint``: the same layout, so an RL
-run can start from ``<checkpoint>/model``), metrics (``rl.tracking.MetricsWriter``) and held-out
-evaluation (``rl.setup.evaluate`` over ``rl.setup.open_envs``, the RL trainer's own) are reused
+Model loading (``rl.policy.load_policy``: named model / GGUF / HF dir, LoRA), the optimizer and LR
+schedule (``training.optimizer.build_optimizer``), checkpoints (``training.checkpoint``: the same layout, so
+an RL run can start from ``<checkpoint>/model``), metrics (``training.tracking.MetricsWriter``) and held-out
+evaluation (``rl.envs.evaluate`` over ``rl.envs.open_envs``, the RL trainer's own) are reused
 as they are; this module only wires them for the fine-tuning loops.
 """
 
@@ -101,7 +101,7 @@ def open_evaluation(pm: PluginManager, config: FinetuneConfig, model: Any, token
 
     The backend wraps the training module itself (no weight copy), as in the RL trainer.
     """
-    from agentgym_core.rl.setup import evaluate, make_backend, open_envs
+    from agentgym_core.rl.envs import evaluate, make_backend, open_envs
 
     if not config.envs or not config.trainer.eval_tasks:
         yield lambda step: None

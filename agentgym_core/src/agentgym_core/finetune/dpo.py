@@ -159,7 +159,7 @@ def run_dpo(
     ``model`` must hold the *initial* weights even with ``resume``: the reference log-probs are
     taken from it before the checkpoint's weights are loaded.
     """
-    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.rl.policy import load_policy
 
     pm = plugin_manager or get_plugin_manager()
     opts = config.dpo

@@ -61,7 +61,7 @@ def train_steps(
     ``checkpoint=False`` every checkpoint. ``label`` names the progress bar; ``postfix`` turns a
     step's metrics into what the bar shows.
     """
-    from agentgym_core.rl.setup import build_optimizer
+    from agentgym_core.training.optimizer import build_optimizer
 
     # ---- optimizer, resume, the run's config and metrics files ---------------------------------------
     params = [p for p in model.parameters() if p.requires_grad]

@@ -78,7 +78,8 @@ def run_rejection_sampling(
     many rounds of this call (tests).
     """
     from agentgym_core.finetune.sft import run_sft
-    from agentgym_core.rl.setup import evaluate, load_policy, make_backend, open_envs
+    from agentgym_core.rl.envs import evaluate, make_backend, open_envs
+    from agentgym_core.rl.policy import load_policy
 
     pm = plugin_manager or get_plugin_manager()
     rs = config.rejection_sampling

@@ -104,7 +104,7 @@ def run_sft(
     runs one SFT per round in a subdirectory, ``checkpoint=False``: it saves per round itself). ``stop_after`` ends after that many optimizer steps
     of this call, as a kill would (tests).
     """
-    from agentgym_core.rl.setup import load_policy
+    from agentgym_core.rl.policy import load_policy
 
     pm = plugin_manager or get_plugin_manager()
     opts = options or config.sft

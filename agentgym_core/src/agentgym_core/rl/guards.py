@@ -16,13 +16,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym_core.evaluation.panel import describe_panel, evaluation_panel, panel_hash, panel_record
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = [
@@ -150,28 +149,3 @@ class WeightSyncProbe:
         moved = _mean_gap(self._last, mine) if self._last is not None else 0.0
         self._last = mine
         return SyncExpectation(self.token_ids, mine, self.tolerance, version, learner_moved=moved)
-
-
-# ---- fixed evaluation panels ------------------------------------------------------------------------------
-def evaluation_panel(envs: Sequence[Any], eval_tasks: int) -> dict[str, list[int]]:
-    """Environment name -> the held-out task ids its evaluations play (the first ``eval_tasks`` of its test
-    tasks, as :func:`agentgym_core.rl.setup.evaluate` takes them)."""
-    return {env.name: list(env.test_tasks[:eval_tasks]) for env in envs}
-
-
-def panel_hash(panel: Mapping[str, Sequence[int]]) -> str:
-    """A short hash of a panel: the same tasks of the same environments give the same hash, whatever the order
-    the environments are listed in."""
-    canonical = json.dumps({name: [int(t) for t in ids] for name, ids in sorted(panel.items())}, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def panel_record(panel: Mapping[str, Sequence[int]]) -> dict[str, Any]:
-    """What a run logs about its panel: the hash and the task ids."""
-    return {"panel_hash": panel_hash(panel), "panel_tasks": {name: list(ids) for name, ids in panel.items()}}
-
-
-def describe_panel(panel: Mapping[str, Sequence[int]]) -> str:
-    """One line for the console: the hash and how many tasks of each environment."""
-    sizes = ", ".join(f"{name} {len(ids)} tasks" for name, ids in panel.items())
-    return f"evaluation panel {panel_hash(panel)}: {sizes or 'no tasks'}"

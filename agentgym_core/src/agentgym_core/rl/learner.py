@@ -49,7 +49,6 @@ from agentgym_core.rl.forward import (
     mixed_precision,
 )
 from agentgym_core.rl.losses import kl_penalty
-from agentgym_core.rl.setup import build_optimizer
 from agentgym_core.rl.update import UpdateInputs, ppo_update
 from agentgym_core.rl.weight_sync import gather_weights, weight_bytes
 from agentgym_core.training.checkpoint import (
@@ -70,6 +69,7 @@ from agentgym_core.training.checkpoint import (
     set_rng_state,
     start_checkpoint,
 )
+from agentgym_core.training.optimizer import build_optimizer
 from agentgym_core.training.optimizer_on_disk import OptimizerStateOnDisk
 
 __all__ = ["Learner", "ScoredBatch", "balanced_shares", "master_weights", "narrow_linear_weights"]

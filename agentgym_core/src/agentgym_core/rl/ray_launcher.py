@@ -93,7 +93,7 @@ class LearnerRank:
 
         from agentgym_core.rl.distributed import init_from_environment
         from agentgym_core.rl.learner import Learner
-        from agentgym_core.rl.setup import load_policy_for_ranks, resolve_device
+        from agentgym_core.rl.policy import load_policy_for_ranks, resolve_device
 
         if self.world_size > 1:  # each actor sees its own GPUs as cuda:0..; LOCAL_RANK 0 picks its first
             os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",

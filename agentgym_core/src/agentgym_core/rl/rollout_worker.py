@@ -25,8 +25,8 @@ from agentgym_core.http.pool import ServerCounts
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
 from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
+from agentgym_core.rl.envs import EnvHandle, evaluate, make_backend, open_envs
 from agentgym_core.rl.guards import SyncExpectation
-from agentgym_core.rl.setup import EnvHandle, evaluate, make_backend, open_envs
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
 from agentgym_core.rollout.progress import RolloutProgress
@@ -129,7 +129,7 @@ class RolloutWorker:
         return trajectories, reruns, sum(traj.failed for traj in attempts)
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
-        """Held-out evaluation of the current policy (see :func:`agentgym_core.rl.setup.evaluate`)."""
+        """Held-out evaluation of the current policy (see :func:`agentgym_core.rl.envs.evaluate`)."""
         return evaluate(self.backend, self.envs, self.config, horizon, step=step)
 
     def load_weights(self, state_dict: dict[str, Any], probe: SyncExpectation | None = None) -> None:

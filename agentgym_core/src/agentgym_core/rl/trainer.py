@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from agentgym_core.evaluation.results import metric_record
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import apply_truncation_policy, build_batch, step_seed, trainable_trajectories
@@ -64,9 +65,9 @@ from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
 from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_stats
 from agentgym_core.rl.plugin_options import bind_plugin_options
+from agentgym_core.rl.policy import load_policy, load_policy_for_ranks, resolve_device
 from agentgym_core.rl.roles import LearnerRole, Roles, RolloutRole
 from agentgym_core.rl.rollout_worker import build_rollout_worker
-from agentgym_core.rl.setup import load_policy, load_policy_for_ranks, resolve_device, summarize
 from agentgym_core.rl.update import UpdateInputs
 from agentgym_core.rl.weight_sync import engine_dtype, weight_sync_metrics
 from agentgym_core.rollout.backend import capabilities_of
@@ -260,7 +261,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     horizon = scheduler.horizon(step)
                     trajectories = rollout.trajectories
                     metrics = {
-                        **summarize(trajectories),
+                        **metric_record(trajectories),
                         **update_metrics,
                         "horizon": float(horizon),
                         "lr": learner.lr,

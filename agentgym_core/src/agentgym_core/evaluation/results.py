@@ -1,0 +1,147 @@
+"""What an evaluation reports: one results shape for `agentgym eval` and the trainer's held-out evaluations.
+
+Definitions (the same as the README's):
+
+* **success** of a trajectory: the environment's success flag at the end (a failed trajectory, e.g. an
+  environment crash or timeout, counts as unsuccessful and is reported separately).
+* **score** of a trajectory: the environment's raw reward summed over the episode.
+* With K samples per task: **Avg@K** is the mean over all K samples of all tasks; **Pass@K** is the mean
+  over tasks of the best of its K samples (for success: 1 if any sample succeeded).
+
+:class:`EvalResults` holds the metrics overall, per category and per environment (:class:`GroupMetrics`),
+one row per trajectory, failure reasons, timing and the panel hash; `agentgym eval` writes it as
+``results.json``, the trainer logs :meth:`EvalResults.trainer_record` (its metric names: ``success``,
+``<env>/success``, ..., built by :func:`metric_record`, which also names the rollouts' training metrics).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentgym_core.rollout.trajectory import Trajectory, invalid_action_rate
+
+__all__ = ["EvalResults", "GroupMetrics", "build_results", "group_metrics", "metric_record", "summarize"]
+
+
+class GroupMetrics(BaseModel):
+    """Success and score of one group of trajectories (a category, an environment, or all of them)."""
+
+    tasks: int
+    samples: int
+    success_avg: float = Field(description="Avg@K success rate.")
+    success_pass: float = Field(description="Pass@K success rate.")
+    score_avg: float = Field(description="Avg@K mean score.")
+    score_pass: float = Field(description="Pass@K mean score (best of K per task).")
+    failed: int = Field(description="Trajectories ended by an env failure or timeout.")
+    truncated: int = Field(0, description="Trajectories cut by the turn or token budget.")
+    turns_avg: float = Field(0.0, description="Mean turns per trajectory.")
+    invalid_action_rate: float | None = Field(
+        default=None, description="Share of turns whose action the environment refused (None: it does not say).")
+
+
+def group_metrics(trajs: Sequence[Trajectory], turns: Sequence[int] | None = None) -> GroupMetrics:
+    """The metrics of ``trajs`` (zeros for none); ``turns`` per trajectory where they are not in the trajectories
+    (those read back from an evaluation's log)."""
+    by_task: dict[int, list[Trajectory]] = defaultdict(list)
+    for traj in trajs:
+        by_task[traj.task_id].append(traj)
+    n = max(len(trajs), 1)
+    k = max(len(by_task), 1)
+    return GroupMetrics(
+        tasks=len(by_task), samples=len(trajs),
+        success_avg=sum(t.success for t in trajs) / n,
+        success_pass=sum(any(t.success for t in ts) for ts in by_task.values()) / k,
+        score_avg=sum(t.outcome_reward for t in trajs) / n,
+        score_pass=sum(max(t.outcome_reward for t in ts) for ts in by_task.values()) / k,
+        failed=sum(t.failed for t in trajs),
+        truncated=sum(t.truncated or t.truncation_reason is not None for t in trajs),
+        turns_avg=sum(turns if turns is not None else [t.num_turns for t in trajs]) / n,
+        invalid_action_rate=invalid_action_rate(list(trajs)),
+    )
+
+
+def _grouped(trajs: Sequence[Trajectory], key: Callable[[Trajectory], str],
+             turns: Sequence[int] | None = None) -> dict[str, GroupMetrics]:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, traj in enumerate(trajs):
+        groups[key(traj)].append(i)
+    return {name: group_metrics([trajs[i] for i in idx], None if turns is None else [turns[i] for i in idx])
+            for name, idx in sorted(groups.items())}
+
+
+def summarize(trajs: Sequence[Trajectory], turns: Sequence[int] | None = None
+              ) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
+    """Overall and per-category metrics of finished trajectories."""
+    return group_metrics(trajs, turns), _grouped(trajs, lambda t: t.category or "-", turns)
+
+
+def metric_record(trajs: Sequence[Trajectory], prefix: str = "") -> dict[str, float]:
+    """The trainer's flat metrics, overall and per environment: ``{prefix}success``, ``{prefix}<env>/success``,
+    and ``reward`` (Avg@K score), ``turns``, ``failed``, ``truncated`` and, for environments that say which
+    actions they refused, ``invalid_action_rate``."""
+    return _flat({"": group_metrics(trajs), **{f"{env}/": m for env, m in _grouped(trajs, lambda t: str(t.env)).items()}},
+                 prefix)
+
+class EvalResults(BaseModel):
+    """The results of one evaluation (`agentgym eval`'s ``results.json``; the trainer's held-out evaluations)."""
+
+    config: dict[str, Any]
+    overall: GroupMetrics
+    categories: dict[str, GroupMetrics]
+    environments: dict[str, GroupMetrics] = Field(default_factory=dict, description="Metrics per environment.")
+    per_task: list[dict[str, Any]]
+    failure_reasons: dict[str, int]
+    timing: dict[str, float]
+    trainable: bool = Field(
+        default=True, description="False when the backend gave text only (API models): no tokens were recorded."
+    )
+    panel_hash: str | None = Field(
+        default=None, description="Hash of the evaluated task ids (agentgym_core.evaluation.panel.panel_hash): equal "
+        "hashes, equal tasks, whatever the number of workers or servers.")
+    run_dir: str | None = None
+
+    def trainer_record(self) -> dict[str, Any]:
+        """The record the trainer logs: its flat metric names, success per ``env:task`` (for
+        :mod:`agentgym_core.evaluation.paired`) and the panel hash."""
+        flat = _flat({"": self.overall, **{f"{env}/": m for env, m in self.environments.items()}})
+        per_task = {f"{row['env']}:{row['task_id']}": int(row["success"]) for row in self.per_task}
+        return {"tasks": self.overall.samples, **flat, "per_task": per_task, "panel_hash": self.panel_hash}
+
+
+def _flat(groups: dict[str, GroupMetrics], prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, m in groups.items():
+        out[f"{prefix}{name}success"] = m.success_avg
+        out[f"{prefix}{name}reward"] = m.score_avg
+        out[f"{prefix}{name}turns"] = m.turns_avg
+        out[f"{prefix}{name}failed"] = float(m.failed)
+        out[f"{prefix}{name}truncated"] = float(m.truncated)
+        if m.invalid_action_rate is not None:
+            out[f"{prefix}{name}invalid_action_rate"] = m.invalid_action_rate
+    return out
+
+
+def build_results(rows: Sequence[tuple[Trajectory, int, int]], *, config: dict[str, Any], panel_hash: str,
+                  timing: dict[str, float], trainable: bool = True, run_dir: str | None = None) -> EvalResults:
+    """:class:`EvalResults` of ``rows``: (trajectory, turns, invalid actions) in the panel's order (the turn and
+    invalid-action counts come from the log for trajectories read back from it)."""
+    trajs = [t for t, _, _ in rows]
+    turns = [n for _, n, _ in rows]
+    overall, per_category = summarize(trajs, turns)
+    failure_reasons: dict[str, int] = {}
+    for t in trajs:
+        if t.failed:
+            key = (t.failure_reason or "").split(":")[0]
+            failure_reasons[key] = failure_reasons.get(key, 0) + 1
+    per_task = [{"env": t.env, "task_id": t.task_id, "sample_index": t.sample_index, "category": t.category,
+                 "success": t.success, "score": t.outcome_reward, "turns": turns, "invalid_actions": invalid,
+                 "failed": t.failed, "failure_reason": t.failure_reason, "truncation_reason": t.truncation_reason}
+                for t, turns, invalid in rows]
+    return EvalResults(config=config, overall=overall, categories=per_category,
+                       environments=_grouped(trajs, lambda t: str(t.env), turns), per_task=per_task,
+                       failure_reasons=failure_reasons, timing=timing, trainable=trainable, panel_hash=panel_hash,
+                       run_dir=run_dir)

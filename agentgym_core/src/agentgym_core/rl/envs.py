@@ -1,0 +1,95 @@
+"""A run's environments and rollout backend: servers connected to (or started on loopback), each env's
+training and held-out tasks, the backend built from its plugin, and the held-out evaluation of a run
+(the recipe's settings handed to the one evaluator, :mod:`agentgym_core.evaluation.held_out`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym_core.evaluation.held_out import evaluate_held_out
+from agentgym_core.http.pool import EnvPool, PooledEnv
+from agentgym_core.plugins import PluginManager
+from agentgym_core.rl.config import EnvConfig, TrainConfig
+from agentgym_core.rollout.backend import SamplingParams, capabilities_of
+
+__all__ = ["EnvHandle", "evaluate", "make_backend", "open_envs"]
+
+
+def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, bool]:
+    """The rollout backend, and whether it shares the trainer's module (no weight copy needed).
+
+    A backend whose factory declares ``capabilities.shares_trainer_module`` is lent ``model`` (when
+    one is given); any other loads its own copy from ``model.path`` and receives weights every step.
+    """
+    factory = pm.get("rollout_backend", config.rollout.backend)
+    options = {"model": config.model.path, **config.rollout.backend_options}
+    if model is not None and capabilities_of(factory).shares_trainer_module:
+        return factory(options, model=model, tokenizer=tokenizer), True
+    return factory(options), False
+
+
+@dataclass
+class EnvHandle:
+    """One training environment: its config, its servers (a pool of one or more) and task catalog."""
+
+    config: EnvConfig
+    pool: EnvPool
+    train_tasks: list[int]
+    test_tasks: list[int]
+    categories: dict[int, str]
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def max_concurrency(self) -> int:
+        return self.config.max_concurrency
+
+    def make_env(self) -> PooledEnv:
+        """A new instance handle; the pool places it on the least-loaded healthy server."""
+        return self.pool.make_env()
+
+
+@contextlib.contextmanager
+def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float = 60.0) -> Iterator[list[EnvHandle]]:
+    """Connect to each env's servers (``url`` or ``urls``); start one on loopback (in this process) when none is given.
+
+    ``timeout_s`` limits one HTTP request (``rollout.env_timeout_s`` in the trainer). Every server
+    must answer with the env's name and the same catalog; one that does not answer starts marked down.
+    """
+    from agentgym_core.http.serving import serve_env
+
+    with contextlib.ExitStack() as stack:
+        handles = []
+        for cfg in configs:
+            urls = cfg.server_urls
+            if not urls:
+                env_cls = pm.env_class(cfg.name)
+                urls = [stack.enter_context(serve_env(env_cls, cfg.env_kwargs,
+                                                      max_instances=max(64, cfg.max_concurrency)))]
+            pool = EnvPool(urls, env=cfg.name, timeout=timeout_s, probe_interval_s=cfg.probe_interval_s)
+            stack.callback(pool.close)
+            catalog = pool.check()
+            train = cfg.train_tasks if cfg.train_tasks is not None else catalog.split(cfg.train_split)
+            # Round-robin over categories, so the first eval_tasks are the tasks `agentgym eval --limit N` runs.
+            test = cfg.test_tasks if cfg.test_tasks is not None else catalog.spread(
+                cfg.test_split, len(catalog.split(cfg.test_split)))
+            handles.append(EnvHandle(cfg, pool, list(train), list(test), catalog.category_index()))
+        yield handles
+
+
+def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
+    """The run's held-out evaluation at ``step``: greedy (or ``eval_temperature``) episodes on the first
+    ``eval_tasks`` held-out tasks of each env, every env at once; the record the trainer logs."""
+    sampling = SamplingParams(temperature=config.rollout.eval_temperature, top_p=1.0,
+                              max_new_tokens=config.rollout.max_new_tokens, seed=config.trainer.seed)
+    results = evaluate_held_out(backend, envs, tasks_per_env=config.trainer.eval_tasks, sampling=sampling,
+                                horizon=horizon, max_total_tokens=config.rollout.max_total_tokens,
+                                step_timeout_s=config.rollout.env_timeout_s,
+                                desc=f"eval {', '.join(env.name for env in envs)} (step {step})",
+                                progress=config.trainer.progress)
+    return {"step": step, "horizon": horizon, **results.trainer_record()}
