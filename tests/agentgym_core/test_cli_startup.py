@@ -72,6 +72,17 @@ def test_a_misspelt_env_is_a_one_line_error_without_torch():
     assert "torch" not in imported and "transformers" not in imported
 
 
+def test_the_recipe_schema_reads_a_recipe_without_torch():
+    """rl.config is what a recipe check, --print-config and the docs' key reference import first."""
+    code = ("import json, sys; from agentgym_core.rl.config import load_config; "
+            "load_config('examples/babyai_grpo_cpu.yaml', ['trainer.steps=2']); "
+            "print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], capture_output=True,
+                          text=True, timeout=120, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -91,7 +91,9 @@ def agentgym_register_round_schedulers(register: Register) -> None:
     (``agentgym_core.schedulers``). The scheduler's ``horizon(step)`` returns the maximum number of
     turns per trajectory at a training step (ScalingInter-RL grows it in stages);
     ``update(step, metrics)`` lets adaptive schedules react to training success; ``state_dict()``
-    and ``load_state_dict(state)`` make a resumed run continue exactly where it stopped. Options of
+    and ``load_state_dict(state)`` make a resumed run continue exactly where it stopped; an optional
+    ``max_horizon()`` names the horizon held-out evaluations play (default: the longest ``horizon(step)``
+    over the run's steps). Options of
     its own: set ``make_scheduler.options_model`` to a subclass of ``RoundsConfig``; the recipe's
     ``algorithm.rounds_ctrl`` is checked against it and passed as an instance of it.
     """

@@ -13,7 +13,8 @@ what the model can already do, longer ones later, to explore. Three schedulers s
   state, saved in checkpoints via ``state_dict``.
 
 A scheduler is made by a factory registered under its name: ``make_scheduler(config) ->
-RoundScheduler`` with ``config`` a :class:`RoundsConfig`. Steps are 0-based.
+RoundScheduler`` with ``config`` a :class:`RoundsConfig`. Steps are 0-based. Held-out evaluations
+play the run's final horizon, which :func:`final_horizon` asks of the scheduler.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "FixedRounds",
     "RoundScheduler",
     "RoundsConfig",
+    "final_horizon",
     "StepwiseRounds",
     "make_adaptive",
     "make_fixed",
@@ -69,7 +71,12 @@ class RoundsConfig(BaseModel):
 
 @runtime_checkable
 class RoundScheduler(Protocol):
-    """The turn horizon per training step, plus whatever state must survive a resume."""
+    """The turn horizon per training step, plus whatever state must survive a resume.
+
+    A scheduler may also define ``max_horizon() -> int``, the longest horizon it can give: held-out
+    evaluations play it (:func:`final_horizon`). Without it, the longest ``horizon(step)`` over the run's
+    steps is used, which suits a scheduler whose horizon depends on the step alone.
+    """
 
     def horizon(self, step: int) -> int:
         """Maximum number of agent turns per trajectory at training step ``step`` (0-based)."""
@@ -110,6 +117,9 @@ class FixedRounds(_Stateless):
     def horizon(self, step: int) -> int:
         return self.rounds
 
+    def max_horizon(self) -> int:
+        return self.rounds
+
 
 class StepwiseRounds(_Stateless):
     """ScalingInter-RL: ``stages[min(step // steps_per_stage, last)]``."""
@@ -121,6 +131,9 @@ class StepwiseRounds(_Stateless):
 
     def horizon(self, step: int) -> int:
         return self.stages[min(step // self.steps_per_stage, len(self.stages) - 1)]
+
+    def max_horizon(self) -> int:
+        return max(self.stages)
 
 
 class AdaptiveRounds:
@@ -135,6 +148,9 @@ class AdaptiveRounds:
 
     def horizon(self, step: int) -> int:
         return self.stages[self.stage]
+
+    def max_horizon(self) -> int:
+        return max(self.stages)
 
     def update(self, step: int, metrics: dict[str, float]) -> None:
         if "success" in metrics:
@@ -158,6 +174,17 @@ class AdaptiveRounds:
         self.stage, self.stage_start = int(state["stage"]), int(state["stage_start"])
         self.recent = deque(state["recent"], maxlen=self.window)
         self.transitions = list(state.get("transitions", []))
+
+
+def final_horizon(scheduler: RoundScheduler, steps: int) -> int:
+    """The horizon a run's held-out evaluations play: the scheduler's ``max_horizon()`` when it has one, else
+    the longest ``horizon(step)`` over the run's ``steps`` training steps."""
+    own = getattr(scheduler, "max_horizon", None)
+    horizon = int(own()) if callable(own) else max(scheduler.horizon(step) for step in range(max(steps, 1)))
+    if horizon < 1:
+        raise ValueError(f"round scheduler {type(scheduler).__name__} gives a final horizon of {horizon}; "
+                         "it must be at least 1 turn")
+    return horizon
 
 
 def make_fixed(config: RoundsConfig) -> FixedRounds:

@@ -119,3 +119,39 @@ def test_a_run_uses_the_options_saves_them_and_the_observer_reports(tmp_path, pl
     assert again.algorithm.rounds_ctrl.warmup_steps == 1 and again.algorithm.advantage.baseline == 0.25
     # The example package's observer wrote its per-step tally for this guess run.
     assert set(json.loads((run_dir / "guess_turns.json").read_text())) == {"0", "1"}
+
+
+class TwoTurns:
+    """A plugin's scheduler that plays two turns whatever the recipe's ``rounds`` say."""
+
+    def horizon(self, step):
+        return 2
+
+    def update(self, step, metrics):
+        return None
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        return None
+
+
+class TwoTurnsPlugin:
+    @hookimpl
+    def agentgym_register_round_schedulers(self, register):
+        register("two_turns", lambda config: TwoTurns())
+
+
+def test_evaluations_play_the_plugin_schedulers_horizon_not_the_recipes_rounds(tmp_path, pm, tiny_config):
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    pm.register(TwoTurnsPlugin(), "two-turns-test")
+    run_dir = tmp_path / "run"
+    config = tiny_config(run_dir, **{"trainer.steps": 1, "trainer.eval_tasks": 1, "trainer.eval_before": "true",
+                                     "algorithm.rounds_ctrl.type": "two_turns", "algorithm.rounds_ctrl.rounds": 5})
+    model, tokenizer = tiny_chat_model(seed=0)
+    train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
+    logged = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [e["horizon"] for e in logged if e["kind"] == "train"] == [2]
+    assert [e["horizon"] for e in logged if e["kind"] == "eval"] == [2, 2]  # before and after: not rounds' 5

@@ -61,3 +61,19 @@ def test_anchor_keys_are_accepted_and_unknown_rejected():
         bind_plugin_options(config, PluginManager(autoload=True, allow=["estimators"]))
     with pytest.raises(ValueError, match="positive"):
         RoundsConfig(rounds=[5, 0])
+
+
+def test_the_final_horizon_is_the_schedulers_own():
+    from agentgym_core.schedulers import final_horizon
+
+    assert final_horizon(make(type="fixed", rounds=[8, 4]), steps=10) == 4  # fixed plays the list's last entry
+    assert final_horizon(make(type="scaling_inter_stepwise", rounds=[6, 13, 20], steps_scaling_inter=100), 50) == 20
+    assert final_horizon(make(type="adaptive", rounds=[2, 5]), steps=3) == 5
+
+    class Ramp:  # a plugin's scheduler without max_horizon(): the longest horizon of the run's steps
+        def horizon(self, step):
+            return 1 + step
+
+    assert final_horizon(Ramp(), steps=4) == 4
+    with pytest.raises(ValueError, match="final horizon of 0"):
+        final_horizon(type("Broken", (), {"max_horizon": lambda self: 0})(), steps=1)

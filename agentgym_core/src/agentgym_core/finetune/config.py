@@ -91,9 +91,10 @@ class FinetuneConfig(_Section):
         Shared sections are passed through; ``trainer`` keeps the fields both trainers have.
         """
         trainer = {k: v for k, v in config.trainer.model_dump().items() if k in FinetuneTrainerConfig.model_fields}
-        rounds = getattr(getattr(getattr(config, "algorithm", None), "rounds_ctrl", None), "stages", None)
-        if rounds and "eval_max_turns" not in trainer:  # evaluate at the RL recipe's final horizon
-            trainer["eval_max_turns"] = max(rounds)
+        if getattr(config, "algorithm", None) is not None and "eval_max_turns" not in trainer:
+            from agentgym_core.rl.plugin_options import final_horizon_of
+
+            trainer["eval_max_turns"] = final_horizon_of(config)  # evaluate at the RL recipe's final horizon
         data: dict[str, Any] = {
             "kind": kind or config.trainer.kind, "model": config.model, "envs": config.envs,
             "rollout": config.rollout, "optim": config.optim, "trainer": trainer, "runtime": config.runtime,

@@ -48,6 +48,7 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
     import json
 
     from agentgym_core.finetune.sft import run_sft
+    from agentgym_core.rl.plugin_options import final_horizon_of
     from agentgym_core.training.checkpoint import latest_checkpoint, load_trainer_state
 
     warm = train_config.warm_start
@@ -66,7 +67,7 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
     paths = list(warm.data.paths)
     if warm.expert is not None:
         paths.append(str(_collect_expert_demos(train_config, run_dir / "expert.jsonl", plugin_manager, tokenizer)))
-    horizon = max(train_config.algorithm.rounds_ctrl.stages)
+    horizon = final_horizon_of(train_config, plugin_manager)  # the RL run's evaluations play it too
     config = FinetuneConfig.model_validate({
         "kind": "sft", "model": train_config.model, "envs": train_config.envs, "rollout": train_config.rollout,
         "data": {**warm.data.model_dump(), "paths": paths}, "sft": warm.sft, "optim": {"lr": warm.lr},

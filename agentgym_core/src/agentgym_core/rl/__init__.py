@@ -14,12 +14,7 @@ policy's trunk), ``update`` (epochs x mini-batches),
 shares with fine-tuning are in :mod:`agentgym_core.training`.
 """
 
-from typing import Any
-
-from agentgym_core.rl.checks import EstimatorCheckError, check_estimator
-from agentgym_core.rl.config import ConfigError, TrainConfig, load_config, save_config
-from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageConfig, AdvantageOutput, Estimator
-from agentgym_core.rl.rewards import place_rewards, policy_spans
+from agentgym_core.plugins import lazy_exports
 
 __all__ = [
     "AdvantageBatch",
@@ -37,10 +32,20 @@ __all__ = [
     "train",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "train":  # imported lazily: it pulls in the rollout engine and the HTTP client
-        from agentgym_core.rl.trainer import train
-
-        return train
-    raise AttributeError(f"module 'agentgym_core.rl' has no attribute {name!r}")
+# Each name loads with its module on first use: the recipe schema (rl.config) imports without torch, the
+# trainer pulls in the rollout engine and the HTTP client only when a run starts.
+lazy_exports(__name__, {
+    "AdvantageBatch": "agentgym_core.rl.estimator_api",
+    "AdvantageConfig": "agentgym_core.rl.estimator_api",
+    "AdvantageOutput": "agentgym_core.rl.estimator_api",
+    "ConfigError": "agentgym_core.rl.config",
+    "Estimator": "agentgym_core.rl.estimator_api",
+    "EstimatorCheckError": "agentgym_core.rl.checks",
+    "TrainConfig": "agentgym_core.rl.config",
+    "check_estimator": "agentgym_core.rl.checks",
+    "load_config": "agentgym_core.rl.config",
+    "place_rewards": "agentgym_core.rl.rewards",
+    "policy_spans": "agentgym_core.rl.rewards",
+    "save_config": "agentgym_core.rl.config",
+    "train": "agentgym_core.rl.trainer",
+})

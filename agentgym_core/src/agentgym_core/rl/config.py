@@ -31,11 +31,11 @@ from agentgym_core.recipes import (  # the loader's names, re-exported where RL 
     validation_message,
 )
 from agentgym_core.rl.estimator_api import AdvantageConfig, Estimator, min_group_size
-from agentgym_core.rl.losses import Aggregation, KLEstimator
 from agentgym_core.schedulers import RoundsConfig
 
 __all__ = [
     "ActorResources",
+    "Aggregation",
     "AlgorithmConfig",
     "ConfigError",
     "CriticConfig",
@@ -43,6 +43,7 @@ __all__ = [
     "DynamicSamplingConfig",
     "EnvConfig",
     "KLConfig",
+    "KLEstimator",
     "LoraConfig",
     "ModelConfig",
     "OptimConfig",
@@ -60,6 +61,11 @@ __all__ = [
     "save_config",
     "validation_message",
 ]
+
+
+# The loss settings a recipe names (rl.losses implements them); kept here so that the schema loads without torch.
+Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
+KLEstimator = Literal["k1", "k2", "k3", "low_var_kl"]
 
 
 class _Section(BaseModel):

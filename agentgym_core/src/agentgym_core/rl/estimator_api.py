@@ -28,9 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # annotations only: the recipe schema imports this module without loading torch
+    import torch
 
 __all__ = ["AdvantageBatch", "AdvantageConfig", "AdvantageOutput", "Estimator", "min_group_size"]
 

@@ -26,9 +26,9 @@ dual clip (Ye et al. 2020) on negative advantages, on by default with ``clip_rat
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
+
+from agentgym_core.rl.config import Aggregation, KLEstimator
 
 __all__ = [
     "Aggregation",
@@ -45,8 +45,6 @@ __all__ = [
     "value_loss",
 ]
 
-Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
-KLEstimator = Literal["k1", "k2", "k3", "low_var_kl"]
 
 LOG_RATIO_BOUND = 20.0
 """|log(p / q)| is clamped to this before ``exp``: e^20 ~ 5e8 is finite in fp32 and bf16, and any ratio

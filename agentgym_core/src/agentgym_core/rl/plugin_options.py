@@ -26,12 +26,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agentgym_core.plugins import PluginError, PluginManager
+from agentgym_core.plugins import PluginError, PluginManager, get_plugin_manager
 from agentgym_core.rl.config import ConfigError, TrainConfig
 from agentgym_core.rl.estimator_api import AdvantageConfig
-from agentgym_core.schedulers import RoundsConfig
+from agentgym_core.schedulers import RoundsConfig, final_horizon
 
-__all__ = ["bind_plugin_options", "options_model_of"]
+__all__ = ["bind_plugin_options", "final_horizon_of", "options_model_of"]
 
 
 def options_model_of(obj: Any, base: type[BaseModel], *, what: str) -> type[BaseModel]:
@@ -78,3 +78,11 @@ def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> T
     bound.algorithm.rounds_ctrl = _bind(  # type: ignore[assignment]
         alg.rounds_ctrl, options_model_of(scheduler, RoundsConfig, what=what), "algorithm.rounds_ctrl", what)
     return bound
+
+
+def final_horizon_of(config: TrainConfig, plugin_manager: PluginManager | None = None) -> int:
+    """The horizon ``config``'s held-out evaluations play, as its round scheduler gives it
+    (:func:`agentgym_core.schedulers.final_horizon`), with the scheduler's own options bound."""
+    pm = plugin_manager or get_plugin_manager()
+    rounds = bind_plugin_options(config, pm).algorithm.rounds_ctrl
+    return final_horizon(pm.get("round_scheduler", rounds.type)(rounds), config.trainer.steps)

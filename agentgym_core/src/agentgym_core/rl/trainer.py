@@ -71,6 +71,7 @@ from agentgym_core.rl.rollout_worker import build_rollout_worker
 from agentgym_core.rl.update import UpdateInputs
 from agentgym_core.rl.weight_sync import engine_dtype, weight_sync_metrics
 from agentgym_core.rollout.backend import capabilities_of
+from agentgym_core.schedulers import final_horizon as scheduler_final_horizon
 from agentgym_core.training.checkpoint import latest_checkpoint
 from agentgym_core.training.memory import (
     HeapTrimmer,
@@ -184,7 +185,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             sync_probe = _sync_probe(cfg, tokenizer, worker) if place_roles is None else None
             if sync_probe is not None:  # every rank checks its own engine
                 worker.check_weights(sync_probe.expect(learner, start_step))  # collective on several ranks
-            final_horizon = max(alg.rounds_ctrl.stages)
+            final_horizon = scheduler_final_horizon(scheduler, cfg.trainer.steps)  # what evaluations play
 
             # ---- evaluation before training (rank 0; a resumed run reads it back from its log) --------
             if ctx.is_main:
