@@ -184,3 +184,47 @@ def test_looking_up_a_name_imports_the_entry_point_of_that_name_first(site):
         manager.env_class("delta")  # not an entry point name: every plugin is asked
     assert sorted(log.names) == ["alpha", "beta", "gamma"]
     assert {p.name for p in manager.plugins()} >= {"alpha", "beta", "gamma"}
+
+
+def test_a_registration_keeps_what_the_plugin_declares_and_refuses_what_its_kind_does_not_take():
+    from agentgym_core import hookimpl
+    from agentgym_core.plugins import PluginError
+    from agentgym_core.schedulers import RoundsConfig
+
+    class WideRounds(RoundsConfig):
+        width: int = 3
+
+    def estimate(batch, config):  # never called here
+        raise AssertionError
+
+    estimate.options_model = RoundsConfig  # the older way: an attribute, read when nothing is declared
+
+    class Declaring:
+        @hookimpl
+        def agentgym_register_advantage_estimators(self, register):
+            register("declared", estimate, min_group_size=2, options="agentgym_core.rl.estimator_api:AdvantageConfig")
+            register("legacy", estimate)
+
+        @hookimpl
+        def agentgym_register_round_schedulers(self, register):
+            register("wide", lambda config: None, options=WideRounds)
+
+    manager = PluginManager(autoload=False)
+    manager.register(Declaring(), "declaring")
+    declared = manager.registration("advantage_estimator", "declared")
+    assert declared.spec.min_group_size == 2 and declared.spec.options.endswith(":AdvantageConfig")
+    from agentgym_core.rl.estimator_api import AdvantageConfig
+
+    assert declared.declared("options") is AdvantageConfig  # a reference, imported when read
+    assert manager.registration("advantage_estimator", "legacy").declared("options") is RoundsConfig
+    assert manager.registration("round_scheduler", "wide").declared("options") is WideRounds
+
+    class Misdeclaring:
+        @hookimpl
+        def agentgym_register_round_schedulers(self, register):
+            register("bad", lambda config: None, min_group_size=2)
+
+    wrong = PluginManager(autoload=False)
+    wrong.register(Misdeclaring(), "misdeclaring")
+    with pytest.raises(PluginError, match=r"round scheduler 'bad' with min_group_size=.*takes only options="):
+        wrong.catalog("round_scheduler")

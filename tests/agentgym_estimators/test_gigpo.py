@@ -2,6 +2,7 @@ import math
 
 import torch
 
+from agentgym_core.plugins import PluginManager
 from agentgym_core.rl import AdvantageBatch, AdvantageConfig, check_estimator, place_rewards
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 from agentgym_estimators import gigpo
@@ -70,10 +71,10 @@ def test_unnamed_states_and_lone_states_get_no_step_advantage():
 
 
 def test_gigpo_conforms_and_declares_its_options():
-    check_estimator(gigpo)
+    check_estimator(gigpo, GiGPOOptions())
     check_estimator(gigpo, GiGPOOptions(norm_by_std=False, step_weight=0.5))
-    assert gigpo.options_model is GiGPOOptions
-    assert gigpo.min_group_size == 2
+    registered = PluginManager(autoload=True, allow=["estimators"]).registration("advantage_estimator", "gigpo")
+    assert registered.declared("options") is GiGPOOptions and registered.declared("min_group_size") == 2
 
 
 def test_trajectory_names_the_state_each_turn_acted_in():

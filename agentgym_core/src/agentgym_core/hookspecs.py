@@ -39,7 +39,10 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 class Register(Protocol):
-    def __call__(self, name: str, obj: Any, *, summary: str = "") -> None: ...
+    """``register(name, obj, summary=..., **declared)``: ``declared`` are what a plugin says about ``obj``
+    (:class:`agentgym_core.plugins.PluginSpec`: ``options=``, ``min_group_size=``, ``capabilities=``, by kind)."""
+
+    def __call__(self, name: str, obj: Any, *, summary: str = "", **declared: Any) -> None: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,11 +66,11 @@ def agentgym_register_advantage_estimators(register: Register) -> None:
 
     ``obj`` is a callable ``estimate(batch, config) -> AdvantageOutput`` (see the trainer's
     ``agentgym_core.rl`` module for the batch layout). ``agentgym_core.testing.check_estimator``
-    checks the contract. An estimator whose baseline is the other samples of a task sets
-    ``obj.min_group_size`` (e.g. 2); the trainer then refuses a smaller ``rollout.group_size``.
-    Options of its own: set ``estimate.options_model`` to a subclass of
-    ``AdvantageConfig`` with typed fields; the recipe's ``algorithm.advantage`` is checked against
-    it and ``config`` is an instance of it (``agentgym_core.rl.plugin_options``).
+    checks the contract. An estimator whose baseline is the other samples of a task declares it,
+    ``register(name, obj, min_group_size=2)``; the trainer then refuses a smaller ``rollout.group_size``.
+    Options of its own: ``register(name, obj, options=MyOptions)``, a subclass of ``AdvantageConfig``
+    with typed fields; the recipe's ``algorithm.advantage`` is checked against it and ``config`` is an
+    instance of it (``agentgym_core.rl.plugin_options``).
     """
 
 
@@ -79,7 +82,9 @@ def agentgym_register_rollout_backends(register: Register) -> None:
     samples token ids and their log-probs for many live trajectories at once
     (``agentgym_core.rollout.backend``; ``agentgym_core.testing.check_backend`` checks it). A
     factory may instead return a text-only ``ChatBackend`` (``agentgym_core.rollout.text_engine``,
-    e.g. an API model): such trajectories carry no token ids and serve evaluation only.
+    e.g. an API model): such trajectories carry no token ids and serve evaluation only. What the
+    trainer may rely on: ``register(name, make_backend, capabilities=BackendCapabilities(...))``
+    (or a ``"module:attribute"`` reference to one, so that listing plugins imports nothing).
     """
 
 
@@ -93,9 +98,9 @@ def agentgym_register_round_schedulers(register: Register) -> None:
     ``update(step, metrics)`` lets adaptive schedules react to training success; ``state_dict()``
     and ``load_state_dict(state)`` make a resumed run continue exactly where it stopped; an optional
     ``max_horizon()`` names the horizon held-out evaluations play (default: the longest ``horizon(step)``
-    over the run's steps). Options of
-    its own: set ``make_scheduler.options_model`` to a subclass of ``RoundsConfig``; the recipe's
-    ``algorithm.rounds_ctrl`` is checked against it and passed as an instance of it.
+    over the run's steps). Options of its own: ``register(name, make_scheduler, options=MyRounds)``,
+    a subclass of ``RoundsConfig``; the recipe's ``algorithm.rounds_ctrl`` is checked against it and
+    passed as an instance of it.
     """
 
 

@@ -44,7 +44,9 @@ __all__ = [
     "PluginError",
     "PluginInfo",
     "PluginManager",
+    "PluginSpec",
     "Registration",
+    "SPEC_FIELDS",
     "UnknownNameError",
     "checkout_root",
     "get_plugin_manager",
@@ -176,12 +178,40 @@ class PluginInfo:
     error: str | None = None
 
 
+# What a registration may declare beside its object, by catalog kind (the keyword arguments of ``register``).
+SPEC_FIELDS: dict[str, tuple[str, ...]] = {
+    "advantage_estimator": ("options", "min_group_size"),
+    "round_scheduler": ("options",),
+    "rollout_backend": ("capabilities",),
+}
+# The function attributes that declared the same before the record existed (still read, for older plugins).
+_LEGACY_ATTRIBUTES = {"options": "options_model", "min_group_size": "min_group_size", "capabilities": "capabilities"}
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """What a plugin declares about a registered object, kept beside it as Gymnasium keeps an ``EnvSpec``.
+
+    Given as keyword arguments of ``register`` (``register("grpo", grpo, min_group_size=2)``); a value may be
+    a ``"module:attribute"`` reference, imported when first read. Which kinds take which fields:
+    :data:`SPEC_FIELDS`.
+    """
+
+    options: Any = None
+    """Estimators and schedulers: the class of their recipe options (a subclass of ``AdvantageConfig`` or
+    ``RoundsConfig``); None: the core's own."""
+    min_group_size: Any = None
+    """Estimators: the samples per task they need for a non-zero advantage (2 for a group baseline); None: 1."""
+    capabilities: Any = None
+    """Rollout backends: a ``BackendCapabilities``; None: the defaults."""
+
+
 @dataclass(frozen=True)
 class Registration:
     """One named thing a plugin put into a catalog.
 
     ``target`` is what the plugin registered: the object itself, or a ``"module:attribute"``
-    string that :attr:`obj` imports on first use.
+    string that :attr:`obj` imports on first use. ``spec`` is what the plugin declared about it.
     """
 
     kind: str
@@ -191,7 +221,18 @@ class Registration:
     package: str
     version: str
     summary: str = ""
+    spec: PluginSpec = field(default_factory=PluginSpec)
     _loaded: list[Any] = field(default_factory=list, repr=False, compare=False)
+
+    def declared(self, name: str) -> Any:
+        """Spec field ``name``: the registration's value (a reference imported now), else the attribute an older
+        plugin set on the object, else None."""
+        value = getattr(self.spec, name)
+        if isinstance(value, str):
+            return _import_reference(value, self)
+        if value is None and not isinstance(self.obj, type):
+            return getattr(self.obj, _LEGACY_ATTRIBUTES[name], None)
+        return value
 
     @property
     def obj(self) -> Any:
@@ -350,7 +391,17 @@ class PluginManager:
         for impl in caller.get_hookimpls():
             info = self._infos[impl.plugin_name]
 
-            def register(name: str, obj: Any, *, summary: str = "", _info: PluginInfo = info) -> None:
+            def register(name: str, obj: Any, *, summary: str = "", _info: PluginInfo = info,
+                         **declared: Any) -> None:
+                allowed = SPEC_FIELDS.get(kind, ())
+                for key, value in declared.items():
+                    if key not in allowed:
+                        takes = f"takes only {', '.join(f'{a}=' for a in allowed)}" if allowed else "takes none"
+                        raise PluginError(f"plugin {_info.name!r} registered the {_KIND_LABELS[kind]} {name!r} with "
+                                          f"{key}=, which a {_KIND_LABELS[kind]} does not declare (it {takes})")
+                    if isinstance(value, str) and (problem := _check_reference(value)) is not None:
+                        raise PluginError(f"plugin {_info.name!r} declared {key}= of the {_KIND_LABELS[kind]} "
+                                          f"{name!r} by reference, but {problem}")
                 if not isinstance(name, str) or not name:
                     raise PluginError(f"plugin {_info.name!r} registered a {kind} with an invalid name {name!r}")
                 if isinstance(obj, str) and (problem := _check_reference(obj)) is not None:
@@ -363,11 +414,25 @@ class PluginManager:
                         f"(package {first.package}) and plugin {_info.name!r} (package {_info.package}). "
                         f"Uninstall one of them or block one with AGENTGYM_BLOCK_PLUGINS={_info.name}."
                     )
-                catalog[name] = Registration(kind, name, obj, _info.name, _info.package, _info.version, summary)
+                catalog[name] = Registration(kind, name, obj, _info.name, _info.package, _info.version, summary,
+                                             PluginSpec(**declared))
 
             kwargs = {"register": register} if "register" in impl.argnames else {}
             impl.function(**kwargs)
         return catalog
+
+    def registration(self, kind: str, name: str) -> Registration:
+        """The registration of ``name`` in catalog ``kind`` (see :meth:`get`); its ``declared(field)`` reads what
+        the plugin declared about it."""
+        if kind not in hookspecs.CATALOG_HOOKS:
+            raise ValueError(f"unknown catalog kind {kind!r}; expected one of {sorted(hookspecs.CATALOG_HOOKS)}")
+        self._load_pending([name])
+        registration = self._loaded_catalog(kind).get(name)
+        if registration is None:
+            registration = self.catalog(kind).get(name)
+        if registration is None:
+            raise UnknownNameError(self._unknown_message(kind, name, sorted(self.catalog(kind))))
+        return registration
 
     def get(self, kind: str, name: str) -> Any:
         """The object registered under ``name`` in catalog ``kind``; a teaching error if absent.
@@ -376,15 +441,7 @@ class PluginManager:
         the ``textcraft`` plugin, not the estimators and their torch); the other plugins are
         imported only when it does not provide ``name``.
         """
-        if kind not in hookspecs.CATALOG_HOOKS:
-            raise ValueError(f"unknown catalog kind {kind!r}; expected one of {sorted(hookspecs.CATALOG_HOOKS)}")
-        self._load_pending([name])
-        registration = self._loaded_catalog(kind).get(name)
-        if registration is None:
-            registration = self.catalog(kind).get(name)
-        if registration is not None:
-            return registration.obj
-        raise UnknownNameError(self._unknown_message(kind, name, sorted(self.catalog(kind))))
+        return self.registration(kind, name).obj
 
     def _unknown_message(self, kind: str, name: str, known: list[str]) -> str:
         label = _KIND_LABELS[kind]

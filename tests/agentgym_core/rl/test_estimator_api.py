@@ -14,19 +14,22 @@ def test_group_size_one_with_a_group_baseline_is_a_config_error(estimator, tmp_p
     from agentgym_core.rl.trainer import train
 
     config = tiny_config(tmp_path / "run", **{"algorithm.estimator": estimator, "rollout.group_size": 1})
+    registered = pm.registration("advantage_estimator", estimator)
+    assert registered.spec.min_group_size == 2  # declared where the plugin registers it
     with pytest.raises(ConfigError, match=r"rollout.group_size=1 .* needs at least 2 .*reinforce_pp"):
-        check_group_size(config, pm.get("advantage_estimator", estimator))
+        check_group_size(config, registered.obj, registered.declared("min_group_size"))
     with pytest.raises(ConfigError, match="rollout.group_size=1"):  # train() refuses before loading anything
         train(config, plugin_manager=pm)
     ok = tiny_config(tmp_path / "run", **{"algorithm.estimator": estimator, "rollout.group_size": 2})
-    check_group_size(ok, pm.get("advantage_estimator", estimator))
+    check_group_size(ok, registered.obj, registered.declared("min_group_size"))
 
 
 def test_estimators_without_a_group_baseline_accept_group_size_one(tmp_path, pm, tiny_config):
     from agentgym_core.rl.config import check_group_size
 
     config = tiny_config(tmp_path / "run", **{"algorithm.estimator": "reinforce_pp", "rollout.group_size": 1})
-    check_group_size(config, pm.get("advantage_estimator", "reinforce_pp"))
+    registered = pm.registration("advantage_estimator", "reinforce_pp")
+    check_group_size(config, registered.obj, registered.declared("min_group_size"))
 
 
 def test_check_estimator_rejects_a_bad_min_group_size():

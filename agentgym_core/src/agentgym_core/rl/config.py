@@ -592,14 +592,15 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     return load_recipe(TrainConfig, path, overrides)
 
 
-def check_group_size(config: TrainConfig, estimate: Estimator) -> None:
+def check_group_size(config: TrainConfig, estimate: Estimator, declared: object = None) -> None:
     """Raise :class:`ConfigError` when ``rollout.group_size`` is below what the estimator needs.
 
     GRPO and RLOO take their baseline from the other samples of the same task; with one sample per
-    task every advantage is 0 and the run would train nothing. Estimators declare the minimum as a
-    ``min_group_size`` attribute (see :mod:`agentgym_core.rl.estimator_api`); the core knows no names.
+    task every advantage is 0 and the run would train nothing. Estimators declare the minimum when they
+    are registered (``declared``: ``register(name, obj, min_group_size=2)``; see
+    :mod:`agentgym_core.rl.estimator_api`); the core knows no names.
     """
-    needed = min_group_size(estimate)
+    needed = min_group_size(estimate, declared)
     have = config.rollout.group_size
     if have < needed:
         name = config.algorithm.estimator

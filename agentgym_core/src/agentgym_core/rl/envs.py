@@ -21,12 +21,13 @@ __all__ = ["EnvHandle", "evaluate", "make_backend", "open_envs"]
 def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, bool]:
     """The rollout backend, and whether it shares the trainer's module (no weight copy needed).
 
-    A backend whose factory declares ``capabilities.shares_trainer_module`` is lent ``model`` (when
+    A backend whose registration declares ``capabilities`` with ``shares_trainer_module`` is lent ``model`` (when
     one is given); any other loads its own copy from ``model.path`` and receives weights every step.
     """
-    factory = pm.get("rollout_backend", config.rollout.backend)
+    registered = pm.registration("rollout_backend", config.rollout.backend)
+    factory = registered.obj
     options = {"model": config.model.path, **config.rollout.backend_options}
-    if model is not None and capabilities_of(factory).shares_trainer_module:
+    if model is not None and capabilities_of(registered.declared("capabilities")).shares_trainer_module:
         return factory(options, model=model, tokenizer=tokenizer), True
     return factory(options), False
 

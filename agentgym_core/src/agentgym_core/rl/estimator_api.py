@@ -16,9 +16,9 @@ sampled. So estimators never need to look at environment tokens, and none of the
 under the mask (the anchor's GAE and REINFORCE++ lose it exactly there).
 
 An estimator whose baseline comes from the other samples of a task (GRPO, RLOO) declares how many
-it needs with a ``min_group_size`` attribute on the registered object (absent: 1)::
+it needs when its plugin registers it (absent: 1)::
 
-    grpo.min_group_size = 2
+    register("grpo", grpo, min_group_size=2)
 
 The trainer refuses a run whose ``rollout.group_size`` is smaller, at start, instead of training on
 advantages that are all 0.
@@ -92,12 +92,14 @@ Estimator = Callable[[AdvantageBatch, AdvantageConfig], AdvantageOutput]
 """The signature of every registered advantage estimator."""
 
 
-def min_group_size(estimate: Estimator) -> int:
-    """Samples per task ``estimate`` needs for a non-zero advantage: its ``min_group_size`` attribute, else 1.
+def min_group_size(estimate: Estimator, declared: object = None) -> int:
+    """Samples per task ``estimate`` needs for a non-zero advantage: ``declared`` (what its registration says,
+    ``Registration.declared("min_group_size")``), else a ``min_group_size`` attribute an older plugin set on it,
+    else 1.
 
-    Raises ``TypeError`` when the attribute is there but is not an integer >= 1 (a plugin bug).
+    Raises ``TypeError`` when the value is not an integer >= 1 (a plugin bug).
     """
-    value = getattr(estimate, "min_group_size", 1)
+    value = declared if declared is not None else getattr(estimate, "min_group_size", 1)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         name = getattr(estimate, "__name__", repr(estimate))
         raise TypeError(f"estimator {name!r} declares min_group_size={value!r}; it must be an int >= 1 "

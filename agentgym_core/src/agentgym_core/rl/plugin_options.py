@@ -2,21 +2,25 @@
 
 The recipe sections ``algorithm.advantage`` and ``algorithm.rounds_ctrl`` hold the options of the
 estimator named by ``algorithm.estimator`` and of the scheduler named by ``algorithm.rounds_ctrl.type``.
-A plugin declares its own options by giving the registered object an ``options_model``: a pydantic
-class that subclasses :class:`~agentgym_core.rl.estimator_api.AdvantageConfig` (estimators) or
+A plugin declares its own options when it registers the object (``options=``): a pydantic class that
+subclasses :class:`~agentgym_core.rl.estimator_api.AdvantageConfig` (estimators) or
 :class:`~agentgym_core.schedulers.RoundsConfig` (schedulers) and adds typed fields with help text::
 
     class BaselineOptions(AdvantageConfig):
         baseline: float = Field(0.5, description="Subtracted from every return.")
 
     def estimate(batch, config: BaselineOptions) -> AdvantageOutput: ...
-    estimate.options_model = BaselineOptions
+
+    @hookimpl
+    def agentgym_register_advantage_estimators(register):
+        register("baseline", estimate, options=BaselineOptions)
 
 :func:`bind_plugin_options` looks both plugins up (an unknown name fails with "did you mean"),
 checks the section against the plugin's model (an unknown key fails with "did you mean" and the
 valid keys, as every other section does) and puts an instance of that model in the config, so the
 plugin receives its own typed options, and the run's saved ``config.yaml`` keeps them. A plugin
-without ``options_model`` takes only the core's keys.
+that declares no options takes only the core's keys (an ``options_model`` attribute on the object, the
+older way to declare them, is still read).
 """
 
 from __future__ import annotations
@@ -34,13 +38,13 @@ from agentgym_core.schedulers import RoundsConfig, final_horizon
 __all__ = ["bind_plugin_options", "final_horizon_of", "options_model_of"]
 
 
-def options_model_of(obj: Any, base: type[BaseModel], *, what: str) -> type[BaseModel]:
-    """The options class a registered object declares (``obj.options_model``), or ``base`` when it declares none."""
-    model = getattr(obj, "options_model", None)
+def options_model_of(declared: Any, base: type[BaseModel], *, what: str) -> type[BaseModel]:
+    """The options class a plugin declared (``Registration.declared("options")``), or ``base`` when it declared none."""
+    model = declared
     if model is None:
         return base
     if not (isinstance(model, type) and issubclass(model, base)):
-        raise PluginError(f"{what} declares options_model={model!r}, which must be a subclass of "
+        raise PluginError(f"{what} declares options={model!r}, which must be a subclass of "
                           f"{base.__module__}.{base.__name__}; subclass it and add your fields")
     return model
 
@@ -68,8 +72,8 @@ def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> T
     section has a key its plugin does not take (or a bad value).
     """
     alg = config.algorithm
-    estimator = plugin_manager.get("advantage_estimator", alg.estimator)
-    scheduler = plugin_manager.get("round_scheduler", alg.rounds_ctrl.type)
+    estimator = plugin_manager.registration("advantage_estimator", alg.estimator).declared("options")
+    scheduler = plugin_manager.registration("round_scheduler", alg.rounds_ctrl.type).declared("options")
     bound = config.model_copy(deep=True)
     what = f"estimator {alg.estimator!r}"
     bound.algorithm.advantage = _bind(  # type: ignore[assignment]

@@ -142,8 +142,10 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
     metrics: dict[str, float] = {}
     try:
         # ---- setup: plugins, policy, learner (reference, critic, optimizer), rollout side ------------
-        estimate = pm.get("advantage_estimator", alg.estimator)
-        check_group_size(cfg, estimate)  # GRPO/RLOO with one sample per task would train nothing
+        registered = pm.registration("advantage_estimator", alg.estimator)
+        estimate = registered.obj
+        # GRPO/RLOO with one sample per task would train nothing
+        check_group_size(cfg, estimate, registered.declared("min_group_size"))
         scheduler = pm.get("round_scheduler", alg.rounds_ctrl.type)(alg.rounds_ctrl)
         curriculum = curriculum_for(cfg.rollout)  # None unless rollout.curriculum draws tasks by pass rate
         checkpoint = latest_checkpoint(run_dir) if resume else None
@@ -478,7 +480,8 @@ class _LocalRoles:
 
     def __init__(self, config: TrainConfig, pm: PluginManager, ctx: DistContext, model: Any, tokenizer: Any) -> None:
         self.config, self.pm, self.ctx, self.model, self.tokenizer = config, pm, ctx, model, tokenizer
-        self.samples_module = capabilities_of(pm.get("rollout_backend", config.rollout.backend)).shares_trainer_module
+        self.samples_module = capabilities_of(
+            pm.registration("rollout_backend", config.rollout.backend).declared("capabilities")).shares_trainer_module
         self.private_copy = self.samples_module and (ctx.distributed or config.rollout.max_staleness > 0)
         self.rollout_model: Any = None
 

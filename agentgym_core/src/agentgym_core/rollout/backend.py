@@ -64,14 +64,14 @@ class BackendCapabilities(BaseModel):
         "load_weights(state_dict) after each update, or not at all (API models).")
 
 
-def capabilities_of(factory: Any) -> BackendCapabilities:
-    """The capabilities a backend factory declares (the defaults when it declares none)."""
-    declared = getattr(factory, "capabilities", None)
+def capabilities_of(declared: Any) -> BackendCapabilities:
+    """The capabilities a backend declares (``Registration.declared("capabilities")``; the defaults when it
+    declares none)."""
     if declared is None:
         return BackendCapabilities()
     if not isinstance(declared, BackendCapabilities):
-        raise TypeError(f"{factory!r}.capabilities must be an agentgym_core.rollout.backend.BackendCapabilities, "
-                        f"got {type(declared).__name__}")
+        raise TypeError(f"a rollout backend declared capabilities={declared!r}: it must be an "
+                        f"agentgym_core.rollout.backend.BackendCapabilities, got {type(declared).__name__}")
     return declared
 
 

@@ -23,9 +23,9 @@ def agentgym_register_experts(register):
 
 @hookimpl
 def agentgym_register_round_schedulers(register):
-    from agentgym_env_guess.schedule import make_warmup
+    from agentgym_env_guess.schedule import WarmupRoundsConfig, make_warmup
 
-    register("guess_warmup", make_warmup,
+    register("guess_warmup", make_warmup, options=WarmupRoundsConfig,
              summary="A short turn budget for the first steps, then the full one (options: warmup_steps, warmup_rounds).")
 
 

@@ -3,8 +3,8 @@
 ``type: guess_warmup`` plays a short turn budget for the first steps (the guesses a model can
 already make), then the recipe's full ``rounds``. Its two settings sit in the same section as the
 core's (``algorithm.rounds_ctrl``), typed and documented in :class:`WarmupRoundsConfig`; agentgym
-checks a recipe against it (an unknown key gets "did you mean") because the factory names it as
-its ``options_model``.
+checks a recipe against it (an unknown key gets "did you mean") because the plugin registers the
+factory with ``options=WarmupRoundsConfig`` (``plugin.py``).
 """
 
 from __future__ import annotations
@@ -47,4 +47,3 @@ def make_warmup(config: WarmupRoundsConfig) -> WarmupRounds:
     return WarmupRounds(config)
 
 
-make_warmup.options_model = WarmupRoundsConfig  # type: ignore[attr-defined]  # the options it takes

@@ -26,7 +26,7 @@ from agentgym_backend_openai.config import OpenAIBackendConfig
 from agentgym_core.rollout.backend import BackendCapabilities, SamplingParams
 from agentgym_core.rollout.text_engine import ChatBackendError, ChatReply, ContextLengthError
 
-__all__ = ["OpenAIChatBackend", "make_backend", "normalize_base_url"]
+__all__ = ["CAPABILITIES", "OpenAIChatBackend", "make_backend", "normalize_base_url"]
 
 _RETRY_STATUS = {408, 409, 429}
 
@@ -183,4 +183,4 @@ def make_backend(config: OpenAIBackendConfig | Mapping[str, Any] | None = None) 
     return OpenAIChatBackend(config)
 
 
-make_backend.capabilities = BackendCapabilities(token_level=False, weight_sync="none")  # type: ignore[attr-defined]
+CAPABILITIES = BackendCapabilities(token_level=False, weight_sync="none")  # declared where the plugin registers it

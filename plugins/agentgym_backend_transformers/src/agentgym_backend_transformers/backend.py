@@ -32,7 +32,7 @@ from agentgym_backend_transformers.sessions import SessionStore
 from agentgym_core.models import load_pretrained
 from agentgym_core.rollout.backend import BackendCapabilities, Sample, SamplingParams
 
-__all__ = ["TransformersBackend", "kv_storage_dtype", "make_backend", "pick_device", "sampling_copy"]
+__all__ = ["CAPABILITIES", "TransformersBackend", "kv_storage_dtype", "make_backend", "pick_device", "sampling_copy"]
 
 
 def pick_device(device: str = "auto") -> str:
@@ -283,5 +283,5 @@ def make_backend(
     return TransformersBackend.from_config(config)
 
 
-make_backend.capabilities = BackendCapabilities(  # type: ignore[attr-defined]
+CAPABILITIES = BackendCapabilities(  # what the trainer may rely on (declared where the plugin registers it)
     shares_trainer_module=True, sessions=True, continuous_batching=True, weight_sync="shared_module")

@@ -7,4 +7,6 @@ from agentgym_core import hookimpl
 
 @hookimpl
 def agentgym_register_rollout_backends(register) -> None:
-    register("transformers", "agentgym_backend_transformers.backend:make_backend", summary="Hugging Face transformers: batched KV-cache sampling, CPU or CUDA")
+    register("transformers", "agentgym_backend_transformers.backend:make_backend",
+             capabilities="agentgym_backend_transformers.backend:CAPABILITIES",
+             summary="Hugging Face transformers: batched KV-cache sampling, CPU or CUDA")

@@ -8,7 +8,7 @@ from typing import Any
 from agentgym_backend_vllm.config import VllmBackendConfig
 from agentgym_core.rollout.backend import BackendCapabilities
 
-__all__ = ["make_backend"]
+__all__ = ["CAPABILITIES", "make_backend"]
 
 
 def make_backend(config: VllmBackendConfig | Mapping[str, Any] | None = None) -> Any:
@@ -31,5 +31,5 @@ def make_backend(config: VllmBackendConfig | Mapping[str, Any] | None = None) ->
 # Both modes keep their own copy of the policy (never the trainer's module) and take new weights
 # through load_weights after every update; prompts join a running batch; prefix caching plays the
 # part of sessions.
-make_backend.capabilities = BackendCapabilities(  # type: ignore[attr-defined]
+CAPABILITIES = BackendCapabilities(  # declared where the plugin registers it
     shares_trainer_module=False, sessions=True, continuous_batching=True, weight_sync="load_weights")

@@ -8,4 +8,5 @@ from agentgym_core import hookimpl
 @hookimpl
 def agentgym_register_rollout_backends(register) -> None:
     register("vllm", "agentgym_backend_vllm.backend:make_backend",
+             capabilities="agentgym_backend_vllm.backend:CAPABILITIES",
              summary="vLLM: in-process step engine (GPU) or `vllm serve` replicas over HTTP; weights loaded in place")

@@ -100,5 +100,3 @@ def gigpo(batch: AdvantageBatch, config: AdvantageConfig) -> AdvantageOutput:
     return AdvantageOutput(advantages=advantages, returns=advantages.clone())
 
 
-gigpo.min_group_size = 2  # type: ignore[attr-defined]  # both levels compare samples of a task
-gigpo.options_model = GiGPOOptions  # type: ignore[attr-defined]

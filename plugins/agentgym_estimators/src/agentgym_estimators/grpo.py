@@ -7,7 +7,7 @@ For trajectory i of a group G (samples of the same task), with score s_i = the s
 
 A_i is given to every policy token of trajectory i. ``std`` is the unbiased sample std, as in
 the reference implementations. Departures: a group of one sample gets advantage 0 (there is no
-baseline), so ``grpo.min_group_size = 2`` makes the trainer refuse ``rollout.group_size: 1``;
+baseline), so its registration's ``min_group_size=2`` makes the trainer refuse ``rollout.group_size: 1``;
 per-turn rewards enter only through the score s_i (GRPO is an outcome-level estimator), so use ``reinforce_pp`` or ``gae`` to credit turns separately. Dr. GRPO (Liu et al. 2025) also
 changes the loss aggregation; pick ``loss_agg: seq_mean_token_sum_norm`` in the policy loss for that.
 """
@@ -38,4 +38,3 @@ def grpo(batch: AdvantageBatch, config: AdvantageConfig) -> AdvantageOutput:
     return AdvantageOutput(advantages=advantages, returns=advantages.clone())
 
 
-grpo.min_group_size = 2  # type: ignore[attr-defined]  # the baseline is the rest of the group

@@ -6,7 +6,7 @@ its rewards::
     A_i = s_i - 1/(n-1) * sum_{j in G, j != i} s_j  =  n/(n-1) * (s_i - mean_G s)
 
 A_i is given to every policy token of trajectory i. Departures: a group of one sample gets
-advantage 0 (no other sample to form a baseline), so ``rloo.min_group_size = 2`` makes the
+advantage 0 (no other sample to form a baseline), so its registration's ``min_group_size=2`` makes the
 trainer refuse ``rollout.group_size: 1``; per-turn rewards enter through the score only.
 (The anchor's RLOO raises NotImplementedError.)
 """
@@ -32,4 +32,3 @@ def rloo(batch: AdvantageBatch, config: AdvantageConfig) -> AdvantageOutput:
     return AdvantageOutput(advantages=advantages, returns=advantages.clone())
 
 
-rloo.min_group_size = 2  # type: ignore[attr-defined]  # the baseline is the other samples of the task
