@@ -59,9 +59,17 @@ def test_the_estimator_example_runs_with_its_options():
     code = next(b for b in blocks if "baseline_estimator" in b)
     namespace: dict = {}
     exec(compile(code, "docs/how-to/estimator.md", "exec"), namespace)
-    estimate = namespace["baseline_estimator"]
-    assert estimate.options_model().baseline == 0.5
-    check_estimator(estimate)
+    from types import SimpleNamespace
+
+    from agentgym_core.plugins import PluginManager
+
+    manager = PluginManager(autoload=False)
+    hook = namespace["agentgym_register_advantage_estimators"]
+    manager.register(SimpleNamespace(agentgym_register_advantage_estimators=hook), "docs-example")
+    registered = manager.registration("advantage_estimator", "baseline")
+    options = registered.declared("options")
+    assert registered.obj is namespace["baseline_estimator"] and options().baseline == 0.5
+    check_estimator(registered.obj, options())
 
 
 def test_the_expert_example_registers_a_player_that_solves_guess():

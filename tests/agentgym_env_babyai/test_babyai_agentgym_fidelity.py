@@ -18,6 +18,7 @@ import requests
 from agentgym_core.http.client import HTTPEnv
 from agentgym_core.testing import serve_env
 from agentgym_env_babyai import BabyAIEnv
+from agentgym_env_babyai.personality import AgentGymBabyAIEnv
 
 ANCHOR = Path(__file__).parent / "fixtures" / "agentgym_anchor_babyai.json.gz"
 
@@ -99,7 +100,7 @@ def test_native_routes_keep_the_native_text(server, anchor):
 def test_macro_reports_the_last_primitive_as_agentgym_does():
     """OpenRedDoor: 'toggle and go through' succeeds at the toggle; AgentGym still walks through
     and answers the walk's reward and done (0, False). Native play ends at the success."""
-    agentgym, native = BabyAIEnv(agentgym_style=True), BabyAIEnv()
+    agentgym, native = AgentGymBabyAIEnv(), BabyAIEnv()
     action = "toggle and go through red closed door 1"
     task = next(t for t in range(12, 2000, 40) if action in (agentgym.reset(t).observation or ""))
     compat_step = agentgym.step(action)
@@ -111,7 +112,7 @@ def test_macro_reports_the_last_primitive_as_agentgym_does():
 
 
 def test_goal_wording_matches_agentgym():
-    env = BabyAIEnv(agentgym_style=True)
+    env = AgentGymBabyAIEnv()
     assert env.reset(36).observation.split("\n")[0] == (
         "Your goal: put the red box next to a grey door and open a purple door and pick up a key and go to "
         "the yellow box")

@@ -24,6 +24,7 @@ import requests
 from agentgym_core.testing import serve_env
 from agentgym_env_textcraft import TextCraftEnv
 from agentgym_env_textcraft.agentgym_style import agentgym_recipes
+from agentgym_env_textcraft.personality import AgentGymTextCraftEnv
 from agentgym_env_textcraft.tasks import goals
 
 ANCHOR = Path(__file__).parent / "fixtures" / "agentgym_anchor_textcraft.json.gz"
@@ -105,7 +106,7 @@ def test_agentgym_keeps_answering_after_the_goal_is_crafted(server):
 
 
 def test_agentgym_failure_wording():
-    env = TextCraftEnv(agentgym_style=True)
+    env = AgentGymTextCraftEnv()
     env.reset(1)
     assert env.step("craft 1 emerald block using 9 emerald").observation == (
         "Could not find enough items to craft minecraft:emerald_block")

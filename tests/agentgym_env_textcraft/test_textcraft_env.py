@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from agentgym_core import EnvError, EpisodeEndedError, InvalidTaskError
 from agentgym_core.testing import check_env
 from agentgym_env_textcraft import TextCraftEnv, goal_of
+from agentgym_env_textcraft.personality import AgentGymTextCraftEnv
 from agentgym_env_textcraft.tasks import goals
 
 
@@ -103,8 +104,8 @@ def test_intermediate_reward_pays_nothing_off_the_goal_s_tree_and_nothing_by_def
     assert other.step("craft 4 spruce planks using 1 spruce logs").reward == 0.0  # "planks" already paid
     other.step("get 1 dark oak logs")  # the sign names dark oak planks itself: a slot of their own
     assert other.step("craft 4 dark oak planks using 1 dark oak logs").reward == 0.1
-    with pytest.raises(ValidationError, match="intermediate_reward"):
-        TextCraftEnv(agentgym_style=True, intermediate_reward=0.1)
+    with pytest.raises(ValueError, match="intermediate_reward is not part of AgentGym's TextCraft server"):
+        AgentGymTextCraftEnv(intermediate_reward=0.1)
     other.close()
 
 

@@ -13,14 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentgym_core.env import (
     Env,
-    EnvError,
     EpisodeEndedError,
     ResetResult,
     StepResult,
     TaskCatalog,
 )
 from agentgym_core.http.compat_spec import AgentGymCompat
-from agentgym_env_babyai.agentgym_style import AgentGymEpisode, make_agentgym_level, reset_agentgym_level
 from agentgym_env_babyai.grid import grid_map
 from agentgym_env_babyai.levels import build_catalog, level_name, make_level, task_level_seed
 from agentgym_env_babyai.repair import repair_strict_order
@@ -89,12 +87,6 @@ class BabyAIConfig(BaseModel):
         "OpenDoorsOrderN4Debug 'open A, then open B') the moment A opens; see "
         "agentgym_env_babyai.repair. False reproduces minigrid (and AgentGym) exactly.",
     )
-    agentgym_style: bool = Field(
-        default=False,
-        description="Answer exactly as AgentGym's BabyAI server does (its object numbering, wording, "
-        "goal text, macro planning and rewards; see agentgym_env_babyai.agentgym_style) instead of this "
-        "package's own text. The AgentGym compatibility routes turn it on; implies no verifier repair.",
-    )
 
 
 class BabyAIEnv(Env):
@@ -116,10 +108,10 @@ class BabyAIEnv(Env):
     max_episode_steps: ClassVar[int | None] = None
     # Steps take microseconds: the server calls them on its event loop, not in worker threads.
     inline_calls: ClassVar[bool] = True
-    # AgentGym's own answers: its text (agentgym_style), /reset with 'deleted', /observation as its
+    # AgentGym's own answers: its text (AgentGymBabyAIEnv), /reset with 'deleted', /observation as its
     # status object, /close a bare true.
     agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(
-        env_kwargs={"agentgym_style": True, "grid_in_info": False},
+        env_class="agentgym_env_babyai.personality:AgentGymBabyAIEnv", env_kwargs={"grid_in_info": False},
         reset_fields=("observation", "reward", "score", "deleted", "done"),
         observation_method="agentgym_status",
         close_answer="bool",
@@ -135,8 +127,6 @@ class BabyAIEnv(Env):
         self._view: View | None = None
         self._ended = True
         self._turns = 0
-        self._agentgym: AgentGymEpisode | None = None
-        self._score = 0.0
 
     # -- what the agent is told -------------------------------------------------------------
     @property
@@ -150,27 +140,21 @@ class BabyAIEnv(Env):
     # -- the episode ---------------------------------------------------------------------------
     def reset(self, task_id: int, seed: int | None = None) -> ResetResult:
         level, level_seed = task_level_seed(task_id)
-        agentgym = self.config.agentgym_style
-        if agentgym:
-            if self._game is not None and self._game not in self._games.values():
-                self._game.close()
-            game = make_agentgym_level(level)
-            obs = reset_agentgym_level(game, level_seed)
-        else:
-            game = self._games.get(level)
-            if game is None:
-                game = self._games[level] = make_level(level)
-            obs, _ = game.reset(seed=level_seed)
-        if self.config.repair_strict_order and not agentgym:
+        game = self._games.get(level)
+        if game is None:
+            game = self._games[level] = make_level(level)
+        obs, _ = game.reset(seed=level_seed)
+        if self.config.repair_strict_order:
             repair_strict_order(game)
-        self._game, self._ended, self._turns, self._score = game, False, 0, 0.0
+        return self._started(task_id, seed, game, obs)
+
+    def _started(self, task_id: int, seed: int | None, game: MiniGridEnv, obs: Any) -> ResetResult:
+        """The episode on ``game`` (just reset; ``obs`` its first view) begins."""
+        level, level_seed = task_level_seed(task_id)
+        self._game, self._ended, self._turns = game, False, 0
         self._grid = grid_digest(game)
         self._view = self._look(obs)
-        self._agentgym = AgentGymEpisode(game, obs) if agentgym else None
-        if self._agentgym is not None:
-            observation = self._agentgym.observation(with_goal=True)
-        else:
-            observation = f"Your goal: {game.mission}\n{self._with_actions(self._view.description)}"
+        observation = self._first_observation(game, obs)
         info = {
             "task_id": task_id,
             "level": level_name(level),
@@ -184,14 +168,15 @@ class BabyAIEnv(Env):
             info["grid"] = grid_map(game)
         return ResetResult(observation=observation, info=info)
 
+    def _first_observation(self, game: MiniGridEnv, obs: Any) -> str:
+        return f"Your goal: {game.mission}\n{self._with_actions(self._view.description)}"  # type: ignore[union-attr]
+
     def step(self, action: str) -> StepResult:
         if self._ended or self._game is None or self._view is None:
             raise EpisodeEndedError(
                 "no episode in progress: the last one ended (or none was started); call reset(task_id)"
             )
         self._turns += 1
-        if self._agentgym is not None:
-            return self._step_agentgym(self._agentgym, action)
         game, view = self._game, self._view
         text = normalize_action(action)
         if text not in view.actions and _TARGETED_NO_NUMBER.match(text) and f"{text} 1" in view.actions:
@@ -266,57 +251,16 @@ class BabyAIEnv(Env):
             info=info,
         )
 
-    def _step_agentgym(self, episode: AgentGymEpisode, action: str) -> StepResult:
-        """A step as AgentGym's server answers it (see agentgym_env_babyai.agentgym_style)."""
-        valid, primitives = episode.step(action)
-        self._score += episode.reward  # AgentGym's score adds the answered reward at every step
-        terminated = episode.done
-        truncated = not terminated and self.config.max_turns is not None and self._turns >= self.config.max_turns
-        self._ended = terminated or truncated
-        game = episode.game
-        info = {
-            "action": action.lower().strip(),
-            "action_valid": valid,
-            "primitive_steps": primitives,
-            "steps_used": game.step_count,
-            "max_steps": game.max_steps,
-            "turns": self._turns,
-        }
-        if self.config.grid_in_info:
-            info["grid"] = grid_map(game)
-        return StepResult(
-            observation=episode.observation(),
-            reward=episode.reward,
-            terminated=terminated,
-            truncated=truncated,
-            success=True if terminated else (False if truncated else None),
-            invalid_action=not valid,
-            info=info,
-        )
-
-    def agentgym_status(self) -> dict[str, Any]:
-        """What AgentGym's ``GET /observation`` answers: the goal and current text, the last
-        reward, the score so far and the done flag (``agentgym_style`` episodes only)."""
-        episode = self._agentgym
-        if episode is None:
-            raise EnvError("no AgentGym-style episode: reset with agentgym_style=True first")
-        return {"observation": episode.observation(with_goal=True), "reward": episode.reward,
-                "score": self._score, "done": episode.done, "deleted": False}
-
     def available_actions(self) -> list[str] | None:
         if self._ended or self._view is None:
             return []
-        if self._agentgym is not None:
-            return list(self._agentgym.view.actions)
         return list(self._view.actions)
 
     def close(self) -> None:
-        if self._agentgym is not None:
-            self._agentgym.game.close()
         for game in self._games.values():
             game.close()
         self._games.clear()
-        self._game, self._view, self._ended, self._agentgym = None, None, True, None
+        self._game, self._view, self._ended = None, None, True
 
     # -- internals (also used by the expert's replica) -------------------------------------
     @property

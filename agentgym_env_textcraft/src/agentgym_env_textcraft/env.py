@@ -25,12 +25,11 @@ from __future__ import annotations
 import random
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core import Env, EnvError, EpisodeEndedError, ResetResult, StepResult, TaskCatalog
 from agentgym_core.http.compat_spec import AgentGymCompat
 from agentgym_env_textcraft.actions import Craft, Get, InvalidAction, Inventory, parse_action
-from agentgym_env_textcraft.agentgym_style import AgentGymCraftingGame, agentgym_recipes, item_name
 from agentgym_env_textcraft.game import CraftingGame
 from agentgym_env_textcraft.recipes import RecipeBook, load_recipe_book
 from agentgym_env_textcraft.tasks import Goal, goal_of, task_catalog
@@ -72,12 +71,6 @@ class TextCraftConfig(BaseModel):
         ge=0,
         description="Extra crafting commands, not needed for the goal, mixed into the list (AgentGym: 10).",
     )
-    agentgym_style: bool = Field(
-        default=False,
-        description="Play AgentGym's TextCraft server: its task order (task i is its data_idx i), its command "
-        "lists and wording, no step limit, and steps still answered after the goal is crafted (see "
-        "agentgym_env_textcraft.agentgym_style). The AgentGym compatibility routes turn it on.",
-    )
     intermediate_reward: float = Field(
         default=0.0,
         ge=0.0,
@@ -87,13 +80,6 @@ class TextCraftConfig(BaseModel):
         "failed episodes that got further. 0 (the default): only the goal pays, as in AgentGym's TextCraft. Success "
         "is the goal alone either way.",
     )
-
-    @model_validator(mode="after")
-    def _partial_credit_is_this_package_s(self) -> TextCraftConfig:
-        if self.agentgym_style and self.intermediate_reward:
-            raise ValueError("intermediate_reward is not part of AgentGym's TextCraft server, which agentgym_style "
-                             "reproduces: leave it 0 there")
-        return self
 
 
 def ingredient_slots(book: RecipeBook, goal: str) -> dict[str, str]:
@@ -126,20 +112,18 @@ class TextCraftEnv(Env):
     agentgym_compat: ClassVar[AgentGymCompat | None] = AgentGymCompat(
         include_score=False, create_resets=True, wrap_task_index=True, step_after_done=True,
         reset_fields=("id", "observation", "done", "reward"), close_answer="bool",
-        env_kwargs={"agentgym_style": True},
+        env_class="agentgym_env_textcraft.personality:AgentGymTextCraftEnv",
     )
 
     def __init__(self, **options: Any) -> None:
         self.config = TextCraftConfig(**options)
         # The class attribute is the default; an instance reports the limit it was built with.
-        # (AgentGym's server has no step limit, so its style has none either.)
-        self.max_episode_steps = None if self.config.agentgym_style else self.config.max_steps  # type: ignore[misc]
+        self.max_episode_steps = self.config.max_steps  # type: ignore[misc]
         self._book = load_recipe_book()
         self._game: CraftingGame | None = None
         self._goal: Goal | None = None
         self._steps = 0
         self._done = False
-        self._agentgym: AgentGymCraftingGame | None = None
         self._slots: dict[str, str] = {}  # craftable item -> the ingredient of the goal's tree it supplies
         self._unpaid: set[str] = set()  # ingredients whose first craft still pays intermediate_reward
 
@@ -157,8 +141,6 @@ class TextCraftEnv(Env):
         """Start task `task_id`. The seed picks the distractors and the order of the commands
         (None means 0); the same (task_id, seed) always gives the same observation."""
         goal = goal_of(task_id)
-        if self.config.agentgym_style:
-            return self._reset_agentgym(task_id, goal)
         rng = random.Random(f"textcraft:{task_id}:{0 if seed is None else seed}")
         commands = list(dict.fromkeys(r.command for r in self._book.recipe_tree(goal.item)))
         pool = [r.command for r in self._book.distractor_pool(goal.item)]
@@ -181,8 +163,6 @@ class TextCraftEnv(Env):
         if self._done:
             raise EpisodeEndedError("the episode has ended; call reset(task_id) to start another")
         self._steps += 1
-        if self._agentgym is not None:
-            return self._step_agentgym(self._agentgym, action)
         parsed = parse_action(action)
         if isinstance(parsed, InvalidAction):
             observation, valid, obtained = parsed.message, False, None
@@ -210,30 +190,6 @@ class TextCraftEnv(Env):
             info={"steps": self._steps, "action": kind, "valid": valid, "state_key": self._game.state_key()},
         )
 
-    def _reset_agentgym(self, task_id: int, goal: Goal) -> ResetResult:
-        """Task `task_id` as AgentGym's server numbers and lists it (the seed changes nothing there)."""
-        table = agentgym_recipes()
-        item = table.goals[task_id]
-        self._agentgym = AgentGymCraftingGame(table, item)
-        self._game, self._goal, self._steps, self._done = CraftingGame(self._book), goal, 0, False
-        name = item_name(item)
-        depth = table.depth(item)
-        info = {"task_id": task_id, "goal": name, "depth": depth, "category": f"depth{depth}"}
-        return ResetResult(observation=table.first_observation(item), info=info)
-
-    def _step_agentgym(self, game: AgentGymCraftingGame, action: str) -> StepResult:
-        observation, reward, reached = game.step(action)
-        return StepResult(
-            observation=observation,
-            reward=float(reward),
-            terminated=reached,
-            truncated=False,
-            success=True if reached else None,
-            invalid_action=game.refused,
-            info={"steps": self._steps, "action": action.split(" ", 1)[0]},
-        )
-
     def close(self) -> None:
         self._game = None
         self._goal = None
-        self._agentgym = None

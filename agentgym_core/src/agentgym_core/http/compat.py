@@ -18,6 +18,7 @@ routes share the instance table of the ``/v1`` protocol, so both can be used on 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -45,12 +46,15 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     spec: AgentGymCompat | None = getattr(env_cls, "agentgym_compat", None)
     if spec is None:
         return
+    if spec.env_class is not None:  # the env's AgentGym personality, a class of its own
+        module_name, _, attribute = spec.env_class.partition(":")
+        env_cls = getattr(importlib.import_module(module_name), attribute)
     if spec.observation_method is not None and not callable(getattr(env_cls, spec.observation_method, None)):
         raise TypeError(f"{env_cls.__name__}.agentgym_compat names observation_method="
                         f"{spec.observation_method!r}, but {env_cls.__name__} has no such method; define it "
                         "or leave observation_method unset to answer the observation text")
     compat_kwargs = {**(env_kwargs or {}), **spec.env_kwargs}
-    make_env = (lambda: env_cls(**compat_kwargs)) if spec.env_kwargs else None
+    make_env = (lambda: env_cls(**compat_kwargs)) if spec.env_kwargs or spec.env_class else None
 
     def fail(exc: Exception) -> JSONResponse:
         error = error_status(exc)

@@ -16,6 +16,10 @@ __all__ = ["AgentGymCompat"]
 class AgentGymCompat(BaseModel):
     """How one environment's AgentGym server names things."""
 
+    env_class: str | None = Field(
+        default=None, description="'module:Class' of the environment the compatibility routes build instead of the "
+        "registered class: its AgentGym personality (the anchor's text and rules), a subclass kept apart from the "
+        "native environment. None: the registered class, built with env_kwargs.")
     id_field: str = Field(default="id", description="Instance id in requests and in /create's answer.")
     task_field: str = Field(default="data_idx", description="Task index field of /reset (and /create).")
     action_field: str = Field(default="action", description="Action text field of /step.")
