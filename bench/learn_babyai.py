@@ -40,7 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: the results JSON name paths relative to it
 RESULTS = Path(__file__).parent / "results"
 EXAMPLES = ROOT / "examples"
-TITLES = {"babyai": "BabyAI", "textcraft": "TextCraft", "textworld": "TextWorld"}
+TITLES = {"babyai": "BabyAI", "textcraft": "TextCraft", "textworld": "TextWorld",
+          "reasoning_gym": "reasoning-gym"}
 
 
 def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:

@@ -60,6 +60,19 @@ def test_splits_never_overlap_and_levels_are_categories():
         ReasoningGymEnv(generators=["sokobann"])
 
 
+def test_a_tagged_reply_parsed_as_the_rollout_parses_it_is_valid_and_scored_over_http():
+    # The rollout steps with env.parse_action(reply), not the reply: the answer tags must survive it,
+    # or every reply, right ones included, counts as breaking the format.
+    task = task_id_of("chain_sum", 0, 100)
+    reply = f"Thought: add them\n<answer> {gold_answer(task)} </answer>"
+    report = check_env_http(ReasoningGymEnv, task_ids=[task], policy=lambda env, step, obs: env.parse_action(reply))
+    action, _, reward, _, _, success, invalid = report.episodes[0].steps[0]
+    assert (reward, success, invalid) == (1.0, True, False)
+    untagged = check_env(ReasoningGymEnv, task_ids=[task], policy=lambda env, step, obs: env.parse_action(
+        f"Thought: add them\nAction: {gold_answer(task)}"))
+    assert untagged.episodes[0].steps[0][5:] == (True, True)  # scored, but not in the asked format
+
+
 def test_attempts_give_a_wrong_answer_its_score_and_another_try():
     env = ReasoningGymEnv(attempts=2)
     task = task_id_of("gcd", 0, 100)
@@ -73,7 +86,8 @@ def test_attempts_give_a_wrong_answer_its_score_and_another_try():
 def test_answers_are_read_from_the_answer_tags_whole():
     env = ReasoningGymEnv()
     assert (
-        env.parse_action("Thought: hm <answer>1 2\n3 4</answer> then <answer>5 6\n7 8</answer>") == "5 6\n7 8"
+        env.parse_action("Thought: hm <answer>1 2\n3 4</answer> then <answer>5 6\n7 8</answer>")
+        == "<answer>5 6\n7 8</answer>"
     )
     assert env.parse_action("Thought: hm\nAction: 12") == "12"
     task = task_id_of("rotate_matrix", 0, 100)

@@ -259,9 +259,13 @@ class ReasoningGymEnv(Env):
         return INSTRUCTION
 
     def parse_action(self, text: str) -> str:
-        """The last ``<answer>...</answer>`` of the reply (multi-line answers stay whole), else its ReAct action."""
+        """The last ``<answer>...</answer>`` of the reply, tags kept (multi-line answers stay whole), else its ReAct action.
+
+        The tags stay on so that :meth:`step`, which the rollout hands this result rather than the reply, can
+        still tell a reply in the asked format from one without it.
+        """
         answers = _ANSWER.findall(text)
-        return answers[-1].strip() if answers else parse_react_action(text)
+        return f"<answer>{answers[-1].strip()}</answer>" if answers else parse_react_action(text)
 
     @classmethod
     def tasks(cls) -> TaskCatalog:
@@ -286,7 +290,8 @@ class ReasoningGymEnv(Env):
         if self._done:
             raise EpisodeEndedError("the episode has ended; reset() to play again")
         self._steps += 1
-        answer = self.parse_action(action) if _ANSWER.search(action) else action.strip()
+        tagged = _ANSWER.findall(action)
+        answer = tagged[-1].strip() if tagged else action.strip()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -308,6 +313,6 @@ class ReasoningGymEnv(Env):
             terminated=last,
             success=solved if last else None,
             # Scored either way, but a reply without the <answer> tags the instruction asks for breaks the format.
-            invalid_action=_ANSWER.search(action) is None,
+            invalid_action=not tagged,
             info={"score": score},
         )
