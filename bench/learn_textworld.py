@@ -8,6 +8,8 @@ test games (generated at first use). Writes bench/results/learn_textworld.json (
 bench/results/learn_textworld.png.
 
     python bench/learn_textworld.py --recipe bench/textworld_grpo_cpu.yaml --arms scaling_inter --eval-tasks 30
+    python bench/learn_textworld.py --recipe bench/textworld_short_grpo_cpu.yaml --arms scaling_inter --steps 16 \
+        --eval-tasks 50 --out bench/results/learn_textworld_short.json   # short quests: the run that learns
     python bench/learn_textworld.py --recipe bench/textworld_grpo_cpu.yaml --arms scaling_inter --steps 3 \
         --eval-tasks 16 --expert-tasks 32 --override warm_start.eval_base=true \
         --override trainer.tensorboard=false            # the small run in bench/README.md, with the base model
