@@ -230,7 +230,7 @@ class Registration:
         value = getattr(self.spec, name)
         if isinstance(value, str):
             return _import_reference(value, self)
-        if value is None and not isinstance(self.obj, type):
+        if value is None:
             return getattr(self.obj, _LEGACY_ATTRIBUTES[name], None)
         return value
 

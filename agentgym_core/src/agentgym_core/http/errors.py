@@ -38,22 +38,24 @@ class ServerError(Exception):
         return p.ErrorResponse(error=p.ErrorBody(code=self.code, message=self.message, details=self.details)).model_dump()
 
 
+# Exceptions the protocol names, in the order they are tried: (class, HTTP status, error code).
+_PROTOCOL_ERRORS: tuple[tuple[type[BaseException], int, str], ...] = (
+    (UnknownInstanceError, 404, "unknown_instance"),
+    (EpisodeEndedError, 409, "episode_ended"),
+    (RequestIdReusedError, 409, "request_id_reused"),
+    (NoEpisodeError, 409, "no_episode"),
+    (InvalidTaskError, 422, "invalid_task"),
+    (AtCapacityError, 503, "at_capacity"),
+)
+
+
 def error_status(exc: BaseException) -> ServerError:
     """Map an exception raised while serving a request to its protocol error."""
     if isinstance(exc, ServerError):
         return exc
-    if isinstance(exc, UnknownInstanceError):
-        return ServerError(404, "unknown_instance", str(exc))
-    if isinstance(exc, EpisodeEndedError):
-        return ServerError(409, "episode_ended", str(exc))
-    if isinstance(exc, RequestIdReusedError):
-        return ServerError(409, "request_id_reused", str(exc))
-    if isinstance(exc, NoEpisodeError):
-        return ServerError(409, "no_episode", str(exc))
-    if isinstance(exc, InvalidTaskError):
-        return ServerError(422, "invalid_task", str(exc))
-    if isinstance(exc, AtCapacityError):
-        return ServerError(503, "at_capacity", str(exc))
+    for cls, status, code in _PROTOCOL_ERRORS:
+        if isinstance(exc, cls):
+            return ServerError(status, code, str(exc))
     if isinstance(exc, EnvError):
         return ServerError(500, "env_error", f"{type(exc).__name__}: {exc}")
     log.exception("environment raised while serving a request", exc_info=exc)

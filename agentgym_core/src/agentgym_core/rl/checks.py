@@ -60,7 +60,8 @@ def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None, 
     """Raise :class:`EstimatorCheckError` unless ``estimate`` honours the estimator contract.
 
     ``device``: where the example batch lives (the trainer's batches live on the learner's device:
-    check with ``device="cuda"`` on a GPU machine).
+    check with ``device="cuda"`` on a GPU machine). An estimator registered with options of its own
+    (``register(name, estimate, options=MyOptions)``) is checked with ``config=MyOptions()``.
 
     Rules: returns an :class:`AdvantageOutput` of (B, T) finite tensors on the batch's device; zero off the policy mask;
     inputs are not mutated; deterministic; inserting environment tokens between turns does not
