@@ -91,7 +91,7 @@ def build_backend(args) -> object:
 
         model = tempfile.mkdtemp(prefix="rollout-bench-model-")
         device = "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
-        save_random_qwen2(model, QWEN2_5_1_5B, device=device, dtype=torch.bfloat16)
+        save_random_qwen2(model, QWEN2_5_1_5B, tokenizer_dir=args.tokenizer, device=device, dtype=torch.bfloat16)
     if not args.lend_float32:
         return load_backend(model, threads=args.threads, device=args.device, prefill=args.prefill)
     from agentgym_backend_transformers import make_backend
@@ -122,6 +122,8 @@ def main() -> None:
     parser.add_argument("--prefill", default="auto", choices=["auto", "batched", "per_row"],
                         help="how rows joining the batch are read (backend option; auto = per_row on CPU)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer", default=None,
+                        help="a Hugging Face tokenizer folder for --model qwen2.5-1.5b-shape (default: the embedded model's)")
     parser.add_argument("--lend-float32", action="store_true",
                         help="lend the backend a float32 module, as the trainer does when rollouts share its module")
     parser.add_argument("--out", default="bench/results/rollout.json")

@@ -38,6 +38,6 @@ part pytest_gpu 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
     tests/agentgym_estimators/test_plugin.py
 part gpu_rl_step 220 python3 bench/gpu_rl_step.py --steps 2 --tokenizer "$bundle/tok" --out "$out/gpu_rl_step.json"
 part rollout_cuda 150 python3 bench/rollout.py --device cuda --model qwen2.5-1.5b-shape --parallel 32 \
-    --max-rounds 6 --max-new-tokens 96 --modes engine round-sync-reread --out "$out/rollout_cuda.json"
+    --max-rounds 6 --max-new-tokens 96 --modes engine round-sync-reread --tokenizer "$bundle/tok" --out "$out/rollout_cuda.json"
 echo "parts failed: $failed (logs and JSON in $out)"
 exit "$failed"
