@@ -32,6 +32,7 @@ mode's peak GPU memory:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from pathlib import Path
@@ -110,6 +111,26 @@ def build_backend(args) -> object:
     return make_backend({"prefill": args.prefill}, model=module, tokenizer=tokenizer)
 
 
+def profiled(call, stem: Path):
+    """``call()`` under cProfile; writes ``stem``.prof and ``stem``.txt (the functions by own time, then
+    by cumulative time). On a GPU, time spent inside an op's call that does not wait for the device
+    (no ``tolist``/``item`` near the top) is host work: launches, or plans built per shape."""
+    import cProfile
+    import io
+    import pstats
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    with cProfile.Profile() as calls:
+        result = call()
+    calls.dump_stats(stem.with_suffix(".prof"))
+    text = io.StringIO()
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(calls, stream=text).sort_stats(order).print_stats(40)
+    stem.with_suffix(".txt").write_text(text.getvalue())
+    print(f"profile: {stem}.txt", flush=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model spec, or 'tiny' (random tiny Llama)")
@@ -126,14 +147,22 @@ def main() -> None:
                         help="a Hugging Face tokenizer folder for --model qwen2.5-1.5b-shape (default: the embedded model's)")
     parser.add_argument("--lend-float32", action="store_true",
                         help="lend the backend a float32 module, as the trainer does when rollouts share its module")
+    parser.add_argument("--allow-cudnn-attention", action="store_true",
+                        help="let torch pick cuDNN's attention while sampling, as the backend did before it "
+                             "ruled it out (the baseline for that change; matters on Hopper GPUs only)")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="profile each mode with cProfile into DIR (the profiler slows every mode: read its "
+                             "tables, not the speeds)")
     parser.add_argument("--out", default="bench/results/rollout.json")
     args = parser.parse_args()
     backend = build_backend(args)
+    backend.allow_cudnn_attention = args.allow_cudnn_attention
     env_cls = PluginManager(autoload=True, allow=["babyai"]).env_class("babyai")
     test = env_cls.tasks().split("test")
     results = {"model": args.model, "device": str(backend.device), "torch_threads": torch.get_num_threads(),
                "cpu_count": os.cpu_count(), "max_rounds": args.max_rounds, "max_new_tokens": args.max_new_tokens,
-               "prefill": args.prefill, "lend_float32": args.lend_float32, "torch": torch.__version__,
+               "prefill": args.prefill, "lend_float32": args.lend_float32,
+               "allow_cudnn_attention": args.allow_cudnn_attention, "torch": torch.__version__,
                "device_name": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else "cpu",
                "module_dtype": str(next(backend.source.parameters()).dtype),
                "sampling_dtype": str(next(backend.model.parameters()).dtype),
@@ -146,7 +175,8 @@ def main() -> None:
         tasks = [test[i % len(test)] for i in range(p)]
         row: dict = {"parallel": p}
         for mode in args.modes:
-            r = run_once(backend, env_cls, tasks, mode=mode, args=args)
+            once = functools.partial(run_once, backend, env_cls, tasks, mode=mode, args=args)
+            r = profiled(once, Path(args.profile) / f"P{p}_{mode}") if args.profile else once()
             row[mode] = r
             print(f"{p:>3} {mode:>18} {r['trajectories_per_min']:>9.2f} {r['tokens_per_s']:>7.2f} {r['wall_s']:>7.1f} "
                   f"{r['turns']:>5} {r['prefilled_tokens']:>9} {r['reused_tokens']:>7} {r['load_avg_1m_end']:>5.1f}",

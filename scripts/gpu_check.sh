@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every check that needs a CUDA device, in one call on a lent GPU (about 9 minutes on an H100).
+# Every check that needs a CUDA device, in one call on a lent GPU (at most 9.8 minutes: a call may take 10).
 #
 # Here, from the project's root:   ../shared/gpu/bundle.sh            (writes .gpu-bundle/, ignored by git)
 # On the device, same root:        bash scripts/gpu_check.sh          (carry .gpu-bundle; results in $OUT)
@@ -7,7 +7,8 @@
 # 1. `pytest -m gpu`: one GPU through the trainer, fast sampling, bf16 SFT, the estimators on CUDA, and a
 #    real NCCL group of world size 1 through the same weight-sync and sharded-checkpoint code several ranks use;
 # 2. bench/gpu_rl_step.py: two RL steps of the 1.5B recipe on a model of its shape (rollout tokens/s, peak memory);
-# 3. bench/rollout.py --device cuda: the rollout engine against re-reading every prompt each turn on that model.
+# 3. bench/rollout.py --device cuda: the rollout engine against re-reading every prompt each turn on that model,
+#    sampling without cuDNN's attention (the backend's default) and with it (torch's choice on Hopper).
 # Each part has its own time limit, so one that hangs leaves the others their time; the exit status is the
 # number of parts that failed.
 set -uo pipefail
@@ -32,12 +33,15 @@ part() {  # part NAME SECONDS COMMAND...: run, log to $OUT/NAME.log, count a fai
     echo "== $name: rc $rc in $((SECONDS - start))s"
     [ "$rc" -eq 0 ] || failed=$((failed + 1))
 }
-part pytest_gpu 200 python3 -m pytest -q -m gpu -p no:cacheprovider \
+part pytest_gpu 150 python3 -m pytest -q -m gpu -p no:cacheprovider \
     tests/agentgym_core/rl/test_nccl_paths.py tests/agentgym_core/rl/test_precision_and_device.py \
     tests/agentgym_backend_transformers/test_fast_sampling.py tests/agentgym_core/finetune/test_sft.py \
     tests/agentgym_estimators/test_plugin.py
-part gpu_rl_step 220 python3 bench/gpu_rl_step.py --steps 2 --tokenizer "$bundle/tok" --out "$out/gpu_rl_step.json"
-part rollout_cuda 150 python3 bench/rollout.py --device cuda --model qwen2.5-1.5b-shape --parallel 32 \
-    --max-rounds 6 --max-new-tokens 96 --modes engine round-sync-reread --tokenizer "$bundle/tok" --out "$out/rollout_cuda.json"
+rollout=(python3 bench/rollout.py --device cuda --model qwen2.5-1.5b-shape --tokenizer "$bundle/tok" --parallel 32
+         --max-rounds 6 --max-new-tokens 96 --modes engine round-sync-reread)
+part rollout_cuda 120 "${rollout[@]}" --out "$out/rollout_cuda.json"
+part gpu_rl_step 200 python3 bench/gpu_rl_step.py --steps 2 --tokenizer "$bundle/tok" --out "$out/gpu_rl_step.json"
+# The same rollouts with cuDNN's attention allowed while sampling (torch's own choice on Hopper): the baseline.
+part rollout_cuda_cudnn 120 "${rollout[@]}" --allow-cudnn-attention --out "$out/rollout_cuda_cudnn.json"
 echo "parts failed: $failed (logs and JSON in $out)"
 exit "$failed"

@@ -1,6 +1,7 @@
 """Sampling paths that matter on a GPU, tested where a CPU can: one batched seeded draw per decode
 step, a bf16 sampling copy of a lent float32 module refreshed after updates, TF32 where float32
-remains (the CUDA-only parts are marked ``gpu``)."""
+remains, attention kernels that take a growing length as it comes (the CUDA-only parts are marked
+``gpu``)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,46 @@ def test_on_cuda_float32_sampling_runs_in_tf32_and_restores_the_flag():
     with backend.sampling_precision():
         assert torch.backends.cuda.matmul.allow_tf32
     assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def _record_cudnn_flag(backend):
+    """Hook the sampling module: the cuDNN-attention flag as each forward pass saw it."""
+    seen: list[bool] = []
+    handle = backend.model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    return seen, handle
+
+
+def test_sampling_and_scoring_attend_without_cudnn_kernels_and_restore_the_flag(tiny_backend):
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    assert before, "torch enables cuDNN attention by default; the test needs that default"
+    seen, handle = _record_cudnn_flag(tiny_backend)
+    try:
+        ids = _prompts(tiny_backend)
+        params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=1)
+        restricted = tiny_backend.generate(ids, params)
+        tiny_backend.score([ids[0]])
+        assert seen and not any(seen)  # prefill, every decode step and scoring
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before
+        seen.clear()
+        tiny_backend.allow_cudnn_attention = True  # torch's own choice (the bench's baseline)
+        chosen = tiny_backend.generate(ids, params)
+        assert seen and all(seen)
+    finally:
+        tiny_backend.allow_cudnn_attention = False
+        handle.remove()
+    # On a CPU there is no cuDNN attention: the same tokens either way.
+    assert [s.token_ids for s in restricted] == [s.token_ids for s in chosen]
+
+
+@pytest.mark.gpu
+def test_on_cuda_decode_steps_run_no_cudnn_attention_kernel():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model, tokenizer = tiny_chat_model(seed=0)
+    backend = make_backend({"dtype": "bfloat16"}, model=model.to("cuda"), tokenizer=tokenizer)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=2)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        backend.generate(_prompts(backend), params)
+    ops = {event.key for event in prof.key_averages()}
+    assert any("scaled_dot_product" in op for op in ops), sorted(ops)
+    assert not any("cudnn_attention" in op for op in ops), sorted(op for op in ops if "attention" in op)

@@ -32,7 +32,8 @@ from agentgym_backend_transformers.sessions import SessionStore
 from agentgym_core.models import load_pretrained
 from agentgym_core.rollout.backend import BackendCapabilities, Sample, SamplingParams
 
-__all__ = ["CAPABILITIES", "TransformersBackend", "kv_storage_dtype", "make_backend", "pick_device", "sampling_copy"]
+__all__ = ["CAPABILITIES", "TransformersBackend", "decode_attention", "kv_storage_dtype", "make_backend", "pick_device",
+           "sampling_copy"]
 
 
 def pick_device(device: str = "auto") -> str:
@@ -82,6 +83,7 @@ class TransformersBackend:
             raise ValueError(f"prefill_chunk_tokens={prefill_chunk_tokens}: use a positive number of columns (or None)")
         self.prefill_chunk_tokens = prefill_chunk_tokens  # batched: padded columns per forward pass (None: no bound)
         self.kv_dtype = kv_storage_dtype(self.model, kv_cache_dtype)  # None: the model's own
+        self.allow_cudnn_attention = False  # True: let torch pick cuDNN's attention while sampling (decode_attention)
         if self.kv_dtype is not None:
             allow_reduced_precision_kv()
 
@@ -114,11 +116,16 @@ class TransformersBackend:
             self.sessions.clear()  # cached keys/values were computed by the old weights
 
     def sampling_precision(self) -> contextlib.AbstractContextManager:
-        """TF32 matmuls while float32 weights sample on a GPU (tensor cores; log-probs move by about what
-        the learner's bf16 autocast moves them); nothing elsewhere."""
-        if self.device.type != "cuda" or next(self.model.parameters()).dtype != torch.float32:
-            return contextlib.nullcontext()
-        return _tf32()
+        """What sampling and scoring run under: attention kernels other than cuDNN's (see
+        :func:`decode_attention`) unless ``allow_cudnn_attention``, and TF32 matmuls while float32
+        weights sample on a GPU (tensor cores; log-probs move by about what the learner's bf16 autocast
+        moves them)."""
+        stack = contextlib.ExitStack()
+        if not self.allow_cudnn_attention:
+            stack.enter_context(decode_attention())
+        if self.device.type == "cuda" and next(self.model.parameters()).dtype == torch.float32:
+            stack.enter_context(_tf32())
+        return stack
 
     # -- tokenizer side -------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
@@ -228,6 +235,21 @@ def sampling_copy(model: Any, dtype: str) -> Any:
 def _version(model: Any) -> int:
     """Sum of the parameters' version counters (each in-place change bumps its tensor's)."""
     return sum(p._version for p in model.parameters())
+
+
+def decode_attention() -> contextlib.AbstractContextManager:
+    """Scaled-dot-product attention without the cuDNN kernels: flash, memory-efficient or math.
+
+    Recent torch prefers cuDNN's attention on Hopper GPUs. cuDNN builds an execution plan per input
+    shape and keeps it for that shape; a decode step attends over one more cached column than the
+    step before, so every step of every layer builds a new plan on the host, and sampling runs at
+    the speed of plan building instead of the GPU's. The other kernels take any length as it comes.
+    Prefill and scoring have a new shape per call too, so the whole of sampling runs under this.
+    On a CPU it changes nothing (torch has no cuDNN attention there).
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 @contextlib.contextmanager
