@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin
 
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigError",
     "apply_overrides",
     "check_keys",
+    "first_sentence",
     "load_recipe",
     "move_old_keys",
     "read_recipe",
@@ -230,11 +232,45 @@ def show_config(config: BaseModel) -> str:
     own, rest = _stated_and_defaults(config, config.model_dump(mode="json"))
     text = yaml.safe_dump(own, sort_keys=False) if own else ""
     if rest:
-        text += "\n# Every other key, at its default, by section (uncomment a line to set it):\n"
+        text += "\n# Every other key, at its default, by section, with its help (uncomment a line to set it):\n"
         for section, values in rest.items():
-            dumped = yaml.safe_dump({section: values}, sort_keys=False).rstrip("\n")
-            text += "\n" + "\n".join(f"# {line}" for line in dumped.split("\n")) + "\n"
+            lines = _with_help(type(config), {section: values}, indent=0)
+            text += "\n" + "\n".join(f"# {line}" for line in lines) + "\n"
     return text
+
+
+def _with_help(model: type[BaseModel] | None, values: dict[str, Any], indent: int) -> list[str]:
+    """``values`` (a section of ``model``, as JSON) as YAML lines, each key followed by the first
+    sentence of its help as a comment. Sections nest as blocks; lists of scalars and empty maps flow."""
+    pad = " " * indent
+    lines: list[str] = []
+    for key, value in values.items():
+        field = model.model_fields.get(key) if model is not None else None
+        help_ = f"  # {first_sentence(field.description)}" if field is not None and field.description else ""
+        sub = _model_of(field.annotation) if field is not None else None
+        if isinstance(value, dict) and value:
+            lines.append(f"{pad}{key}:{help_}")
+            lines += _with_help(sub, value, indent + 2)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):  # envs
+            lines.append(f"{pad}{key}:{help_}")
+            for item in value:
+                block = _with_help(sub, item, indent + 2) or [f"{pad}  {{}}"]
+                lines += [f"{pad}- {block[0][indent + 2:]}", *block[1:]]
+        else:
+            lines.append(f"{pad}{key}: {_flow(value)}{help_}")
+    return lines
+
+
+def _flow(value: Any) -> str:
+    """A scalar, list or map as one line of YAML."""
+    return yaml.safe_dump([value], default_flow_style=True, width=10**6).strip()[1:-1]
+
+
+def first_sentence(text: str) -> str:
+    """A help text's first sentence (up to a full stop before a capital letter, or the whole text)."""
+    text = " ".join(text.split())
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z`'\"(])", text)  # not after "e.g." or "i.e."
+    return text[: end.start() + 1] if end else text
 
 
 def _stated_and_defaults(model: BaseModel, dumped: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
