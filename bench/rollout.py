@@ -27,6 +27,10 @@ mode's peak GPU memory:
 
     python bench/rollout.py --device cuda --model qwen2.5-1.5b-shape --lend-float32 \
         --parallel 32 --max-rounds 6 --max-new-tokens 96 --modes engine round-sync-reread
+
+``--allow-cudnn-attention`` samples as the backend did before it ruled cuDNN's attention out (the
+baseline of that change: run the same command with and without it), and ``--profile DIR`` writes a
+cProfile of each mode, the way the host-side cost of that attention was found.
 """
 
 from __future__ import annotations
