@@ -209,11 +209,18 @@ def test_a_small_onednn_cache_stops_rss_growing_with_every_new_matmul_shape():
         pytest.skip("bf16 matmuls go through oneDNN's cached kernels on CPUs with native bf16")
     env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
     growth: dict[str, float] = {}
-    for setting in ("default", "32", "default", "32"):  # each twice, the smaller kept: the allocator adds noise
+
+    def measure(setting: str) -> None:  # the smaller of the measurements kept: the allocator adds noise
         done = subprocess.run([sys.executable, "-c", _ONEDNN_SCENARIO, setting], env=env, capture_output=True,
                               text=True, timeout=120, check=True)
         measured = float(done.stdout.strip().splitlines()[-1])
         growth[setting] = min(growth.get(setting, measured), measured)
+
+    for setting in ("default", "32"):
+        measure(setting)
+    if growth["32"] >= 0.8 * growth["default"]:  # a second look only when the first is not clear
+        for setting in ("default", "32"):
+            measure(setting)
     # measured: 200 shapes grew RSS 175 MB with oneDNN's 1,024 entries and 84 MB with 32 here, 151 and
     # 108 MB on CI, once 135 and 116 MB in a single run under load (the allocator's share varies); a cap
     # that is not applied gives about 1.0
