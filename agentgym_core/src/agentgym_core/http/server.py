@@ -94,6 +94,41 @@ def _server_version() -> str:
     return _core_version()
 
 
+def answer_errors_in_protocol_shape(app: FastAPI) -> None:
+    """Every error ``app`` answers, whoever raised it (a route, request validation, Starlette's
+    routing and body parsing, an unexpected exception), as the protocol's error body and status."""
+
+    @app.exception_handler(ServerError)
+    async def _server_error(request: Request, exc: ServerError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _malformed(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
+            for e in exc.errors()
+        ]
+        error = ServerError(422, "malformed_request", "; ".join(problems) or "malformed request",
+                            details=[{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
+                                     for e in exc.errors()])
+        return JSONResponse(error.body(), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Starlette answers routing misses and unreadable bodies (not UTF-8, nested too deeply,
+        # integers past Python's digit limit) with {"detail": ...}; answer the protocol's shape.
+        if exc.status_code == 400:
+            error = ServerError(422, "malformed_request", f"the body could not be read as JSON: {exc.detail}")
+        else:
+            error = ServerError(exc.status_code, _HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail))
+        return JSONResponse(error.body(), status_code=error.status, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        error = error_status(exc)
+        return JSONResponse(error.body(), status_code=error.status)
+
+
 def create_app(
     env_cls: type[Env],
     *,
@@ -179,35 +214,7 @@ def create_app(
         on_loop.__signature__ = inspect.signature(handler)  # type: ignore[attr-defined]
         return on_loop
 
-    @app.exception_handler(ServerError)
-    async def _server_error(request: Request, exc: ServerError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
-
-    @app.exception_handler(RequestValidationError)
-    async def _malformed(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [
-            f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
-            for e in exc.errors()
-        ]
-        error = ServerError(422, "malformed_request", "; ".join(problems) or "malformed request",
-                            details=[{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
-                                     for e in exc.errors()])
-        return JSONResponse(error.body(), status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # Starlette answers routing misses and unreadable bodies (not UTF-8, nested too deeply,
-        # integers past Python's digit limit) with {"detail": ...}; answer the protocol's shape.
-        if exc.status_code == 400:
-            error = ServerError(422, "malformed_request", f"the body could not be read as JSON: {exc.detail}")
-        else:
-            error = ServerError(exc.status_code, _HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail))
-        return JSONResponse(error.body(), status_code=error.status, headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        error = error_status(exc)
-        return JSONResponse(error.body(), status_code=error.status)
+    answer_errors_in_protocol_shape(app)
 
     @contextlib.contextmanager
     def mapped_errors() -> Iterator[None]:

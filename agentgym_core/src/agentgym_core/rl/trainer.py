@@ -218,18 +218,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                         curriculum.update(rollout.trajectories)
                     pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
                 staleness = staleness_metrics(rollout.trajectories, step)  # synchronous samples: version `step`
-                # Trajectories an env error or timeout broke are the infrastructure's failure, not the
-                # policy's: left out of the loss and counted.
-                trainable, infra_failed = trainable_trajectories(rollout.trajectories)
-                # Past the budget the run stops naming the env, server and error (every rank: the same step).
-                check_env_failures(rollout.trajectories, cfg.rollout.max_env_failure_rate, step=step)
-                episodes = trainable
-                trainable = apply_truncation_policy(trainable, alg.truncated_episodes)  # cut by the budget
-                # A repriced episode is a copy; the saved trajectories are the originals, with its advantages.
-                logged_as = {id(t): e for t, e in zip(trainable, episodes, strict=True) if t is not e} \
-                    if len(trainable) == len(episodes) else {}  # 'drop' keeps the originals themselves
-                if cfg.rollout.dynamic_sampling.min_mixed_groups:  # tied groups have no advantage: not trained
-                    trainable = mixed_groups_only(trainable)
+                trainable, infra_failed, logged_as = _episodes_to_train(rollout.trajectories, cfg, step)
 
                 # ---- 3. rewards on policy tokens, old and reference log-probs (each rank its share) ---
                 update_peak = PhasePeak().start()  # scoring and the update: stopped after step 5
@@ -342,6 +331,24 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
         if ctx.is_main:  # also when the run failed: observers learn why
             pm.hook.agentgym_observe_run_end(run_dir=str(run_dir), metrics=metrics,
                                              error=None if error is None else f"{type(error).__name__}: {error}")
+
+
+def _episodes_to_train(trajectories: list[Any], cfg: TrainConfig, step: int) -> tuple[list[Any], int, dict[int, Any]]:
+    """The step's trajectories the update trains on; how many an env error or timeout broke; and, for an
+    episode the truncation policy repriced (a copy), the original it came from, by the copy's id (the
+    saved trajectories are the originals, with the copy's advantages)."""
+    # Trajectories an env error or timeout broke are the infrastructure's failure, not the policy's:
+    # left out of the loss and counted.
+    trainable, infra_failed = trainable_trajectories(trajectories)
+    # Past the budget the run stops naming the env, server and error (every rank: the same step).
+    check_env_failures(trajectories, cfg.rollout.max_env_failure_rate, step=step)
+    episodes = trainable
+    trainable = apply_truncation_policy(trainable, cfg.algorithm.truncated_episodes)  # cut by the budget
+    logged_as = {id(t): e for t, e in zip(trainable, episodes, strict=True) if t is not e} \
+        if len(trainable) == len(episodes) else {}  # 'drop' keeps the originals themselves
+    if cfg.rollout.dynamic_sampling.min_mixed_groups:  # tied groups have no advantage: not trained
+        trainable = mixed_groups_only(trainable)
+    return trainable, infra_failed, logged_as
 
 
 def _evaluate_before(cfg: TrainConfig, worker: RolloutRole, writer: MetricsWriter, pm: PluginManager,
