@@ -14,6 +14,14 @@ from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.testing.tiny_model import tiny_chat_model
 
 
+def _cuda_backend(options):
+    """The backend over a tiny model on the GPU (the test skips where there is none)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model, tokenizer = tiny_chat_model(seed=0)
+    return make_backend(options, model=model.to("cuda"), tokenizer=tokenizer)
+
+
 def _prompts(backend):
     """Three prompts of different lengths (plain text ids: sampling needs no chat template)."""
     return [backend.encode(t) for t in ("Guess a number.", "Pick a colour, any colour.", "Hi.")]
@@ -75,11 +83,7 @@ def test_a_lent_float32_module_samples_from_a_bf16_copy_refreshed_after_an_updat
 
 @pytest.mark.gpu
 def test_on_cuda_a_lent_float32_module_samples_in_bf16_and_replays_batched_draws():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    model, tokenizer = tiny_chat_model(seed=0)
-    model.to("cuda")
-    backend = make_backend({}, model=model, tokenizer=tokenizer)  # auto: a bf16 copy on a GPU
+    backend = _cuda_backend({})  # auto: a bf16 copy on a GPU
     assert next(backend.model.parameters()).dtype == torch.bfloat16
     ids = _prompts(backend)
     params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=4)
@@ -90,10 +94,7 @@ def test_on_cuda_a_lent_float32_module_samples_in_bf16_and_replays_batched_draws
 
 @pytest.mark.gpu
 def test_on_cuda_float32_sampling_runs_in_tf32_and_restores_the_flag():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    model, tokenizer = tiny_chat_model(seed=0)
-    backend = make_backend({"dtype": "float32"}, model=model.to("cuda"), tokenizer=tokenizer)
+    backend = _cuda_backend({"dtype": "float32"})
     before = torch.backends.cuda.matmul.allow_tf32
     with backend.sampling_precision():
         assert torch.backends.cuda.matmul.allow_tf32
@@ -131,10 +132,7 @@ def test_sampling_and_scoring_attend_without_cudnn_kernels_and_restore_the_flag(
 
 @pytest.mark.gpu
 def test_on_cuda_decode_steps_run_no_cudnn_attention_kernel():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    model, tokenizer = tiny_chat_model(seed=0)
-    backend = make_backend({"dtype": "bfloat16"}, model=model.to("cuda"), tokenizer=tokenizer)
+    backend = _cuda_backend({"dtype": "bfloat16"})
     params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=2)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         backend.generate(_prompts(backend), params)
