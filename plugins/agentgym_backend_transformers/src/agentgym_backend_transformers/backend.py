@@ -240,12 +240,13 @@ def _version(model: Any) -> int:
 def decode_attention() -> contextlib.AbstractContextManager:
     """Scaled-dot-product attention without the cuDNN kernels: flash, memory-efficient or math.
 
-    Recent torch prefers cuDNN's attention on Hopper GPUs. cuDNN builds an execution plan per input
-    shape and keeps it for that shape; a decode step attends over one more cached column than the
-    step before, so every step of every layer builds a new plan on the host, and sampling runs at
-    the speed of plan building instead of the GPU's. The other kernels take any length as it comes.
-    Prefill and scoring have a new shape per call too, so the whole of sampling runs under this.
-    On a CPU it changes nothing (torch has no cuDNN attention there).
+    Recent torch prefers cuDNN's attention on Hopper GPUs, and cuDNN keeps an execution plan per
+    input shape. A decode step attends over one more cached column than the step before, so decoding
+    keeps meeting shapes it has no plan for; a profile of sampling on such a GPU found most of its
+    time on the host, inside the attention call, with the GPU waiting (``bench/README.md``, "One
+    NVIDIA H100"). The other kernels take any length as it comes. Prefill and scoring meet new
+    shapes too, so the whole of sampling runs under this. On a CPU it changes nothing (torch has no
+    cuDNN attention there).
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
