@@ -34,6 +34,39 @@ from agentgym_core.http.protocol import MAX_ACTION_CHARS, check_text, strict_id
 __all__ = ["AgentGymCompat", "add_agentgym_routes"]
 
 
+def _body_field(body: Any, name: str, kind: type = int) -> Any:
+    """``body[name]`` checked strictly: a JSON integer within the id range (``kind=int``) or a string
+    of at most ``MAX_ACTION_CHARS`` characters; anything else is a 422 that names the field."""
+    if not isinstance(body, dict) or name not in body:
+        got = sorted(body) if isinstance(body, dict) else type(body).__name__
+        raise ServerError(422, "malformed_request", f"request body needs the field {name!r}; got {got}")
+    value = body[name]
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ServerError(422, "malformed_request",
+                              f"field {name!r} must be an integer, got {type(value).__name__} {value!r:.40}")
+        if not -ID_LIMIT < value < ID_LIMIT:
+            raise ServerError(422, "malformed_request", f"field {name!r} is out of range: {value!r:.40}")
+        return value
+    if not isinstance(value, str):
+        raise ServerError(422, "malformed_request",
+                          f"field {name!r} must be a string, got {type(value).__name__} {value!r:.40}")
+    if len(value) > MAX_ACTION_CHARS:
+        raise ServerError(422, "malformed_request",
+                          f"field {name!r} is {len(value)} characters long; the limit is {MAX_ACTION_CHARS}")
+    try:
+        return check_text(value)
+    except ValueError as exc:
+        raise ServerError(422, "malformed_request", f"field {name!r}: {exc}") from None
+
+async def _json_body(request: Request) -> Any:
+    """The request's JSON body; an unreadable one raises :class:`_Unreadable` (answered 422)."""
+    try:
+        return parse_json_body(await request.body())
+    except ServerError as exc:
+        raise _Unreadable(exc.status, exc.code, exc.message) from None
+
+
 def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
                         env_kwargs: dict[str, Any] | None = None, *, inline: bool = False) -> None:
     """Add the legacy routes when ``env_cls.agentgym_compat`` is set (no-op otherwise).
@@ -61,35 +94,6 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
         if isinstance(exc, _Unreadable):  # AgentGym's servers answer an unreadable body 422, not 200
             return JSONResponse(error.body(), status_code=422)
         return JSONResponse({"error": error.message}, status_code=200 if spec.errors_as_200 else error.status)
-
-    def field(body: Any, name: str, kind: type = int) -> Any:
-        if not isinstance(body, dict) or name not in body:
-            got = sorted(body) if isinstance(body, dict) else type(body).__name__
-            raise ServerError(422, "malformed_request", f"request body needs the field {name!r}; got {got}")
-        value = body[name]
-        if kind is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ServerError(422, "malformed_request",
-                                  f"field {name!r} must be an integer, got {type(value).__name__} {value!r:.40}")
-            if not -ID_LIMIT < value < ID_LIMIT:
-                raise ServerError(422, "malformed_request", f"field {name!r} is out of range: {value!r:.40}")
-            return value
-        if not isinstance(value, str):
-            raise ServerError(422, "malformed_request",
-                              f"field {name!r} must be a string, got {type(value).__name__} {value!r:.40}")
-        if len(value) > MAX_ACTION_CHARS:
-            raise ServerError(422, "malformed_request",
-                              f"field {name!r} is {len(value)} characters long; the limit is {MAX_ACTION_CHARS}")
-        try:
-            return check_text(value)
-        except ValueError as exc:
-            raise ServerError(422, "malformed_request", f"field {name!r}: {exc}") from None
-
-    async def json_body(request: Request) -> Any:
-        try:
-            return parse_json_body(await request.body())
-        except ServerError as exc:
-            raise _Unreadable(exc.status, exc.code, exc.message) from None
 
     reset_fields = spec.reset_fields or (
         ("observation", "reward", "score", "done") if spec.include_score else ("observation", "reward", "done"))
@@ -127,10 +131,10 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     @app.post("/create", tags=["agentgym-compat"])
     async def create(request: Request) -> Any:
         try:
-            body = await json_body(request)
+            body = await _json_body(request)
             if body is not None and not isinstance(body, dict):
                 raise ServerError(422, "malformed_request", f"the body must be a JSON object, got {type(body).__name__}")
-            index = field(body, spec.task_field) if body and spec.task_field in body else None
+            index = _body_field(body, spec.task_field) if body and spec.task_field in body else None
         except Exception as exc:
             return fail(exc)
 
@@ -153,8 +157,8 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     @app.post("/reset", tags=["agentgym-compat"])
     async def reset(request: Request) -> Any:
         try:
-            body = await json_body(request)
-            instance_id, task_id = field(body, spec.id_field), field(body, spec.task_field)
+            body = await _json_body(request)
+            instance_id, task_id = _body_field(body, spec.id_field), _body_field(body, spec.task_field)
         except Exception as exc:
             return fail(exc)
 
@@ -167,8 +171,8 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     @app.post("/step", tags=["agentgym-compat"])
     async def step(request: Request) -> Any:
         try:
-            body = await json_body(request)
-            instance_id, action = field(body, spec.id_field), field(body, spec.action_field, str)
+            body = await _json_body(request)
+            instance_id, action = _body_field(body, spec.id_field), _body_field(body, spec.action_field, str)
         except Exception as exc:
             return fail(exc)
 
@@ -213,7 +217,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     @app.post("/close", tags=["agentgym-compat"])
     async def close(request: Request) -> Any:
         try:
-            instance_id = field(await json_body(request), spec.id_field)
+            instance_id = _body_field(await _json_body(request), spec.id_field)
         except Exception as exc:
             return fail(exc)
 
