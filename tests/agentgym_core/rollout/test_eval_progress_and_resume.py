@@ -99,7 +99,10 @@ def test_ctrl_c_keeps_finished_trajectories_and_the_printed_command_resumes(tmp_
         "--out",
         str(out),
     ]
-    proc = subprocess.Popen([*cli, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT at its default in the child, as in a terminal: a suite started in the background of a
+    # script inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt.
+    proc = subprocess.Popen([*cli, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not (log.exists() and log.read_text().count("\n") >= 2) and time.monotonic() < deadline:
