@@ -43,5 +43,20 @@ part rollout_cuda 120 "${rollout[@]}" --out "$out/rollout_cuda.json"
 part gpu_rl_step 200 python3 bench/gpu_rl_step.py --steps 2 --tokenizer "$bundle/tok" --out "$out/gpu_rl_step.json"
 # The same rollouts with cuDNN's attention allowed while sampling (torch's own choice on Hopper): the baseline.
 part rollout_cuda_cudnn 120 "${rollout[@]}" --allow-cudnn-attention --out "$out/rollout_cuda_cudnn.json"
+python3 - "$out" <<'SUMMARY' || true
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+for name in ("rollout_cuda", "rollout_cuda_cudnn"):
+    path = out / f"{name}.json"
+    if path.exists():
+        run = json.loads(path.read_text())["runs"][0]
+        modes = {m: r["tokens_per_s"] for m, r in run.items() if isinstance(r, dict)}
+        print(f"{name}: " + ", ".join(f"{m} {v:.0f} tokens/s" for m, v in modes.items()))
+step = out / "gpu_rl_step.json"
+if step.exists():
+    last = json.loads(step.read_text())["steps"][-1]
+    print(f"gpu_rl_step: last step's rollout {last['sampled_tokens'] / last['time_generation']:.0f} tokens/s")
+SUMMARY
 echo "parts failed: $failed (logs and JSON in $out)"
 exit "$failed"
