@@ -6,9 +6,10 @@
 #
 # 1. `pytest -m gpu`: one GPU through the trainer, fast sampling, bf16 SFT, the estimators on CUDA, and a
 #    real NCCL group of world size 1 through the same weight-sync and sharded-checkpoint code several ranks use;
-# 2. bench/gpu_rl_step.py: two RL steps of the 1.5B recipe on a model of its shape (rollout tokens/s, peak memory);
-# 3. bench/rollout.py --device cuda: the rollout engine against re-reading every prompt each turn on that model,
-#    sampling without cuDNN's attention (the backend's default) and with it (torch's choice on Hopper).
+# 2. bench/rollout.py --device cuda: the rollout engine against re-reading every prompt each turn on a model of
+#    the 1.5B recipe's shape, sampling without cuDNN's attention (the backend's default) and with it (torch's
+#    choice on Hopper);
+# 3. bench/gpu_rl_step.py: two RL steps of the 1.5B recipe on that model (rollout tokens/s, peak memory).
 # Each part has its own time limit, so one that hangs leaves the others their time; the exit status is the
 # number of parts that failed.
 set -uo pipefail
