@@ -59,6 +59,7 @@ def _body_field(body: Any, name: str, kind: type = int) -> Any:
     except ValueError as exc:
         raise ServerError(422, "malformed_request", f"field {name!r}: {exc}") from None
 
+
 async def _json_body(request: Request) -> Any:
     """The request's JSON body; an unreadable one raises :class:`_Unreadable` (answered 422)."""
     try:
