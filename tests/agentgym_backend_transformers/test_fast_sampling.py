@@ -96,7 +96,7 @@ def test_on_cuda_a_lent_float32_module_samples_in_bf16_and_replays_batched_draws
 def test_on_cuda_float32_sampling_runs_in_tf32_and_restores_the_flag():
     backend = _cuda_backend({"dtype": "float32"})
     before = torch.backends.cuda.matmul.allow_tf32
-    with backend.sampling_precision():
+    with backend.sampling_kernels():
         assert torch.backends.cuda.matmul.allow_tf32
     assert torch.backends.cuda.matmul.allow_tf32 == before
 

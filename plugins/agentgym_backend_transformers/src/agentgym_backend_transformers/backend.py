@@ -115,7 +115,7 @@ class TransformersBackend:
             self._source_version = version
             self.sessions.clear()  # cached keys/values were computed by the old weights
 
-    def sampling_precision(self) -> contextlib.AbstractContextManager:
+    def sampling_kernels(self) -> contextlib.AbstractContextManager:
         """What sampling and scoring run under: attention kernels other than cuDNN's (see
         :func:`decode_attention`) unless ``allow_cudnn_attention``, and TF32 matmuls while float32
         weights sample on a GPU (tensor cores; log-probs move by about what the learner's bf16 autocast
@@ -198,7 +198,7 @@ class TransformersBackend:
     @torch.inference_mode()
     def score(self, sequences: Sequence[Sequence[int]], *, temperature: float = 1.0) -> list[list[float]]:
         self.refresh()
-        with self.sampling_precision():
+        with self.sampling_kernels():
             return self._score(sequences, temperature)
 
     def _score(self, sequences: Sequence[Sequence[int]], temperature: float) -> list[list[float]]:

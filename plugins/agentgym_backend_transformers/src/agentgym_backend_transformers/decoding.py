@@ -192,7 +192,7 @@ class DecodeBatch:
     @torch.inference_mode()
     def step(self) -> list[tuple[Hashable, Sample]]:
         """Admit queued prompts, sample one token per row; returns the replies that finished."""
-        with self.backend.sampling_precision():
+        with self.backend.sampling_kernels():
             return self._step()
 
     def _step(self) -> list[tuple[Hashable, Sample]]:
