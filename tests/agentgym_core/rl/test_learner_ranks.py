@@ -23,9 +23,24 @@ PINNED = [
 ]
 PINNED_PARAM_SUM = 355.1194254003931
 
+# What another x86 CPU keeps of the pinned run: its BLAS kernels round in another order, and the same
+# seeded run on an Intel Xeon gave step 2's grad_norm 1.6706494 against this AMD EPYC's 1.6706478 (1e-6
+# relative). A change to the maths moves these numbers by percents, so 1e-4 relative still catches it.
+# The counts (sampled tokens, trained trajectories) are exact on any CPU.
+ACROSS_CPUS = 1e-4
+# The final weights' sum: AdamW moves a weight whose gradient is float noise by about lr (0.01) either
+# way, so another CPU can flip a few such weights: 0.1 absorbs five flips and nothing a real change does.
+ACROSS_CPUS_PARAM_SUM = 0.1
+
+
 def _close(a: dict, b: dict, tol: float = 1e-5) -> None:
     for k in KEYS:
         assert a[k] == pytest.approx(b[k], abs=tol), (k, a[k], b[k])
+
+
+def _close_across_cpus(a: dict, pinned: dict) -> None:
+    for k in KEYS:
+        assert a[k] == pytest.approx(pinned[k], rel=ACROSS_CPUS, abs=1e-6), (k, a[k], pinned[k])
 
 
 # AdamW's first steps move every weight by about lr whatever its gradient's size, so float noise
@@ -46,10 +61,10 @@ def test_seeded_two_step_run_matches_the_pinned_numbers(tmp_path):
     one_process = tmp_path / "run"
     lines = train_lines(one_process)
     for line, pinned in zip(lines, PINNED, strict=True):
-        _close(line, pinned, tol=1e-6)
+        _close_across_cpus(line, pinned)
     weights = final_weights(one_process, 2)
     assert sum(float(v.double().sum()) for k, v in weights.items() if k != "lm_head.weight") == pytest.approx(
-        PINNED_PARAM_SUM, abs=1e-3)
+        PINNED_PARAM_SUM, abs=ACROSS_CPUS_PARAM_SUM)
 
 
 @pytest.mark.slow

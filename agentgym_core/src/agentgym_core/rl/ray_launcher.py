@@ -254,7 +254,7 @@ class _Remote:
 
     def __init__(self, ray: Any, timeout_s: float) -> None:
         self.ray, self.timeout_s = ray, timeout_s
-        self.step = 0
+        self.step = 0  # the step its calls belong to, counted from 1 as metrics.jsonl counts (0: before any)
 
     def get(self, refs: Any, what: str, timeout_s: float | None = None) -> Any:
         """``ray.get(refs)`` within the timeout. A list is taken as its calls finish, so a call that failed is
@@ -288,6 +288,7 @@ class RayLearnerGroup:
 
     def __init__(self, ranks: list[Any], remote: _Remote) -> None:
         self.ranks, self.remote = ranks, remote
+        self.steps_done = 0
         self.lr = 0.0
         self.weight_sync_bytes: int | None = None  # of the last policy_state_dict
 
@@ -296,14 +297,17 @@ class RayLearnerGroup:
         return self.remote.get(refs, f"learner.{method}")[0]
 
     def score(self, batch: Any, *, temperature: float) -> Any:
+        self.remote.step = self.steps_done + 1
         return self._all("score", self.remote.ray.put(batch), temperature)
 
     def update(self, inputs: Any, *, temperature: float, generator: Any) -> dict[str, float]:
+        self.remote.step = self.steps_done + 1
         return self._all("update", self.remote.ray.put(inputs), temperature, generator.initial_seed())
 
     def step_schedule(self) -> None:
         self.lr = self._all("step_schedule")
-        self.remote.step += 1
+        self.steps_done += 1  # the step's later calls (weights, save) still name it
+        self.remote.step = self.steps_done
 
     def rollout_weights(self, dtype: Any = None) -> Any:
         """The weights for the rollout workers, which are remote: :meth:`policy_state_dict`'s reference."""
@@ -324,7 +328,7 @@ class RayLearnerGroup:
 
     def load(self, checkpoint: Path) -> dict[str, Any]:
         state = self._all("load", str(checkpoint))
-        self.remote.step = int(state["step"])
+        self.steps_done = self.remote.step = int(state["step"])
         return state
 
     def close(self) -> None:
@@ -396,7 +400,7 @@ class RayRolloutGroup:
         """Step ``step``'s trajectories: every worker's slices, in the order one worker returns them; its
         metrics add :meth:`restart_metrics` to the workers' own."""
         start = time.perf_counter()
-        self.remote.step = step
+        self.remote.step = step + 1  # ``step`` counts from 0; errors name it as metrics.jsonl does
         state = self.scheduler.state_dict()
         counts = self.curriculum.state_dict() if self.curriculum is not None else None
         parts: list[RolloutResult] = self._on_each(

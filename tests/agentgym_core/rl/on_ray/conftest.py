@@ -3,12 +3,13 @@ themselves) under a private loopback Ray, and the local single-process run they 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +118,60 @@ def assert_same_run(ray_dir: Path, local_dir: Path) -> None:
         assert a["staleness_max"] == 0
 
 
-def kill_actor_when(suffix: str, ready: Callable[[Any], bool], killed: list[int]) -> threading.Thread:
+class Gate:
+    """Holds the resets of an env server from the ``hold_from``-th on (counted from 0) until :meth:`open`.
+
+    A kill test closes the phase it waits for with this gate, instead of polling for a window that a
+    busy machine can miss: the run cannot get past a held reset, so the actor is killed in the phase
+    the test names however slowly the machine runs."""
+
+    def __init__(self, hold_from: int = 0, timeout_s: float = 180.0) -> None:
+        self.hold_from, self.timeout_s = hold_from, timeout_s
+        self.calls = 0
+        self.held = threading.Event()  # a reset is waiting at the gate
+        self.opened = threading.Event()
+        self.opened_at: float | None = None  # time.monotonic() at open
+        self._lock = threading.Lock()
+
+    def pass_through(self) -> None:
+        with self._lock:
+            index, self.calls = self.calls, self.calls + 1
+        if index >= self.hold_from and not self.opened.is_set():
+            self.held.set()
+            if not self.opened.wait(self.timeout_s):
+                raise RuntimeError(f"the test's gate was never opened within {self.timeout_s:.0f} s")
+
+    def open(self) -> None:
+        if self.opened_at is None:
+            self.opened_at = time.monotonic()
+        self.opened.set()
+
+
+@contextlib.contextmanager
+def gated_guess_server(gate: Gate) -> Iterator[str]:
+    """The guess env served on loopback by this process, its resets passing through ``gate``; yields the URL."""
+    from agentgym_core.testing import serve_env
+    from agentgym_env_guess.env import GuessEnv
+
+    class GatedGuessEnv(GuessEnv):
+        def reset(self, task_id: int, seed: int | None = None) -> Any:
+            gate.pass_through()
+            return super().reset(task_id, seed)
+
+    with serve_env(GatedGuessEnv) as url:
+        yield url
+
+
+def gated_env(url: str) -> str:
+    """The ``envs`` override that sends every episode of the run to the gated server at ``url``."""
+    return f"envs=[{{name: guess, url: '{url}', max_concurrency: 2}}]"
+
+
+def kill_actor_when(suffix: str, ready: Callable[[Any], bool], killed: list[int],
+                    gate: Gate | None = None) -> threading.Thread:
     """From a thread, kill -9 the process of the run's actor named ``*suffix`` once ``ready(actor)`` is
-    True (as an OOM killer or a lost node would)."""
+    True (as an OOM killer or a lost node would), then open ``gate``. ``ready`` should test a state the
+    gate holds the run in, not a passing moment."""
     def find() -> Any:
         for entry in ray.util.list_named_actors(all_namespaces=True):
             if entry["name"].endswith(suffix):
@@ -127,18 +179,22 @@ def kill_actor_when(suffix: str, ready: Callable[[Any], bool], killed: list[int]
         return None
 
     def run() -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            actor = find()
-            try:
-                if actor is not None and ready(actor):
-                    pid = ray.get(actor.pid.remote(), timeout=60)
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                    return
-            except ray.exceptions.RayError:
-                pass  # still starting
-            time.sleep(0.02)
+        deadline = time.time() + 180
+        try:
+            while time.time() < deadline:
+                actor = find()
+                try:
+                    if actor is not None and ready(actor):
+                        pid = ray.get(actor.pid.remote(), timeout=60)
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                        return
+                except ray.exceptions.RayError:
+                    pass  # still starting
+                time.sleep(0.05)
+        finally:
+            if gate is not None:
+                gate.open()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
