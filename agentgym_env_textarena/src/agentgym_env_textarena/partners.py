@@ -20,6 +20,7 @@ Every partner is a plain JSON value, so the option crosses ``agentgym serve --en
 
 from __future__ import annotations
 
+import functools
 import importlib
 import random
 import re
@@ -107,10 +108,7 @@ class ModelPartner:
         self._seen: dict[int, str] = {}
 
     def _load(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-        self._model = AutoModelForCausalLM.from_pretrained(self.path, local_files_only=True).eval()
+        self._model, self._tokenizer = _frozen_model(self.path)
 
     def start(self, seed: int) -> None:
         self._seen = {}
@@ -139,6 +137,18 @@ class ModelPartner:
             )
         reply = self._tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
         return parse_react_action(reply)
+
+
+@functools.lru_cache(maxsize=4)
+def _frozen_model(path: str) -> tuple[Any, Any]:
+    """One copy of a partner model per process, shared by every environment instance that names it (the
+    calls into it are serialised by the adapter's lock, and its weights never change)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
+    model.requires_grad_(False)
+    return model, tokenizer
 
 
 def make_partner(spec: str | dict[str, Any]) -> Partner:
