@@ -24,7 +24,8 @@ How the pieces map:
 * **task ids** are reset seeds: task ``t`` is ``reset(seed=t)`` (pass ``reset_seed`` to mix in
   agentgym's per-episode seed, or to map ids to seeds some other way). Splits name disjoint id ranges.
 * **available actions** come from ``info[actions_key]`` (default ``"available_actions"``) when the
-  environment puts a list of strings there.
+  environment puts a list of strings there, read from the latest ``reset`` or ``step`` info only: an
+  info without the key makes ``available_actions()`` None until one has it again.
 * **success** is ``info["success"]`` (or ``info["won"]``) when the environment reports a bool; else
   an episode that *terminated* with a positive return succeeded, and one that was truncated failed.
   Pass ``success=`` for anything else.

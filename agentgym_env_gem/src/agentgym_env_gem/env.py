@@ -7,8 +7,17 @@ in :data:`ENV_IDS`) instance ``k`` is task ``e * 1000 + k``, GEM's ``reset(seed=
 train, 100-119 test; categories are the GEM ids.
 
 The board of a GEM game comes in ``info["suffix"]``; it is appended to the observation. GEM pays
-1.0 for a solved task (``success``), and ends a game it considers lost or out of turns with
-``terminated`` (``truncated`` too when out of turns). GEM's games seed Python's global ``random``, so
+1.0 for a solved task (``success``). End states are put in agentgym's terms: GEM ends a single-turn
+task with ``terminated`` and ``truncated`` both true and its internal ``<|TERMINAL_STATE|>`` marker as
+the observation; here it is ``terminated`` alone, answered ``Correct.`` or ``Incorrect.``. A game GEM
+ends out of turns (both flags again) is a loss by the game's own rule: ``terminated``, with
+``info["out_of_turns"]``. Only this adapter's ``max_steps`` truncates.
+
+``tools={...}`` wraps every GEM environment in GEM's own ``ToolEnvWrapper`` with its tools: ``python``
+(``PythonCodeTool``: ``<python>...</python>`` runs in a subprocess), ``search`` (``SearchTool``:
+``<search>...</search>`` against a retrieval server's ``search_url``), ``mcp`` (``MCPTool``: an MCP
+server's tools). A reply that calls a tool gets the tool's output as the observation and is a valid
+action; a reply with neither a tool call nor a ``\\boxed{}`` answer is invalid. GEM's games seed Python's global ``random``, so
 instances play on their own streams under a process-wide lock (``thread_safe = False``).
 """
 
@@ -107,26 +116,63 @@ class _BoardInObservation:
         return self._with_suffix(str(observation), info or {}), dict(info or {})
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        from gem.utils.constants import TERMINAL_STATE
+
         observation, reward, terminated, truncated, info = self.gem_env.step(action)
         info = dict(info or {})
+        observation = str(observation)
         if terminated or truncated:
             info["success"] = float(reward) >= 1.0
-        return (
-            self._with_suffix(str(observation), info),
-            float(reward),
-            bool(terminated),
-            bool(truncated),
-            info,
-        )
+        if observation.strip() == TERMINAL_STATE:  # a single-turn task answered: no text for the policy
+            observation = "Correct." if info["success"] else "Incorrect."
+            truncated = False
+        elif terminated and truncated:  # GEM's own turn limit: the game's end, a loss by its rules
+            info["out_of_turns"] = True
+            truncated = False
+        return self._with_suffix(observation, info), float(reward), bool(terminated), bool(truncated), info
 
 
 def _without_boxed_answer(action: str, observation: str, info: dict[str, Any]) -> bool:
     """GEM's games and reasoning tasks read the last ``\\boxed{...}`` of a reply and refuse a reply without
-    one. GEM does not flag its games' rule refusals (a repeated guess, a cell off the board): those count
-    as valid moves here."""
+    one (a tool call, which GEM's tool wrapper answers, is valid). GEM does not flag its games' rule
+    refusals (a repeated guess, a cell off the board): those count as valid moves here."""
     from gem.utils.parsing import extract_last_boxed_answer
 
+    if "tool_type" in info:  # GEM's ToolEnvWrapper parsed a tool call from the reply
+        return False
     return extract_last_boxed_answer(action) is None
+
+
+TOOLS = {
+    "python": ("gem.tools.python_code_tool", "PythonCodeTool"),
+    "search": ("gem.tools.search_tool", "SearchTool"),
+    "mcp": ("gem.tools.mcp_tool", "MCPTool"),
+}
+"""Tool name of the ``tools`` option -> GEM's tool class (module, name); its options are the class's arguments."""
+
+
+def _check_tools(tools: dict[str, dict[str, Any]]) -> None:
+    unknown = sorted(set(tools) - set(TOOLS))
+    if unknown:
+        raise ValueError(f"tools: unknown {unknown}; GEM's tools are {', '.join(TOOLS)}")
+    for name, options in tools.items():
+        if not isinstance(options, dict):
+            raise ValueError(
+                f"tools.{name}: give its options as a mapping ({{}} for the defaults), got {options!r}"
+            )
+
+
+def _with_tools(gem_env: Any, tools: dict[str, dict[str, Any]], max_tool_uses: int) -> Any:
+    """``gem_env`` inside GEM's ``ToolEnvWrapper`` with the named tools."""
+    import importlib
+
+    from gem.tools.tool_env_wrapper import ToolEnvWrapper
+
+    built = []
+    for name, options in tools.items():
+        module, cls = TOOLS[name]
+        built.append(getattr(importlib.import_module(module), cls)(**options))
+    return ToolEnvWrapper(gem_env, tools=built, max_tool_uses=max_tool_uses)
 
 
 class GemEnv(TextGymEnv):
@@ -135,6 +181,9 @@ class GemEnv(TextGymEnv):
     Args:
         env_ids: offer only these GEM ids (a subset of :data:`ENV_IDS`); the catalog shrinks to them.
         max_steps: replies per episode before it is truncated.
+        tools: GEM tools to offer, name -> the tool class's options: ``{"python": {"timeout": 5}}``,
+            ``{"search": {"search_url": "http://127.0.0.1:8000/retrieve"}}``, ``{"mcp": {...}}``.
+        max_tool_uses: tool calls per episode GEM allows (then it asks for the final answer).
     """
 
     name = "gem"
@@ -148,7 +197,13 @@ class GemEnv(TextGymEnv):
     env_ids: ClassVar[tuple[str, ...]] = ENV_IDS
     reset_seed = staticmethod(lambda task_id, seed: task_id % 1000)
 
-    def __init__(self, env_ids: list[str] | None = None, max_steps: int | None = 40) -> None:
+    def __init__(
+        self,
+        env_ids: list[str] | None = None,
+        max_steps: int | None = 40,
+        tools: dict[str, dict[str, Any]] | None = None,
+        max_tool_uses: int = 10,
+    ) -> None:
         if env_ids is not None:
             unknown = [e for e in env_ids if e not in ENV_IDS]
             if unknown or not env_ids:
@@ -160,6 +215,10 @@ class GemEnv(TextGymEnv):
         if max_steps is not None and max_steps < 1:
             raise ValueError(f"max_steps must be at least 1 or None, got {max_steps}")
         self.max_episode_steps = max_steps
+        _check_tools(tools or {})
+        if max_tool_uses < 1:
+            raise ValueError(f"max_tool_uses must be at least 1, got {max_tool_uses}")
+        self._tools, self._max_tool_uses = dict(tools or {}), max_tool_uses
         self._gyms: dict[str, _BoardInObservation] = {}
         self._gym: Any = None
         self._random = OwnGlobalRandom()
@@ -188,7 +247,10 @@ class GemEnv(TextGymEnv):
 
             self._random.forget()
             with self._random.active():
-                self._gyms[env_id] = _BoardInObservation(gem.make(env_id))
+                made = gem.make(env_id)
+                if self._tools:
+                    made = _with_tools(made, self._tools, self._max_tool_uses)
+                self._gyms[env_id] = _BoardInObservation(made)
         self._gym = self._gyms[env_id]
         result = super().reset(task_id, seed)
         result.info["env_id"] = env_id

@@ -10,4 +10,4 @@ from agentgym_core.hookspecs import Register
 def agentgym_register_envs(register: Register) -> None:
     from agentgym_env_gem.env import GemEnv
 
-    register("gem", GemEnv, summary="GEM's offline games and reasoning-gym tasks through gem.make (120 ids).")
+    register("gem", GemEnv, summary="GEM's offline games and reasoning-gym tasks through gem.make (120 ids), with GEM's tools on request.")

@@ -7,6 +7,12 @@ own curriculum level ``l`` (0 the easiest; generators without a curriculum have 
 the category of a task is ``<generator>/L<l>``: the trainer's pass-rate curriculum
 (``rollout.curriculum``) then moves from a generator's easy levels to its hard ones as they get solved.
 
+Any dataset, with its own configuration, size and seed: ``datasets=[{"name": "maze", "config": {"min_dist": 8},
+"size": 500, "seed": 7, "test_size": 50}]`` replaces that catalog with these entries (any of reasoning-gym's
+registered datasets, those left out of :data:`LEVELS` included). Entry ``i``'s item ``k`` is task
+``i * 100_000 + k``; its last ``test_size`` items are the test split, the rest train; its category is
+its ``label`` (default its name). The configuration is checked when the environment is configured.
+
 An episode is one question and one answer (``attempts=1``); with ``attempts=n`` a wrong answer is
 told its score and may be corrected up to ``n - 1`` times. The reward is the generator's
 ``score_answer`` of the last answer, in [0, 1]; ``success`` means a score of 1.
@@ -14,10 +20,14 @@ told its score and may be corrected up to ``n - 1`` times. The reward is the gen
 
 from __future__ import annotations
 
+import difflib
 import functools
+import json
 import re
 import warnings
 from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentgym_core.env import (
     Env,
@@ -29,7 +39,17 @@ from agentgym_core.env import (
     parse_react_action,
 )
 
-__all__ = ["LEVELS", "TEST_ITEMS", "TRAIN_ITEMS", "ReasoningGymEnv", "entry", "gold_answer", "task_id_of"]
+__all__ = [
+    "CUSTOM_STRIDE",
+    "LEVELS",
+    "TEST_ITEMS",
+    "TRAIN_ITEMS",
+    "DatasetSpec",
+    "ReasoningGymEnv",
+    "entry",
+    "gold_answer",
+    "task_id_of",
+]
 
 LEVELS: dict[str, int] = {
     "ab": 3,
@@ -194,15 +214,101 @@ def _dataset(generator: str, level: int) -> Any:
         return dataset_cls(config=config)
 
 
-def entry(task_id: int) -> dict[str, Any]:
-    """reasoning-gym's item of ``task_id``: ``{"question", "answer", "metadata"}``."""
+CUSTOM_STRIDE = 100_000
+"""Task ``i * CUSTOM_STRIDE + k`` of a ``datasets=[...]`` catalog is item ``k`` of its ``i``-th entry."""
+
+
+class DatasetSpec(BaseModel):
+    """One entry of ``datasets=[...]``: a reasoning-gym dataset with its configuration, size and seed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="A reasoning-gym dataset name (reasoning_gym.factory.DATASETS).")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="Its configuration's fields, e.g. min_dist."
+    )
+    size: int = Field(
+        120, ge=2, le=CUSTOM_STRIDE, description="Items generated; the last test_size are test."
+    )
+    seed: int = Field(0, description="The dataset's seed.")
+    test_size: int = Field(20, ge=1, description="Items at the end that form the test split.")
+    label: str | None = Field(None, description="The category of its tasks; default its name.")
+
+    @model_validator(mode="after")
+    def _check(self) -> DatasetSpec:
+        import reasoning_gym.factory as factory
+
+        if self.name not in factory.DATASETS:
+            close = difflib.get_close_matches(self.name, factory.DATASETS, n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise ValueError(
+                f"unknown reasoning-gym dataset {self.name!r}; {hint}({len(factory.DATASETS)} exist)"
+            )
+        if self.test_size >= self.size:
+            raise ValueError(f"{self.name}: test_size ({self.test_size}) must be below size ({self.size})")
+        _, config_cls = factory.DATASETS[self.name]
+        try:
+            config = config_cls(**{**self.config, "seed": self.seed, "size": self.size})
+            if hasattr(config, "validate"):
+                config.validate()
+        except (TypeError, ValueError, AssertionError) as exc:
+            raise ValueError(
+                f"{self.name}: configuration {self.config} is refused by {config_cls.__name__}: {exc}"
+            ) from None
+        return self
+
+    @property
+    def category(self) -> str:
+        return self.label or self.name
+
+
+def parse_datasets(datasets: list[Any]) -> tuple[DatasetSpec, ...]:
+    """``datasets=[...]`` checked: each entry a :class:`DatasetSpec` (or its dict), at least one."""
+    if not datasets:
+        raise ValueError(
+            "datasets: empty; give at least one {'name': ..., 'config': {...}, 'size': ..., 'seed': ...}"
+        )
+    try:
+        return tuple(d if isinstance(d, DatasetSpec) else DatasetSpec.model_validate(d) for d in datasets)
+    except ValidationError as exc:
+        raise ValueError(f"datasets: {exc}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _custom_dataset(spec_json: str) -> Any:
+    import reasoning_gym
+
+    spec = DatasetSpec.model_validate_json(spec_json)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return reasoning_gym.create_dataset(
+            spec.name, **{**spec.config, "seed": spec.seed, "size": spec.size}
+        )
+
+
+def _custom_source(datasets: tuple[DatasetSpec, ...], task_id: int) -> tuple[DatasetSpec, Any, int]:
+    index, item = divmod(task_id, CUSTOM_STRIDE)
+    if not (0 <= index < len(datasets) and task_id >= 0 and item < datasets[index].size):
+        raise InvalidTaskError(
+            f"reasoning_gym: no task {task_id} in datasets={[d.name for d in datasets]}; "
+            f"ids are entry * {CUSTOM_STRIDE} + item"
+        )
+    spec = datasets[index]
+    return spec, _custom_dataset(json.dumps(spec.model_dump(), sort_keys=True)), item
+
+
+def entry(task_id: int, datasets: tuple[DatasetSpec, ...] | None = None) -> dict[str, Any]:
+    """reasoning-gym's item of ``task_id``: ``{"question", "answer", "metadata"}`` (of ``datasets``' catalog when given)."""
+    if datasets:
+        _, source, item = _custom_source(datasets, task_id)
+        return source[item]
     generator, level, item = _decode(task_id)
     return _dataset(generator, level)[item]
 
 
-def gold_answer(task_id: int) -> str:
+def gold_answer(task_id: int, datasets: tuple[DatasetSpec, ...] | None = None) -> str:
     """The generator's own answer to ``task_id`` (what the expert replies)."""
-    return str(entry(task_id)["answer"])
+    return str(entry(task_id, datasets)["answer"])
 
 
 def _catalog(generators: tuple[str, ...]) -> TaskCatalog:
@@ -218,19 +324,45 @@ def _catalog(generators: tuple[str, ...]) -> TaskCatalog:
     return TaskCatalog(splits={"train": train, "test": test}, categories=categories)
 
 
+def _custom_catalog(datasets: tuple[DatasetSpec, ...]) -> TaskCatalog:
+    train: list[int] = []
+    test: list[int] = []
+    categories: dict[str, list[int]] = {}
+    for index, spec in enumerate(datasets):
+        base = index * CUSTOM_STRIDE
+        cut = spec.size - spec.test_size
+        train.extend(range(base, base + cut))
+        test.extend(range(base + cut, base + spec.size))
+        categories.setdefault(spec.category, []).extend(range(base, base + spec.size))
+    return TaskCatalog(splits={"train": train, "test": test}, categories=categories)
+
+
 class ReasoningGymEnv(Env):
     """reasoning-gym questions, one per episode, scored by their generator.
 
     Args:
         generators: offer only these generators (names from :data:`LEVELS`); the catalog shrinks to them.
         attempts: answers allowed per episode; a wrong one is told its score while attempts remain.
+        datasets: instead of the generators' levels, these datasets with their own configuration, size
+            and seed (:class:`DatasetSpec` or its dict); see the module docstring for their task ids.
     """
 
     name = "reasoning_gym"
     max_episode_steps = 1
     generators: ClassVar[tuple[str, ...]] = GENERATORS
+    datasets: ClassVar[tuple[DatasetSpec, ...]] = ()
 
-    def __init__(self, generators: list[str] | None = None, attempts: int = 1) -> None:
+    def __init__(
+        self, generators: list[str] | None = None, attempts: int = 1, datasets: list[Any] | None = None
+    ) -> None:
+        if generators is not None and datasets is not None:
+            raise ValueError(
+                "give generators= (the built-in levels) or datasets= (your own entries), not both"
+            )
+        if datasets is not None:
+            parsed = parse_datasets(datasets)
+            if parsed != type(self).datasets:
+                self.datasets = parsed  # type: ignore[misc]  # this instance's catalog
         if generators is not None:
             unknown = [g for g in generators if g not in LEVELS]
             if unknown or not generators:
@@ -243,12 +375,14 @@ class ReasoningGymEnv(Env):
             raise ValueError(f"attempts must be at least 1, got {attempts}")
         self.max_episode_steps = attempts
         self._entry: dict[str, Any] | None = None
-        self._generator, self._level = "", 0
+        self._source: Any = None
         self._steps = 0
         self._done = True
 
     @classmethod
     def configured(cls, **options: Any) -> type[Env]:
+        if options.get("datasets"):
+            return type(cls.__name__, (cls,), {"datasets": parse_datasets(options["datasets"])})
         generators = options.get("generators")
         if not generators:
             return cls
@@ -269,16 +403,22 @@ class ReasoningGymEnv(Env):
 
     @classmethod
     def tasks(cls) -> TaskCatalog:
-        return _catalog(cls.generators)
+        return _custom_catalog(cls.datasets) if cls.datasets else _catalog(cls.generators)
 
     def reset(self, task_id: int, seed: int | None = None) -> ResetResult:
+        if self.datasets:
+            spec, self._source, item = _custom_source(self.datasets, task_id)
+            self._entry = self._source[item]
+            self._steps, self._done = 0, False
+            info = {"dataset": spec.name, "category": spec.category}
+            return ResetResult(observation=str(self._entry["question"]), info=info)
         generator, level, _ = _decode(task_id)
         if generator not in self.generators:
             raise InvalidTaskError(
                 f"reasoning_gym: task {task_id} is a {generator} task, not offered here "
                 f"(generators={list(self.generators)})"
             )
-        self._entry, self._generator, self._level = entry(task_id), generator, level
+        self._entry, self._source = entry(task_id), _dataset(generator, level)
         self._steps, self._done = 0, False
         return ResetResult(
             observation=str(self._entry["question"]), info={"generator": generator, "level": level}
@@ -295,7 +435,7 @@ class ReasoningGymEnv(Env):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                score = float(_dataset(self._generator, self._level).score_answer(answer, self._entry))
+                score = float(self._source.score_answer(answer, self._entry))
             except Exception:  # a scorer that chokes on a malformed answer scores it 0
                 score = 0.0
         solved = score >= 1.0

@@ -13,6 +13,10 @@ __all__ = ["play_gold_answer"]
 
 
 def play_gold_answer(env: Env, task_id: int) -> StepResult:
-    """Reset ``env`` onto ``task_id`` and answer with the generator's gold answer."""
+    """Reset ``env`` onto ``task_id`` and answer with the generator's gold answer.
+
+    With ``datasets=[...]`` the catalog is the environment's own, so the expert reads it from ``env``:
+    it plays such an environment in-process (an HTTP client does not carry the entries).
+    """
     env.reset(task_id)
-    return env.step(f"<answer>{gold_answer(task_id)}</answer>")
+    return env.step(f"<answer>{gold_answer(task_id, getattr(env, 'datasets', None) or None)}</answer>")

@@ -14,7 +14,8 @@ def agentgym_register_envs(register: Register) -> None:
     register(
         "reasoning_gym",
         ReasoningGymEnv,
-        summary="reasoning-gym's 98 offline generators, 1-3 curriculum levels each, scored by their own scorers.",
+        summary="reasoning-gym's 98 offline generators, 1-3 curriculum levels each, scored by their own scorers; "
+        "any dataset with its config, size and seed via datasets=[...].",
     )
 
 

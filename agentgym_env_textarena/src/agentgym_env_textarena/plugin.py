@@ -13,5 +13,6 @@ def agentgym_register_envs(register: Register) -> None:
     register(
         "textarena",
         TextArenaEnv,
-        summary="TextArena's 22 offline single-player games (Sokoban, Sudoku, 2048, ...), a family per game.",
+        summary="TextArena's games: 22 offline single-player games by default; any id, variants and two-player "
+        "games against a frozen partner, with games=[...].",
     )

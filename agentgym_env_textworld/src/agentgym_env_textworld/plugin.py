@@ -14,7 +14,8 @@ def agentgym_register_envs(register: Register) -> None:
     register(
         "textworld",
         TextWorldEnv,
-        summary="TextWorld text adventures generated per task at first use (quests of 1-4 steps).",
+        summary="TextWorld text adventures generated per task at first use (quests of 1-4 steps); challenge "
+        "families, your own game files and progress rewards on request.",
     )
 
 

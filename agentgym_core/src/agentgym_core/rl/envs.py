@@ -14,6 +14,7 @@ from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import EnvConfig, TrainConfig
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
+from agentgym_core.tool_call_actions import tool_call_env
 
 __all__ = ["EnvHandle", "evaluate", "make_backend", "open_envs"]
 
@@ -70,6 +71,8 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float =
             urls = cfg.server_urls
             if not urls:
                 env_cls = pm.env_class(cfg.name)
+                if cfg.action_format == "tool_call":
+                    env_cls = tool_call_env(env_cls)
                 urls = [stack.enter_context(serve_env(env_cls, cfg.env_kwargs,
                                                       max_instances=max(64, cfg.max_concurrency)))]
             pool = EnvPool(urls, env=cfg.name, timeout=timeout_s, probe_interval_s=cfg.probe_interval_s)
