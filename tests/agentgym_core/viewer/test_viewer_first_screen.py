@@ -66,12 +66,12 @@ def training_run(run_dir: Path, steps: int = 4) -> Path:
     return run_dir
 
 
-def test_first_screen_shows_outcomes_and_losses_first_and_folds_constant_charts(page, serve_viewer, tmp_path):
+def test_first_screen_shows_outcomes_and_losses_first_and_folds_quiet_charts(page, serve_viewer, tmp_path):
     base = serve_viewer(training_run(tmp_path / "run"))
     page.goto(f"{base}/#run=.")
     page.wait_for_selector("body[data-ready='1']")
     sections = page.locator("details.chart-section").evaluate_all("els => els.map(e => e.dataset.section)")
-    assert sections[0] == "headline" and sections[-1] == "constant"
+    assert sections[0] == "headline" and sections[-1] == "quiet"
     first = page.locator("details[data-section=headline] .chart").evaluate_all(
         "els => els.map(e => e.dataset.metric)"
     )
@@ -83,8 +83,8 @@ def test_first_screen_shows_outcomes_and_losses_first_and_folds_constant_charts(
     headline_bottom = max(top for key, top in tops if key in first)
     assert all(top > headline_bottom for key, top in tops if key not in first)
 
-    constant = page.locator("details[data-section=constant]")
-    assert constant.evaluate("e => e.open") is False  # folded away
+    quiet = page.locator("details[data-section=quiet]")
+    assert quiet.evaluate("e => e.open") is False  # folded away
     folded = {
         "lr",
         "infra_failed",
@@ -98,10 +98,10 @@ def test_first_screen_shows_outcomes_and_losses_first_and_folds_constant_charts(
         "horizon",
         "tasks",
     }
-    assert constant.locator("summary").inner_text().startswith(f"{len(folded)} constant charts")
-    charted = set(constant.locator(".chart").evaluate_all("els => els.map(e => e.dataset.metric)"))
+    assert quiet.locator("summary").inner_text().startswith(f"{len(folded)} quiet charts")
+    charted = set(quiet.locator(".chart").evaluate_all("els => els.map(e => e.dataset.metric)"))
     assert charted == folded
-    assert not page.locator("details[data-section=constant] .chart").first.is_visible()
+    assert not page.locator("details[data-section=quiet] .chart").first.is_visible()
 
     # Axis labels are HTML in CSS pixels: at least 11 px, whatever the chart's width.
     sizes = page.locator(".chart .yaxis span, .chart .xaxis span").evaluate_all(
@@ -114,9 +114,9 @@ def test_first_screen_shows_outcomes_and_losses_first_and_folds_constant_charts(
     assert min(heights) >= 11
     _shot(page, "first-screen")
 
-    constant.locator("summary").click()  # a reader can still open them, and the page keeps that
-    assert page.locator("details[data-section=constant] .chart[data-metric=lr]").is_visible()
-    _shot(page, "first-screen-constant-open")
+    quiet.locator("summary").click()  # a reader can still open them, and the page keeps that
+    assert page.locator("details[data-section=quiet] .chart[data-metric=lr]").is_visible()
+    _shot(page, "first-screen-quiet-open")
 
 
 def test_token_view_shows_loading_then_labels_a_skipped_update_not_trained(page, serve_viewer, tmp_path):
@@ -143,8 +143,10 @@ def test_token_view_shows_loading_then_labels_a_skipped_update_not_trained(page,
 
     page.unroute("**/api/tokens?*")
     page.goto(f"{base}/#run=.&step=3&i=0&view=tokens")  # a step that was trained: coloured by advantage
-    page.wait_for_selector(".tokens")
-    assert "trained, advantage" in page.inner_text("#token-legend")
+    from playwright.sync_api import expect
+
+    # A hash change keeps step 4's token view on screen until step 3's arrives: wait for the new legend.
+    expect(page.locator("#token-legend")).to_contain_text("trained, advantage")
     assert page.locator(".tokens .skip").count() == 0
 
 
