@@ -11,7 +11,7 @@ plugin adds shows up without touching the page. Each key falls in one section, b
                 counters of a feature that is off, failures that did not happen
 ``<env>``       keys written ``<env>/<name>`` (per-environment breakdowns), one section per env
 ``loss``        losses and the quantities the policy update is judged by (KL, clip fraction,
-                entropy, advantages, log-prob gap)
+                entropy, advantages, log-prob gap, the sampler-learner ratios)
 ``optimizer``   learning rate, gradient norm, optimizer steps, update size
 ``timing``      wall times, throughputs and peak memory
 ``rollout``     everything else: success, reward, turns, horizon, trajectory and token counts
@@ -27,7 +27,8 @@ from typing import Any
 
 __all__ = ["SECTION_ORDER", "chart_sections", "flatten_config", "metric_section", "quiet_keys"]
 
-SECTION_ORDER = ("headline", "rollout", "loss", "optimizer", "timing", "eval")
+# The update's health (entropy, advantages, the sampler-learner gap) before the rollout's counts.
+SECTION_ORDER = ("headline", "loss", "rollout", "optimizer", "timing", "eval")
 """Sections in page order; per-environment sections come after ``eval``, by name, then ``quiet``."""
 
 QUIET = "quiet"
@@ -38,7 +39,7 @@ _HEADLINE = re.compile(r"^(success|reward|loss)$|_loss$")
 # Within a section these come first, in this order; the rest follow alphabetically.
 _FIRST = ("success", "invalid_action_rate", "reward", "turns", "horizon", "pg_loss", "kl_loss", "kl", "clip_frac", "entropy", "lr",
           "grad_norm", "time_step")
-_LOSS = re.compile(r"loss|(^|_)kl($|_)|clip|entropy|advantage|logprob|value")
+_LOSS = re.compile(r"loss|(^|_)kl($|_)|clip|entropy|advantage|logprob|value|^sampler_")
 _OPTIMIZER = re.compile(r"^(lr|learning_rate)$|grad|optimizer|^update_tokens$|param_norm|weight_norm")
 _TIMING = re.compile(r"^time_|_seconds$|_s$|_per_s$|per_min$|throughput|^wall|^peak_")
 

@@ -46,7 +46,7 @@ function lineChart(key, series, options) {
   const last = first ? first.ys[first.ys.length - 1] : null;
   // The title's tooltip is the docs' text for this metric ("What a run logs"), when it has one.
   const help = options.help && options.help[key];
-  box.innerHTML = `<div class="title"${help ? ` title="${esc(key + ": " + help)}"` : ""}><span class="name">${esc(key)}${
+  box.innerHTML = `<div class="title"${help ? ` title="${esc(key + ": " + help)}"` : ""}><span class="name">${esc(key).replace(/([_/])/g, "$1<wbr>")}${
     help ? '<sup class="help" aria-hidden="true">?</sup>' : ""}</span><span class="muted">${formatNumber(last)}</span></div>
     <div class="plot"><div class="yaxis"></div><div class="area"></div><div class="xaxis"></div></div>`;
   const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": key });
