@@ -108,6 +108,30 @@ def test_every_docs_page_is_in_the_nav():
     assert not missing, f"pages not in mkdocs.yml's nav: {missing}"
 
 
+GLOSSARY_TERMS = ("anchor",)
+"""Words used in a sense of their own: each page links its first use to its entry in concepts/glossary.md."""
+
+
+def test_a_page_links_a_glossary_term_where_it_first_uses_it():
+    glossary = (ROOT / "docs" / "concepts" / "glossary.md").read_text()
+    for term in GLOSSARY_TERMS:
+        assert f"\n## {term}\n" in glossary, f"concepts/glossary.md has no entry '## {term}'"
+    unlinked = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        if page.name == "glossary.md":
+            continue
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("#"))  # titles are not prose
+        for term in GLOSSARY_TERMS:
+            for use in re.finditer(rf"\[([^\]]*)\]\(([^)]*)\)|\b{term}\b", text, re.I):  # a link, or the bare word
+                if use.group(1) is not None and not re.search(rf"\b{term}\b", use.group(1), re.I):
+                    continue  # a link about something else
+                if not (use.group(2) or "").endswith(f"glossary.md#{term}"):
+                    unlinked.append(f"{page.relative_to(ROOT)}: '{use.group(0)}'")
+                break
+    assert not unlinked, f"first uses not linked to concepts/glossary.md: {unlinked}"
+
+
 def test_the_readme_is_a_door():
     text = (ROOT / "README.md").read_text()
     assert 120 <= len(text.splitlines()) <= 250
