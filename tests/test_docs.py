@@ -132,6 +132,20 @@ def test_a_page_links_a_glossary_term_where_it_first_uses_it():
     assert not unlinked, f"first uses not linked to concepts/glossary.md: {unlinked}"
 
 
+def test_recipe_comments_point_to_docs_pages_that_exist():
+    """The README is a door: a recipe's comment sends a reader to the page that explains, and that page exists."""
+    stale, missing = [], []
+    for recipe in sorted((ROOT / "examples").glob("*.yaml")):
+        for number, line in enumerate(recipe.read_text().splitlines(), 1):
+            comment = line.partition("#")[2]
+            if re.search(r"(?<![\w/.])README\b(?!\.md)", comment):
+                stale.append(f"{recipe.name}:{number}")
+            missing += [f"{recipe.name}:{number}: {path}" for path in re.findall(r"\b((?:docs|bench)/[\w./-]+\.md)", comment)
+                        if not (ROOT / path).exists()]
+    assert not stale, f"comments that point to the README, whose sections moved to docs/: {stale}"
+    assert not missing, f"comments that name pages that do not exist: {missing}"
+
+
 def test_the_readme_is_a_door():
     text = (ROOT / "README.md").read_text()
     assert 120 <= len(text.splitlines()) <= 250
