@@ -146,6 +146,24 @@ def test_recipe_comments_point_to_docs_pages_that_exist():
     assert not missing, f"comments that name pages that do not exist: {missing}"
 
 
+RUNNABLE_HOW_TOS = ("observer.md", "scheduler.md", "backend.md")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", RUNNABLE_HOW_TOS)
+def test_a_how_to_s_example_runs_and_prints_what_it_says(page, tmp_path):
+    """The first Python block of the page runs as it is, and prints the lines its trailing comments show."""
+    text = (ROOT / "docs" / "how-to" / page).read_text()
+    block = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    lines = block.rstrip().splitlines()
+    trailing = len(lines) - next(i for i in range(len(lines) - 1, -1, -1) if not lines[i].startswith("# ")) - 1
+    expected = [line[2:] for line in lines[len(lines) - trailing:]]
+    assert expected, f"{page}: its example shows no output in trailing '# ...' comments"
+    done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-len(expected):] == expected
+
+
 def test_the_readme_is_a_door():
     text = (ROOT / "README.md").read_text()
     assert 120 <= len(text.splitlines()) <= 250
