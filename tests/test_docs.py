@@ -146,7 +146,7 @@ def test_recipe_comments_point_to_docs_pages_that_exist():
     assert not missing, f"comments that name pages that do not exist: {missing}"
 
 
-RUNNABLE_HOW_TOS = ("observer.md", "scheduler.md", "backend.md")
+RUNNABLE_HOW_TOS = ("observer.md", "scheduler.md", "backend.md", "your-own-env.md")
 
 
 @pytest.mark.slow
