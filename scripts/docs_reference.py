@@ -443,7 +443,9 @@ def metric_group(doc: Any) -> str:
 def _prose(text: str) -> str:
     """A metric's help text in a table cell: dotted recipe keys and metric names as code, no raw ``<``."""
     text = re.sub(r"\b[a-z_]+(?:\.[a-z_]+)+\b|\b[a-z]+(?:_[a-z]+)+\b|\bpool/\S+?(?=[,;)]|\.? |$)", r"`\g<0>`", text)
-    return cell(re.sub(r"<(\w+)>(?![^`]*`)", r"&lt;\1&gt;", text))
+    parts = text.split("`")  # even parts are prose, odd parts code spans
+    parts[::2] = [part.replace("<", "&lt;").replace(">", "&gt;") for part in parts[::2]]
+    return cell("`".join(parts))
 
 
 def metrics() -> str:
@@ -455,10 +457,14 @@ def metrics() -> str:
     unknown = set(groups) - set(_SECTION_TITLES)
     if unknown:
         raise ValueError(f"metric sections without a title in scripts/docs_reference.py: {sorted(unknown)}")
+    from agentgym_core.viewer.layout import SECTION_ORDER
+
     out: list[str] = []
-    for section, (title, intro) in _SECTION_TITLES.items():
+    order = [*SECTION_ORDER, *(s for s in _SECTION_TITLES if s not in SECTION_ORDER)]  # the viewer's order
+    for section in order:
         if section not in groups:
             continue
+        title, intro = _SECTION_TITLES[section]
         out += [f"## {title}", ""] + ([intro, ""] if intro else [])
         out += ["| metric | what it measures | healthy | when it is not |", "|---|---|---|---|"]
         for doc in groups[section]:

@@ -82,7 +82,7 @@ def test_the_docs_page_is_generated_from_the_table():
         assert f"| `{m.name}`" in text, m.name
     # The viewer's sections, in the viewer's order, each under its own heading.
     headings = [line[3:] for line in text.splitlines() if line.startswith("## ")]
-    assert headings[:4] == ["Outcomes and losses", "Rollouts", "The update", "Optimizer"]
+    assert headings[:4] == ["Outcomes and losses", "The update", "Rollouts", "Optimizer"]  # layout.SECTION_ORDER
     assert "`clip_frac` | Share of sampled tokens" in text.split("## The update")[1].split("## ")[0]
 
 
