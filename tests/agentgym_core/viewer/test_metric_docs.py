@@ -10,10 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentgym_core.viewer.metric_docs import METRICS, describe, lookup, undocumented
+from agentgym_core.viewer.metric_docs import METRICS, describe, lookup, undocumented, undocumented_message
 
 ROOT = Path(__file__).resolve().parents[3]
-TABLE = "agentgym_core/src/agentgym_core/viewer/metric_docs.py"
 
 
 def written_keys(run_dir: Path) -> dict[str, str]:
@@ -48,18 +47,16 @@ def test_every_metric_a_short_run_writes_is_documented(short_run):
     assert {"success", "clip_frac", "approx_kl", "sampler_kl", "rollout_logprob_gap", "staleness_mean",
             "pool/word/s0/errors", "word/success", "tasks"} <= set(keys)  # the run reached the metrics it should
     missing = undocumented(keys)
-    assert not missing, (
-        "metrics.jsonl has keys that no entry of METRICS explains: "
-        + ", ".join(f"{k} (a {keys[k]} line)" for k in missing)
-        + f". Add a MetricDoc(name, meaning, healthy, action, writer) for each to METRICS in {TABLE}; the docs "
-        "page docs/reference/metrics.md and the viewer's tooltips are generated from it."
-    )
+    lines = ", ".join(f"{k}: a {keys[k]} line" for k in missing)
+    assert not missing, undocumented_message(keys, f"a short training run ({lines})")
 
 
 def test_a_new_metric_without_an_entry_is_named():
     keys = ["step", "kind", "success", "word/success", "pool/word/s3/errors", "peak_rss_update_gb",
             "curriculum/babyai/expected_mixed", "my_new_rate", "word/my_new_rate"]
     assert undocumented(keys) == ["my_new_rate", "word/my_new_rate"]
+    message = undocumented_message(keys, "a test run")
+    assert "my_new_rate, word/my_new_rate" in message and "viewer/metric_docs.py" in message
     assert lookup("pool/word/s3/errors").name == "pool/<env>/<server>/errors"
     assert describe("word/success").startswith("word only: Share of the step's trajectories")
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
-__all__ = ["METRICS", "MetricDoc", "describe", "lookup", "undocumented"]
+__all__ = ["METRICS", "MetricDoc", "describe", "lookup", "undocumented", "undocumented_message"]
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,7 @@ METRICS: tuple[MetricDoc, ...] = (
     MetricDoc("margin", "DPO: mean reward margin of chosen over rejected.", "Rising.", "", "fine-tuning"),
     MetricDoc("reward_chosen", "DPO: implicit reward of the chosen answers.", "", "", "fine-tuning"),
     MetricDoc("reward_rejected", "DPO: implicit reward of the rejected answers.", "Falling.", "", "fine-tuning"),
+    MetricDoc("pairs", "DPO: chosen/rejected pairs in this step's batch.", "", "", "fine-tuning"),
     MetricDoc("sft_nll", "DPO: the SFT term on chosen answers (negative log-likelihood).", "", "", "fine-tuning"),
     MetricDoc("trained_tokens", "SFT: tokens the loss covered this step.", "", "", "fine-tuning"),
     MetricDoc("sequences", "SFT: sequences in this step's batch.", "", "", "fine-tuning"),
@@ -245,3 +246,11 @@ def describe(key: str) -> str | None:
     if doc.action:
         parts.append(f"If not: {doc.action}")
     return "\n".join(parts)
+
+
+def undocumented_message(keys: Iterable[str], written_by: str) -> str:
+    """The failure message of a test that found keys no entry names: which, and where to add them."""
+    return (f"{written_by} wrote metrics that no entry of METRICS explains: {', '.join(undocumented(keys))}. Add a "
+            "MetricDoc(name, meaning, healthy, action, writer) for each to METRICS in "
+            "agentgym_core/src/agentgym_core/viewer/metric_docs.py; the docs page 'What a run logs' "
+            "(docs/reference/metrics.md) and the viewer's chart tooltips are generated from it.")
