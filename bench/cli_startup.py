@@ -9,8 +9,11 @@ the ratio current/baseline per command.
     python bench/cli_startup.py --rounds 5 --servers babyai textcraft sciworld search \\
         --baseline /tmp/agentgym-before
 
-CLI rows: wall seconds (median) and CPU seconds (user+sys of the child, median) of ``--help``,
-``plugins``, ``envs``, a misspelt env's one-line error and ``train`` of a recipe that does not exist. Server rows: seconds from start until
+CLI rows: wall seconds (median) and CPU seconds (user+sys of the child: median, and the minimum, the
+figure a shared machine disturbs least) and exit code of ``--help``, ``plugins``, ``envs``, a
+misspelt env's one-line error, ``train`` of a recipe that does not exist, ``train --print-config``
+of the smoke recipe, ``train`` of a recipe whose env is misspelt, and ``eval`` of a model path that
+does not exist. Server rows: seconds from start until
 ``POST /v1/instances`` (with a reset onto task 0) answers 201, and the server process's RSS then.
 """
 
@@ -25,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,8 +36,13 @@ from typing import Any
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "examples" / "babyai_smoke_cpu.yaml")
+TYPO_RECIPE = Path(tempfile.gettempdir()) / "agentgym_bench_typo_env.yaml"  # the smoke recipe, env misspelt
 CLI_COMMANDS = {"--help": ["--help"], "plugins": ["plugins"], "envs": ["envs"], "typo error": ["serve", "textcraf"],
-                "missing recipe": ["train", "no_such_recipe.yaml"]}
+                "missing recipe": ["train", "no_such_recipe.yaml"],
+                "print-config": ["train", SMOKE, "--print-config"],
+                "typo in recipe": ["train", str(TYPO_RECIPE)],
+                "eval bad model": ["eval", "--env", "babyai", "--model", "/no/such/model"]}
 
 
 def source_path(checkout: Path) -> str:
@@ -114,16 +123,20 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/cli_startup.json")
     args = parser.parse_args()
 
+    text = Path(SMOKE).read_text()
+    TYPO_RECIPE.write_text(text.replace("name: babyai\n", "name: babyaai\n", 1))
     trees = {"current": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     envs = {name: child_env(path) for name, path in trees.items()}
     cli: dict[str, dict[str, list[tuple[float, ...]]]] = {t: {c: [] for c in CLI_COMMANDS} for t in trees}
     servers: dict[str, dict[str, list[tuple[float, ...]]]] = {t: {s: [] for s in args.servers} for t in trees}
+    codes: dict[str, int] = {}
     load_before = os.getloadavg()
     for round_index in range(args.rounds):
         for tree in trees:
             for command, argv in CLI_COMMANDS.items():
                 wall, cpu, code = time_command(argv, envs[tree])
                 cli[tree][command].append((wall, cpu))
+                codes[command] = code
             for env_name in args.servers:
                 servers[tree][env_name].append(time_server(env_name, envs[tree], args.ready_timeout))
         print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
@@ -133,12 +146,15 @@ def main() -> None:
                               "trees": {t: str(p) for t, p in trees.items()}, "cli": {}, "servers": {}}
     print(f"{'command':<22}" + "".join(f"{t + ' wall/cpu s':>26}" for t in trees) + ("   ratio (wall)" if args.baseline else ""))
     for command in CLI_COMMANDS:
-        row = {t: dict(zip(("wall_s", "cpu_s"), summarise(cli[t][command]), strict=True)) for t in trees}
+        row = {t: {**dict(zip(("wall_s", "cpu_s"), summarise(cli[t][command]), strict=True)),
+                   "cpu_min_s": round(min(cpu for _, cpu in cli[t][command]), 3)} for t in trees}
+        row["exit_code"] = codes[command]
         if args.baseline:
             row["ratio_wall"] = round(row["current"]["wall_s"] / row["baseline"]["wall_s"], 3)
             row["ratio_cpu"] = round(row["current"]["cpu_s"] / row["baseline"]["cpu_s"], 3)
         result["cli"][command] = row
-        cells = "".join(f"{row[t]['wall_s']:>16.2f} / {row[t]['cpu_s']:<7.2f}" for t in trees)
+        cells = "".join(f"{row[t]['wall_s']:>10.2f} / {row[t]['cpu_s']:.2f} (min {row[t]['cpu_min_s']:.2f})"
+                        for t in trees)
         print(f"agentgym {command:<13}{cells}" + (f"   x{row['ratio_wall']:.2f}" if args.baseline else ""))
     for env_name in args.servers:
         row = {t: dict(zip(("ready_s", "rss_mib"), summarise(servers[t][env_name]), strict=True)) for t in trees}

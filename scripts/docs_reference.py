@@ -8,7 +8,9 @@ MkDocs loads this file as a hook (``hooks:`` in mkdocs.yml): a page holding a li
   ``plugin-options``: the keys that installed estimators and round schedulers add;
 - ``cli``: every ``agentgym`` command and option, from the argparse parsers;
 - ``http``: every route of the environment server, from its OpenAPI description;
-- ``hooks``: every hook, from the docstrings of ``agentgym_core/hookspecs.py``.
+- ``hooks``: every hook, from the docstrings of ``agentgym_core/hookspecs.py``;
+- ``metrics``: every metric a run logs, from ``agentgym_core.viewer.metric_docs.METRICS`` (the table
+  the viewer's tooltips read), grouped by the viewer's chart sections.
 
 A key without help text is an error (:class:`MissingHelp`), so a strict build fails on it. Run
 ``python scripts/docs_reference.py NAME`` to print one reference.
@@ -410,7 +412,70 @@ def hooks() -> str:
     return "\n".join(out)
 
 
+# -- metrics ---------------------------------------------------------------------------------------------
+
+_SECTION_TITLES = {
+    "headline": ("Outcomes and losses", "The first charts of the viewer: what a reader opens a run for."),
+    "rollout": ("Rollouts", "Sampling: how many trajectories, how many carried signal, what failed."),
+    "loss": ("The update", "What the policy update is judged by: its losses, clipping, KL, entropy and the "
+             "sampler-learner mismatch."),
+    "optimizer": ("Optimizer", ""),
+    "timing": ("Time and memory", ""),
+    "eval": ("Evaluation only", "Keys only evaluation lines have."),
+    "pool": ("Environment servers", "One set per server of an environment's pool (`<server>` is `s0`, `s1`, ... "
+             "in the order of the env's `urls`)."),
+    "curriculum": ("Curriculum", "Written when `rollout.curriculum` is on."),
+    "fine-tuning": ("Fine-tuning runs", "`agentgym finetune` (SFT, DPO) and rejection sampling."),
+}
+
+
+def metric_group(doc: Any) -> str:
+    """The viewer's section of a documented metric (``fine-tuning`` for fine-tuning's own)."""
+    from agentgym_core.viewer.layout import metric_section
+
+    if doc.writer == "fine-tuning":
+        return "fine-tuning"
+    if doc.writer == "evaluation":
+        return "eval"
+    return metric_section(doc.name)
+
+
+def _prose(text: str) -> str:
+    """A metric's help text in a table cell: dotted recipe keys and metric names as code, no raw ``<``."""
+    text = re.sub(r"\b[a-z_]+(?:\.[a-z_]+)+\b|\b[a-z]+(?:_[a-z]+)+\b|\bpool/\S+?(?=[,;)]|\.? |$)", r"`\g<0>`", text)
+    parts = text.split("`")  # even parts are prose, odd parts code spans
+    parts[::2] = [part.replace("<", "&lt;").replace(">", "&gt;") for part in parts[::2]]
+    return cell("`".join(parts))
+
+
+def metrics() -> str:
+    from agentgym_core.viewer.metric_docs import METRICS
+
+    groups: dict[str, list[Any]] = {}
+    for doc in METRICS:
+        groups.setdefault(metric_group(doc), []).append(doc)
+    unknown = set(groups) - set(_SECTION_TITLES)
+    if unknown:
+        raise ValueError(f"metric sections without a title in scripts/docs_reference.py: {sorted(unknown)}")
+    from agentgym_core.viewer.layout import SECTION_ORDER
+
+    out: list[str] = []
+    order = [*SECTION_ORDER, *(s for s in _SECTION_TITLES if s not in SECTION_ORDER)]  # the viewer's order
+    for section in order:
+        if section not in groups:
+            continue
+        title, intro = _SECTION_TITLES[section]
+        out += [f"## {title}", ""] + ([intro, ""] if intro else [])
+        out += ["| metric | what it measures | healthy | when it is not |", "|---|---|---|---|"]
+        for doc in groups[section]:
+            who = {"evaluation": " (evaluation)", "both": " (training and evaluation)"}.get(doc.writer, "")
+            out.append(f"| `{doc.name}`{who} | {_prose(doc.meaning)} | {_prose(doc.healthy)} | {_prose(doc.action)} |")
+        out.append("")
+    return "\n".join(out)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "metrics": metrics,
     "recipe-rl": recipe_rl,
     "recipe-finetune": recipe_finetune,
     "plugin-options": plugin_options,

@@ -7,6 +7,7 @@ pydantic config models, the argparse parsers, the server's OpenAPI description a
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -107,6 +108,62 @@ def test_every_docs_page_is_in_the_nav():
     assert not missing, f"pages not in mkdocs.yml's nav: {missing}"
 
 
+GLOSSARY_TERMS = ("anchor", "horizon")
+"""Words used in a sense of their own: each page links its first use to its entry in concepts/glossary.md."""
+
+
+def test_a_page_links_a_glossary_term_where_it_first_uses_it():
+    glossary = (ROOT / "docs" / "concepts" / "glossary.md").read_text()
+    for term in GLOSSARY_TERMS:
+        assert f"\n## {term}\n" in glossary, f"concepts/glossary.md has no entry '## {term}'"
+    unlinked = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        if page.name == "glossary.md":
+            continue
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("#"))  # titles are not prose
+        for term in GLOSSARY_TERMS:
+            for use in re.finditer(rf"\[([^\]]*)\]\(([^)]*)\)|\b{term}\b", text, re.I):  # a link, or the bare word
+                if use.group(1) is not None and not re.search(rf"\b{term}\b", use.group(1), re.I):
+                    continue  # a link about something else
+                if not (use.group(2) or "").endswith(f"glossary.md#{term}"):
+                    unlinked.append(f"{page.relative_to(ROOT)}: '{use.group(0)}'")
+                break
+    assert not unlinked, f"first uses not linked to concepts/glossary.md: {unlinked}"
+
+
+def test_recipe_comments_point_to_docs_pages_that_exist():
+    """The README is a door: a recipe's comment sends a reader to the page that explains, and that page exists."""
+    stale, missing = [], []
+    for recipe in sorted((ROOT / "examples").glob("*.yaml")):
+        for number, line in enumerate(recipe.read_text().splitlines(), 1):
+            comment = line.partition("#")[2]
+            if re.search(r"(?<![\w/.])README\b(?!\.md)", comment):
+                stale.append(f"{recipe.name}:{number}")
+            missing += [f"{recipe.name}:{number}: {path}" for path in re.findall(r"\b((?:docs|bench)/[\w./-]+\.md)", comment)
+                        if not (ROOT / path).exists()]
+    assert not stale, f"comments that point to the README, whose sections moved to docs/: {stale}"
+    assert not missing, f"comments that name pages that do not exist: {missing}"
+
+
+RUNNABLE_HOW_TOS = ("observer.md", "scheduler.md", "backend.md", "your-own-env.md")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", RUNNABLE_HOW_TOS)
+def test_a_how_to_s_example_runs_and_prints_what_it_says(page, tmp_path):
+    """The first Python block of the page runs as it is, and prints the lines its trailing comments show."""
+    text = (ROOT / "docs" / "how-to" / page).read_text()
+    block = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    lines = block.rstrip().splitlines()
+    trailing = len(lines) - next(i for i in range(len(lines) - 1, -1, -1) if not lines[i].startswith("# ")) - 1
+    expected = [line[2:] for line in lines[len(lines) - trailing:]]
+    assert expected, f"{page}: its example shows no output in trailing '# ...' comments"
+    done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-len(expected):] == expected
+
+
 def test_the_readme_is_a_door():
     text = (ROOT / "README.md").read_text()
     assert 120 <= len(text.splitlines()) <= 250
@@ -116,21 +173,67 @@ def test_the_readme_is_a_door():
         compile(block, "README.md", "exec")
 
 
-@pytest.mark.slow
-def test_the_site_builds_strictly(tmp_path):
-    """`mkdocs build --strict`: a broken link, anchor or reference marker fails it."""
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built once by `mkdocs build --strict`; a broken link, anchor or reference marker fails it."""
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
         pytest.skip("mkdocs-material is not installed (it is in the dev extra: scripts/install.sh --dev)")
+    tmp = tmp_path_factory.mktemp("docs")
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or "mkdocs"
     result = subprocess.run(
-        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp / "site")],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
-        env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)},
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(Path(sys.executable).parent), "HOME": str(tmp)},
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    recipe = (tmp_path / "site" / "reference" / "recipe" / "index.html").read_text()
+    return tmp / "site"
+
+
+@pytest.mark.slow
+def test_the_site_builds_strictly(site):
+    recipe = (site / "reference" / "recipe" / "index.html").read_text()
     assert "algorithm.rounds_ctrl.steps_scaling_inter" in recipe
     assert "<!-- reference:" not in recipe
+
+
+def search_hits(index: dict, query: str, separator: str | None = None) -> list[str]:
+    """Locations of the search index's sections holding every word of ``query``, both split as the
+    site's search splits them (its ``separator``), so a key is found only if the reader's search finds it."""
+    split = re.compile(separator or index["config"]["separator"])
+
+    def words(text: str) -> set[str]:
+        text = re.sub(r"<[^>]+>", " ", text)
+        return {w.lower() for w in split.split(text) if w}
+
+    wanted = words(query)
+    return [doc["location"] for doc in index["docs"] if wanted <= words(doc["title"] + " " + doc["text"])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query", ["max_new_tokens", "kl.coef", "invalid_action_penalty", "algorithm.kl.coef"])
+def test_search_finds_a_recipe_key_by_part_of_its_name(site, query):
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    hits = search_hits(index, query)
+    assert any(hit.startswith("reference/recipe/") for hit in hits), (
+        f"searching {query!r} does not reach the recipe reference; hits: {hits[:5]} "
+        f"(plugins.search.separator in mkdocs.yml decides where words split)"
+    )
+    if query != "algorithm.kl.coef":  # the theme's default separator, spaces and dashes, keeps a dotted key whole
+        assert not any(hit.startswith("reference/recipe/") for hit in search_hits(index, query, r"[\s\-]+"))
+
+
+@pytest.mark.slow
+def test_the_404_page_links_under_the_site_url(site):
+    """The 404 page is served at any depth, so its links are absolute: under site_url's path, not the host's root."""
+    from urllib.parse import urlparse
+
+    import yaml
+
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)  # BaseLoader: skips !!python tags
+    base = urlparse(config.get("site_url", "")).path
+    assert base.strip("/"), "mkdocs.yml has no site_url with a path, so the 404 page links to the host's root"
+    links = re.findall(r'(?:href|src)="(/[^/"][^"]*)"', (site / "404.html").read_text())
+    assert links and all(link.startswith(base) for link in links), [x for x in links if not x.startswith(base)]

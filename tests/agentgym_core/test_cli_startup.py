@@ -83,6 +83,31 @@ def test_the_recipe_schema_reads_a_recipe_without_torch():
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
+ROOT = Path(__file__).parents[2]
+
+
+def test_print_config_reads_the_estimator_s_declarations_without_importing_it():
+    code, imported = imported_by("train", str(ROOT / "examples" / "babyai_smoke_cpu.yaml"), "--print-config")
+    assert code == 0
+    assert "torch" not in imported and "transformers" not in imported, imported
+
+
+def test_a_misspelt_env_inside_a_recipe_is_refused_before_torch(tmp_path):
+    recipe = (ROOT / "examples" / "babyai_smoke_cpu.yaml").read_text()
+    assert "name: babyai\n" in recipe
+    (tmp_path / "typo.yaml").write_text(recipe.replace("name: babyai\n", "name: babyaai\n", 1))
+    code, imported = imported_by("train", str(tmp_path / "typo.yaml"))
+    assert code == 2
+    assert "torch" not in imported and "transformers" not in imported, imported
+
+
+def test_eval_with_a_model_path_that_does_not_exist_answers_before_transformers(tmp_path):
+    code, imported = imported_by("eval", "--env", "babyai", "--model", str(tmp_path / "no_such_model"),
+                                 "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert "torch" not in imported and "transformers" not in imported, imported
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

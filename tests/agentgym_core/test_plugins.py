@@ -168,6 +168,25 @@ def test_a_reference_that_does_not_import_names_the_plugin_and_the_error(site):
         manager.catalog("env")
 
 
+def test_what_a_registration_by_reference_did_not_declare_is_read_without_importing_it():
+    from agentgym_core import hookimpl
+
+    class ByReference:
+        @hookimpl
+        def agentgym_register_advantage_estimators(self, register):
+            register("heavy", "no_such_heavy_module_qq:estimate", min_group_size=2)
+
+    manager = PluginManager(autoload=False)
+    manager.register(ByReference(), "by-reference")
+    heavy = manager.registration("advantage_estimator", "heavy")
+    # --print-config and the recipe checks ask for options; the answer must not import the estimator
+    # (and torch with it): a plugin that registers by reference declares everything beside it.
+    assert heavy.declared("options") is None and heavy.declared("min_group_size") == 2
+    assert not heavy.is_loaded
+    with pytest.raises(PluginError, match="failed to import"):
+        _ = heavy.obj  # using it is what imports it
+
+
 def test_looking_up_a_name_imports_the_entry_point_of_that_name_first(site):
     import sys
 

@@ -226,11 +226,17 @@ class Registration:
 
     def declared(self, name: str) -> Any:
         """Spec field ``name``: the registration's value (a reference imported now), else the attribute an older
-        plugin set on the object, else None."""
+        plugin set on the object, else None.
+
+        An object registered by reference is read only from its spec: a plugin that registers that way
+        declares there, and a recipe check or ``--print-config`` must not import it (and torch with it)
+        to learn that it declared nothing."""
         value = getattr(self.spec, name)
         if isinstance(value, str):
             return _import_reference(value, self)
         if value is None:
+            if isinstance(self.target, str):
+                return None
             return getattr(self.obj, _LEGACY_ATTRIBUTES[name], None)
         return value
 

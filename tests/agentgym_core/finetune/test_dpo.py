@@ -12,6 +12,7 @@ from agentgym_core.finetune.config import FinetuneConfig
 from agentgym_core.finetune.data import Example, TokenizerChat, tokenize_messages
 from agentgym_core.finetune.dpo import dpo_loss, make_pairs, run_dpo, sequence_logprobs
 from agentgym_core.rollout.chat import ChatFormat
+from agentgym_core.viewer.metric_docs import undocumented, undocumented_message
 
 
 def test_dpo_loss_matches_hand_computation():
@@ -88,6 +89,8 @@ def test_dpo_prefers_the_successful_trajectory(tmp_path, tiny, toy_pairs):
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["loss"] == pytest.approx(math.log(2), abs=1e-4)  # the policy starts as the reference
     assert lines[-1]["loss"] < 0.5 and lines[-1]["accuracy"] == 1.0
+    keys = {k for x in lines for k in x}
+    assert not undocumented(keys), undocumented_message(keys, "DPO")  # the docs' "What a run logs"
     assert result.steps == 8 and (result.model_path / "config.json").exists()
 
 

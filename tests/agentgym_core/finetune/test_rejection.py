@@ -11,6 +11,7 @@ import pytest
 from agentgym_core.finetune.config import FinetuneConfig
 from agentgym_core.finetune.rejection import keep_successes, run_rejection_sampling
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
+from agentgym_core.viewer.metric_docs import undocumented, undocumented_message
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -68,5 +69,7 @@ def test_rejection_sampling_rounds_and_resume(tmp_path, letter_pm):
     assert resumed.steps == 2 and latest_checkpoint(tmp_path / "run").name == "step_000002"
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(x["kind"], x["step"]) for x in lines] == [("eval", 0), ("round", 1), ("eval", 1), ("round", 2), ("eval", 2)]
+    keys = {k for x in lines for k in x}
+    assert not undocumented(keys), undocumented_message(keys, "rejection sampling")  # the docs' "What a run logs"
     rounds = [x for x in lines if x["kind"] == "round"]
     assert rounds[1]["trained_on"] >= rounds[0]["kept"]  # accumulate: round 2 trains on round 1's keeps too

@@ -11,6 +11,7 @@ from agentgym_core.finetune.config import FinetuneConfig
 from agentgym_core.finetune.data import load_examples
 from agentgym_core.finetune.sft import run_sft, sft_loss
 from agentgym_core.rl.forward import forward_tokens
+from agentgym_core.viewer.metric_docs import undocumented, undocumented_message
 
 
 def _config(tmp_path, data, **sections):
@@ -60,6 +61,8 @@ def test_sft_learns_the_expert_and_saves_an_rl_checkpoint(tmp_path, tiny, guess_
     assert (result.checkpoint / "DONE").exists() and (result.model_path / "config.json").exists()
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == list(range(1, 10))
+    keys = {k for x in lines for k in x}
+    assert not undocumented(keys), undocumented_message(keys, "SFT")  # the docs' "What a run logs"
     # The checkpoint loads as a plain HF model (an RL run's model.path) with the trained weights.
     from transformers import AutoModelForCausalLM
 

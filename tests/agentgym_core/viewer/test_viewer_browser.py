@@ -72,11 +72,11 @@ def test_every_metric_of_metrics_jsonl_has_a_chart(page, run_root, serve_viewer)
     sections = page.locator("details.chart-section").evaluate_all("els => els.map(e => e.dataset.section)")
     # Success, reward and losses first; charts that never changed (lr of a constant schedule, counters of
     # features that are off) folded last. "pool": the env pool's per-server figures (pool/word/s0/...).
-    assert sections[0] == "headline" and sections[-1] == "constant"
-    assert set(sections) <= {"headline", "rollout", "loss", "optimizer", "timing", "eval", "pool", "word", "constant"}
+    assert sections[0] == "headline" and sections[-1] == "quiet"
+    assert set(sections) <= {"headline", "rollout", "loss", "optimizer", "timing", "eval", "pool", "word", "quiet"}
     headline = page.locator("details[data-section=headline] .chart").evaluate_all("els => els.map(e => e.dataset.metric)")
     assert headline[:2] == ["success", "reward"] and {"pg_loss", "kl_loss"} <= set(headline)
-    assert page.locator("details[data-section=constant] .chart[data-metric=lr]").count() == 1
+    assert page.locator("details[data-section=quiet] .chart[data-metric=lr]").count() == 1
     _shot(page, "0-charts")
 
 

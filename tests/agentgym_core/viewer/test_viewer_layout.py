@@ -7,7 +7,7 @@ import json
 import httpx
 import yaml
 
-from agentgym_core.viewer.layout import chart_sections, constant_keys, flatten_config, metric_section
+from agentgym_core.viewer.layout import chart_sections, flatten_config, metric_section, quiet_keys
 
 
 def test_each_metric_lands_in_the_section_a_reader_looks_for():
@@ -69,10 +69,22 @@ def test_charts_that_never_changed_fold_into_one_last_section_but_headlines_stay
     series = {"train": {"step": [1, 2, 3], "success": [0, 0, 0], "infra_failed": [0, 0, 0], "reruns": [0, 0, 0],
                         "turns": [2, 3, 2], "lr": [0.01, 0.01, 0.01], "word/failed": [0, 0, 0], "once": [None, None, 5]},
               "eval": {"step": [0, 3], "success": [0, 0], "tasks": [2, 2]}}
-    constant = constant_keys(series)
-    assert constant == {"success", "infra_failed", "reruns", "lr", "word/failed", "tasks"}  # `once`: one value
-    sections = chart_sections(list(series["train"]), list(series["eval"]), constant)
+    quiet = quiet_keys(series)
+    assert quiet == {"success", "infra_failed", "reruns", "lr", "word/failed", "tasks"}  # `once`: one value, not 0
+    sections = chart_sections(list(series["train"]), list(series["eval"]), quiet)
     assert sections[0] == {"section": "headline", "keys": ["success"]}  # a success stuck at 0 is the news
-    assert sections[-1] == {"section": "constant", "keys": ["infra_failed", "lr", "reruns", "tasks", "word/failed"]}
+    assert sections[-1] == {"section": "quiet", "keys": ["infra_failed", "lr", "reruns", "tasks", "word/failed"]}
     assert {"section": "rollout", "keys": ["turns", "once"]} in sections
-    assert [s["section"] for s in sections] == ["headline", "rollout", "constant"]
+    assert [s["section"] for s in sections] == ["headline", "rollout", "quiet"]
+
+
+def test_after_one_step_the_zero_counters_are_quiet_and_the_first_values_are_not():
+    series = {"train": {"step": [1], "success": [0.0], "pg_loss": [0.02], "clip_frac": [0.0], "reruns": [0.0],
+                        "failed_after_reruns": [0.0], "staleness_mean": [0.0], "turns": [3.0], "lr": [1e-6]}}
+    quiet = quiet_keys(series)
+    assert quiet == {"success", "clip_frac", "reruns", "failed_after_reruns", "staleness_mean"}
+    sections = chart_sections(list(series["train"]), [], quiet)
+    assert sections[0] == {"section": "headline", "keys": ["success", "pg_loss"]}
+    assert sections[-1] == {"section": "quiet", "keys": ["clip_frac", "failed_after_reruns", "reruns",
+                                                         "staleness_mean"]}
+    assert {"section": "rollout", "keys": ["turns"]} in sections and {"section": "optimizer", "keys": ["lr"]} in sections

@@ -7,7 +7,8 @@ Routes (all GET; runs are named by their path relative to the served root, ``"."
 ``/assets/<file>``                    bundled JS/CSS (only files shipped in ``assets/``)
 ``/api/runs``                         runs under the root, with kind and change stamp
 ``/api/run?run=``                     one run: steps, metrics series and their chart sections,
-                                      eval results, flat config, stamp
+                                      each metric's help (the docs' text), eval results, flat
+                                      config, stamp
 ``/api/stamp?run=``                   the run's change stamp (the page polls it for live updates)
 ``/api/trajectories?run=&step=``      the summaries of a step's trajectories (``step=-1``: eval)
 ``/api/trajectory?run=&step=&i=``     one trajectory, turn by turn
@@ -32,7 +33,8 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from agentgym_core.viewer.index import EVAL_STEP, RunIndex, discover_runs
-from agentgym_core.viewer.layout import chart_sections, constant_keys
+from agentgym_core.viewer.layout import chart_sections, quiet_keys
+from agentgym_core.viewer.metric_docs import describe
 from agentgym_core.viewer.records import detail_record
 from agentgym_core.viewer.tokens import TokenDecoder, derived_advantages, token_view
 
@@ -104,6 +106,12 @@ def _not_trained(index: RunIndex, step: int, raw: dict[str, Any]) -> str | None:
     return None
 
 
+def _metric_help(metrics: dict[str, Any]) -> dict[str, str]:
+    """Each charted key's text from the docs' metric table (``metric_docs``), for its chart's tooltip."""
+    keys = {k for kind in metrics.values() for k in kind if k != "step"}
+    return {k: text for k in sorted(keys) if (text := describe(k)) is not None}
+
+
 def create_viewer_app(root: str | Path) -> FastAPI:
     """The viewer app serving the run (or folder of runs) at ``root``."""
     root = Path(root).resolve()
@@ -136,8 +144,8 @@ def create_viewer_app(root: str | Path) -> FastAPI:
         metrics = index.metrics()
         return {"name": run, "path": str(index.path), "kind": index.kind(), "stamp": index.stamp(),
                 "steps": index.steps(), "metrics": metrics, "results": index.results(),
-                "sections": chart_sections(list(metrics["train"]), list(metrics["eval"]), constant_keys(metrics)),
-                "config": index.config()}
+                "sections": chart_sections(list(metrics["train"]), list(metrics["eval"]), quiet_keys(metrics)),
+                "help": _metric_help(metrics), "config": index.config()}
 
     @app.get("/api/stamp")
     def stamp(run: str = ".") -> dict[str, str]:

@@ -17,10 +17,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["detail_record", "split_thought", "summarize_record", "token_arrays"]
+__all__ = ["SPECIAL_TOKEN", "detail_record", "split_special_tokens", "split_thought", "summarize_record",
+           "token_arrays"]
 
 _ACTION = re.compile(r"\bAction\s*:", re.IGNORECASE)
 _THOUGHT = re.compile(r"^\s*Thought\s*:\s*", re.IGNORECASE)
+SPECIAL_TOKEN = re.compile(r"<\|[^<>|\s]{1,40}\|>|</?s>|<eos>|<bos>|<pad>|<(?:start|end)_of_turn>")
+"""Special tokens as chat templates write them (``<|im_end|>``, ``<|eot_id|>``, ``</s>``, ``<end_of_turn>``).
+The backends decode replies with them kept, so the text matches the tokens that were trained."""
+
+
+def split_special_tokens(text: str) -> tuple[str, list[str]]:
+    """``text`` without its special tokens, and those tokens in order (shown as tokens, not as prose)."""
+    return SPECIAL_TOKEN.sub("", text).strip(), SPECIAL_TOKEN.findall(text)
 
 
 def _turns(raw: dict[str, Any]) -> list[dict[str, Any]]:
@@ -119,7 +128,8 @@ def detail_record(raw: dict[str, Any]) -> dict[str, Any]:
     view_turns = []
     for position, turn in enumerate(turns):
         last = position == len(turns) - 1
-        thought, _ = split_thought(turn.get("text") or "")
+        prose, special = split_special_tokens(turn.get("text") or "")
+        thought, _ = split_thought(prose)
         action_span = turn.get("action_span")
         sampled = turn.get("sampled_tokens")
         if sampled is None and isinstance(action_span, dict):
@@ -128,6 +138,7 @@ def detail_record(raw: dict[str, Any]) -> dict[str, Any]:
             "index": turn.get("index", position),
             "text": turn.get("text") or "",
             "thought": thought,
+            "special_tokens": special,
             "action": turn.get("action") or "",
             "observation": turn.get("observation"),
             "reward": turn.get("reward", 0.0),

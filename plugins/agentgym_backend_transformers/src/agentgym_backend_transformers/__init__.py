@@ -9,6 +9,6 @@ __all__ = ["TransformersBackend", "TransformersBackendConfig", "make_backend", "
 lazy_exports(__name__, {
     "TransformersBackend": "agentgym_backend_transformers.backend",
     "TransformersBackendConfig": "agentgym_backend_transformers.config",
-    "make_backend": "agentgym_backend_transformers.backend",
+    "make_backend": "agentgym_backend_transformers.factory",
     "pick_device": "agentgym_backend_transformers.backend",
 })

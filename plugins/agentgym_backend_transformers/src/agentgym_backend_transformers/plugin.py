@@ -7,6 +7,7 @@ from agentgym_core import hookimpl
 
 @hookimpl
 def agentgym_register_rollout_backends(register) -> None:
-    register("transformers", "agentgym_backend_transformers.backend:make_backend",
-             capabilities="agentgym_backend_transformers.backend:CAPABILITIES",
+    # factory: checks the model path before torch is imported, and declares the capabilities without it
+    register("transformers", "agentgym_backend_transformers.factory:make_backend",
+             capabilities="agentgym_backend_transformers.factory:CAPABILITIES",
              summary="Hugging Face transformers: batched KV-cache sampling, CPU or CUDA")

@@ -44,7 +44,10 @@ function lineChart(key, series, options) {
   const points = series.flatMap(finitePairs);
   const first = series.find(s => s.ys.length);
   const last = first ? first.ys[first.ys.length - 1] : null;
-  box.innerHTML = `<div class="title"><span>${esc(key)}</span><span class="muted">${formatNumber(last)}</span></div>
+  // The title's tooltip is the docs' text for this metric ("What a run logs"), when it has one.
+  const help = options.help && options.help[key];
+  box.innerHTML = `<div class="title"${help ? ` title="${esc(key + ": " + help)}"` : ""}><span class="name">${esc(key).replace(/([_/])/g, "$1<wbr>")}${
+    help ? '<sup class="help" aria-hidden="true">?</sup>' : ""}</span><span class="muted">${formatNumber(last)}</span></div>
     <div class="plot"><div class="yaxis"></div><div class="area"></div><div class="xaxis"></div></div>`;
   const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": key });
   box.querySelector(".area").appendChild(svg);
@@ -97,7 +100,7 @@ function lineChart(key, series, options) {
 }
 
 // The union of the shown runs' chart sections, in the first run's order, keys merged. A key that is
-// constant in one run but moves in another is charted with the moving ones, not folded away.
+// quiet in one run but moves in another is charted with the moving ones, not folded away.
 function mergeSections(overviews) {
   const merged = [];
   for (const ov of overviews) {
@@ -107,21 +110,21 @@ function mergeSections(overviews) {
       for (const k of keys) if (!entry.keys.includes(k)) entry.keys.push(k);
     }
   }
-  const moving = new Set(merged.filter(m => m.section !== CONSTANT_SECTION).flatMap(m => m.keys));
-  const constant = merged.find(m => m.section === CONSTANT_SECTION);
-  if (constant) {
-    constant.keys = constant.keys.filter(k => !moving.has(k));
-    merged.splice(merged.indexOf(constant), 1);
-    if (constant.keys.length) merged.push(constant);  // always last
+  const moving = new Set(merged.filter(m => m.section !== QUIET_SECTION).flatMap(m => m.keys));
+  const quiet = merged.find(m => m.section === QUIET_SECTION);
+  if (quiet) {
+    quiet.keys = quiet.keys.filter(k => !moving.has(k));
+    merged.splice(merged.indexOf(quiet), 1);
+    if (quiet.keys.length) merged.push(quiet);  // always last
   }
   return merged;
 }
 
-const CONSTANT_SECTION = "constant";  // charts whose values never changed: folded unless opened
+const QUIET_SECTION = "quiet";  // charts of all zeros or values that never changed: folded unless opened
 
 function sectionSummary(section, keys) {
-  if (section === CONSTANT_SECTION) {
-    return `${keys.length} constant chart${keys.length === 1 ? "" : "s"} <span class="muted">(values that never changed)</span>`;
+  if (section === QUIET_SECTION) {
+    return `${keys.length} quiet chart${keys.length === 1 ? "" : "s"} <span class="muted">(all zero, or values that never changed)</span>`;
   }
   return `${esc(section)} <span class="muted">(${keys.length})</span>`;
 }
@@ -134,7 +137,7 @@ function chartSections(runs, options) {
     const details = document.createElement("details");
     details.className = "chart-section";
     details.dataset.section = section;
-    details.open = section === CONSTANT_SECTION ? Boolean(options.opened && options.opened.has(section))
+    details.open = section === QUIET_SECTION ? Boolean(options.opened && options.opened.has(section))
       : !(options.closed && options.closed.has(section));
     details.addEventListener("toggle", () => options.onToggle && options.onToggle(section, details.open));
     details.innerHTML = `<summary>${sectionSummary(section, keys)}</summary><div class="charts"></div>`;
@@ -147,7 +150,8 @@ function chartSections(runs, options) {
           if (m[key]) series.push({ run: r.name, kind, xs: m.step || [], ys: m[key], colour: r.colour });
         }
       }
-      grid.appendChild(lineChart(key, series, options));
+      const help = Object.assign({}, ...runs.map(r => r.overview.help || {}));
+      grid.appendChild(lineChart(key, series, { ...options, help }));
     }
     frag.appendChild(details);
   }

@@ -5,6 +5,18 @@ function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 }
 
+// Special tokens as chat templates write them (records.py SPECIAL_TOKEN): shown as token chips, not prose.
+const SPECIAL_TOKEN = /<\|[^<>|\s]{1,40}\|>|<\/?s>|<eos>|<bos>|<pad>|<(?:start|end)_of_turn>/g;
+function tokenChip(token) { return `<code class="special-token" title="a special token the model sampled">${esc(token)}</code>`; }
+function withTokenChips(text) {
+  let out = "", last = 0;
+  for (const m of String(text ?? "").matchAll(SPECIAL_TOKEN)) {
+    out += esc(text.slice(last, m.index)) + tokenChip(m[0]);
+    last = m.index + m[0].length;
+  }
+  return out + esc(String(text ?? "").slice(last));
+}
+
 function seconds(v) { return v === null || v === undefined ? "–" : `${Number(v).toFixed(2)} s`; }
 
 function outcomeBadges(t) {
@@ -84,8 +96,9 @@ function renderTurns(d, screenshotUrl) {
       <div class="head"><b>Turn ${t.index + 1}</b><span class="badge ${t.reward > 0 ? "ok" : t.reward < 0 ? "bad" : ""}">reward ${formatNumber(t.reward)}</span>${flags}
         <span class="muted">${esc(t.finish_reason || "")} · ${t.sampled_tokens ?? "–"} tokens · gen ${seconds(t.gen_seconds)} · env ${seconds(t.env_seconds)}</span></div>
       ${t.thought ? `<div class="label">thought</div><div class="thought">${esc(t.thought)}</div>` : ""}
-      <div class="label">action</div><pre class="action">${esc(t.action || "(none parsed)")}</pre>
-      ${t.thought ? "" : `<details><summary>full reply</summary><pre>${esc(t.text)}</pre></details>`}
+      <div class="label">action</div><pre class="action">${withTokenChips(t.action || "(none parsed)")}</pre>
+      ${(t.special_tokens || []).length ? `<div class="label">special tokens</div><div class="special-tokens">${t.special_tokens.map(tokenChip).join(" ")}</div>` : ""}
+      ${t.thought ? "" : `<details><summary>full reply</summary><pre>${withTokenChips(t.text)}</pre></details>`}
       <div class="label">observation</div><pre>${t.observation === null ? '<span class="muted">(the environment never answered)</span>' : esc(t.observation)}</pre>
       ${envExtras(d.env, t, screenshotUrl(t.index))}${info}</div>`;
   }).join("");
