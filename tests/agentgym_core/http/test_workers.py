@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import requests
 
+from agentgym_core.commands.serve import check_port_free
 from agentgym_core.http.instances import InstanceTable
 from agentgym_core.http.workers import create_owner, owner_of
 from agentgym_env_guess import GuessEnv
@@ -65,7 +66,7 @@ def _log() -> Any:
     return tempfile.TemporaryFile("w+")
 
 
-def _start_workers(*options: str) -> tuple[subprocess.Popen, str]:
+def _start_workers(*options: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """``agentgym serve textcraft --workers 2 --port 0 OPTIONS`` and its URL, once it answers.
 
     The server picks a free port itself and prints it: a port the test picked and freed for the server
@@ -74,7 +75,7 @@ def _start_workers(*options: str) -> tuple[subprocess.Popen, str]:
     # Open for the server's life, appended to by it, read here by name.
     out = tempfile.NamedTemporaryFile("a+", suffix=".out")  # noqa: SIM115
     server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", "0", *options],
-                              stdout=out, stderr=_log(), text=True, env=SERVER_ENV)
+                              stdout=out, stderr=_log(), text=True, env=env or SERVER_ENV)
     try:
         base = _served_url(server, out.name)
         _wait_until_serving(server, base)
@@ -310,3 +311,60 @@ def test_a_hung_or_killed_worker_is_restarted_and_the_other_workers_episodes_go_
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_path_token_works_whichever_worker_takes_the_request():
+    """The front checks the token once and strips a path token; the worker's app must not check again.
+    (Before: 20 of 20 creates through /token/TOKEN/ answered 401 with --workers 2.)"""
+    server, url = _start_workers(env={**SERVER_ENV, "AGENTGYM_TOKEN": TOKEN})  # off the command line
+    base = f"{url}/token/{TOKEN}"
+    try:
+        assert requests.post(f"{url}/create", json={}, timeout=10).status_code == 401
+        ids = []
+        for _ in range(20):  # fresh connections: the kernel hands them to both workers
+            answer = requests.post(f"{base}/create", json={}, timeout=10)
+            assert answer.status_code == 200, answer.text
+            ids.append(answer.json()["id"])
+        assert {owner_of(i, 2) for i in ids} == {0, 1}
+        for task, instance_id in enumerate(ids[:10]):  # an AgentGym client's episode, token in its base URL
+            reset = requests.post(f"{base}/reset", json={"id": instance_id, "data_idx": task}, timeout=10)
+            assert reset.status_code == 200 and "error" not in reset.json(), reset.text
+            step = requests.post(f"{base}/step", json={"id": instance_id, "action": "inventory"}, timeout=10)
+            assert step.status_code == 200 and step.json()["observation"].startswith("Inventory"), step.text
+            assert requests.post(f"{base}/close", json={"id": instance_id}, timeout=10).json() is True
+        created = requests.post(f"{base}/v1/instances", json={"task_id": 2}, timeout=10)
+        assert created.status_code == 201, created.text
+        instance_id = created.json()["instance_id"]
+        for _ in range(6):  # and the /v1 routes, passed on between workers
+            assert requests.get(f"{base}/v1/instances/{instance_id}/observation", timeout=10).status_code == 200
+        assert requests.get(f"{base}/v1/health", timeout=10).json()["workers"][1]["status"] == "ok"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped by its new parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_end_with_their_supervisor_even_after_kill_9():
+    """Before: after `kill -9` of the parent its workers served on, unsupervised, and held the port."""
+    server, url = _start_workers()
+    port = int(url.rsplit(":", 1)[1])
+    workers = [w["pid"] for w in requests.get(f"{url}/v1/health", timeout=10).json()["workers"]]
+    assert all(_running(pid) for pid in workers)
+    server.kill()
+    server.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    still = [pid for pid in workers if _running(pid)]
+    for pid in still:  # leave no server behind, whatever the outcome
+        os.kill(pid, signal.SIGKILL)
+    assert not still, f"workers {still} outlived their supervisor by 30 s"
+    check_port_free("127.0.0.1", port)  # what a new `agentgym serve --port` checks first: the port is free again

@@ -10,7 +10,8 @@ routes, with field names that differ per environment::
     POST /close  {"id"}               -> {"id", "closed"}
 
 and answers errors with HTTP 200 and ``{"error": "message"}``, except a body that is not JSON at
-all, which AgentGym's servers (FastAPI with typed bodies) answer 422. Rewards and scores that are
+all or is missing where the route needs fields, which AgentGym's servers (FastAPI with typed
+bodies) answer 422. Rewards and scores that are
 whole numbers are answered as JSON integers (``0``, ``1``), as AgentGym's servers answer them. An
 Env class opts in by setting ``agentgym_compat = AgentGymCompat(...)``; the knobs cover the per-environment differences. These
 routes share the instance table of the ``/v1`` protocol, so both can be used on one server.
@@ -60,12 +61,18 @@ def _body_field(body: Any, name: str, kind: type = int) -> Any:
         raise ServerError(422, "malformed_request", f"field {name!r}: {exc}") from None
 
 
-async def _json_body(request: Request) -> Any:
-    """The request's JSON body; an unreadable one raises :class:`_Unreadable` (answered 422)."""
+async def _json_body(request: Request, *, needs: tuple[str, ...] = ()) -> Any:
+    """The request's JSON body; an unreadable one raises :class:`_Unreadable` (answered 422), and so
+    does an empty one when the route ``needs`` fields (AgentGym's servers, with typed bodies, answer
+    a missing body 422)."""
     try:
-        return parse_json_body(await request.body())
+        body = parse_json_body(await request.body())
     except ServerError as exc:
         raise _Unreadable(exc.status, exc.code, exc.message) from None
+    if body is None and needs:
+        example = ", ".join(f'"{name}": ...' for name in needs)
+        raise _Unreadable(422, "malformed_request", f"the request has no body; send a JSON object {{{example}}}")
+    return body
 
 
 def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
@@ -158,7 +165,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     @app.post("/reset", tags=["agentgym-compat"])
     async def reset(request: Request) -> Any:
         try:
-            body = await _json_body(request)
+            body = await _json_body(request, needs=(spec.id_field, spec.task_field))
             instance_id, task_id = _body_field(body, spec.id_field), _body_field(body, spec.task_field)
         except Exception as exc:
             return fail(exc)
@@ -172,7 +179,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     @app.post("/step", tags=["agentgym-compat"])
     async def step(request: Request) -> Any:
         try:
-            body = await _json_body(request)
+            body = await _json_body(request, needs=(spec.id_field, spec.action_field))
             instance_id, action = _body_field(body, spec.id_field), _body_field(body, spec.action_field, str)
         except Exception as exc:
             return fail(exc)
@@ -218,7 +225,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     @app.post("/close", tags=["agentgym-compat"])
     async def close(request: Request) -> Any:
         try:
-            instance_id = _body_field(await _json_body(request), spec.id_field)
+            instance_id = _body_field(await _json_body(request, needs=(spec.id_field,)), spec.id_field)
         except Exception as exc:
             return fail(exc)
 

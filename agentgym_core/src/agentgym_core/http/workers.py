@@ -27,7 +27,8 @@ connections stop going to it, and a new worker takes its number and ports. Its i
 while it is away requests for them answer ``503 worker_lost``, afterwards ``404 unknown_instance``
 with a message saying the worker was restarted. The other workers' episodes go on untouched.
 A worker that dies or hangs before its app starts stops the whole server (a configuration error
-would only repeat).
+would only repeat). Workers end with their supervisor, however it ends (``kill -9`` included): a
+worker with no supervisor would serve on unwatched and hold the port against a new server.
 
 A client that keeps its connection (AgentGym's clients with a session, ``bench/env_server.py``)
 creates and steps its instances on one worker and is never passed on; one that opens a connection
@@ -40,12 +41,15 @@ Per worker: ``--max-instances`` and the idle reaper. Shared: the port and the cr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import multiprocessing
 import os
 import signal
 import socket
+import sys
+import threading
 import time
 import zlib
 from typing import Any
@@ -65,6 +69,8 @@ FORWARD_CONNECT_TIMEOUT_S = 5.0
 FORWARD_TIMEOUT_S = 600.0  # an env call may be slow; a hung worker is killed long before this
 HEARTBEAT_PATH = "/_agentgym/heartbeat"
 FORWARDED = b"x-agentgym-forwarded"  # a request a sibling passed on: answer it here, route nothing
+ORPHAN_CHECK_S = 1.0  # how often a worker looks for its supervisor where the kernel cannot tell it
+ORPHAN_GRACE_S = 10.0  # how long an orphaned worker may take to shut down before it exits outright
 
 # Worker states, shared with the fronts (one byte each).
 STARTING, OK, LOST = 0, 1, 2
@@ -409,10 +415,37 @@ def _listening_socket(host: str, port: int, *, reuse_port: bool = False) -> sock
     return sock
 
 
+def _end_with(supervisor: int) -> None:
+    """Make this worker end (SIGTERM, then exit) when the process ``supervisor`` is gone.
+
+    On Linux the kernel signals the worker the moment its parent dies (``PR_SET_PDEATHSIG``); a
+    thread that watches the parent's pid covers other systems, and a supervisor that died before
+    the signal was asked for.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(ORPHAN_CHECK_S)
+        log.error("the supervisor (pid %d) is gone; this worker stops", supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown: the port is let go first
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(1)  # shutdown hung on a connection or an environment's close
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
 def _worker_main(index: int, workers: int, shared: socket.socket, private: socket.socket, ports: list[int],
                  serial: Any, states: Any, restarts: Any, app_options: dict[str, Any],
-                 serve_options: dict[str, Any]) -> None:
-    """One worker process: build the app for shard ``index`` and serve both sockets."""
+                 serve_options: dict[str, Any], supervisor: int) -> None:
+    """One worker process: build the app for shard ``index`` and serve both sockets until it is
+    stopped or its ``supervisor`` process is gone."""
+    _end_with(supervisor)
     import uvicorn
 
     from agentgym_core.http.server import create_app
@@ -426,6 +459,9 @@ def _worker_main(index: int, workers: int, shared: socket.socket, private: socke
 
     options = dict(app_options)
     env_cls = get_plugin_manager().env_class(options.pop("env"))
+    # The front checks the token, once: it strips a path token (/token/T/...) before the app sees the
+    # request, so an app that checked again would refuse every request that carried it that way.
+    token = options.pop("token", None)
     app = create_app(env_cls, shard=(index, workers), next_serial=next_serial, **options)
     if restarts[index]:
         app.state.table.lost_note = (f" (worker {index} of this server was restarted after it stopped answering; "
@@ -434,7 +470,7 @@ def _worker_main(index: int, workers: int, shared: socket.socket, private: socke
     front = WorkerFront(app, index=index, workers=workers, ports=ports,
                         compat_id_field=spec.id_field if spec is not None else None,
                         max_body_bytes=options.get("max_body_bytes", 1 << 20), states=states, restarts=restarts,
-                        token=options.get("token"))
+                        token=token)
     uvicorn.Server(uvicorn_config(front, lifespan="on", **serve_options)).run(sockets=[shared, private])
 
 
@@ -483,7 +519,7 @@ class _Supervisor:
         process = self.context.Process(
             target=_worker_main, name=f"agentgym-worker-{k}", daemon=False,
             args=(k, self.workers, shared, private, self.ports, self.serial, self.states, self.restarts,
-                  self.app_options, self.serve_options))
+                  self.app_options, self.serve_options, os.getpid()))
         self.states[k] = STARTING
         process.start()
         # The worker holds its own copies now; the parent's would keep a dead worker's socket in the
