@@ -117,7 +117,10 @@ def admit(scope: dict[str, Any], token: str) -> dict[str, Any] | None:
 
 
 async def refuse(scope: dict[str, Any], send: Any) -> None:
-    """Answer 401 in the protocol's error shape."""
+    """Answer 401 in the protocol's error shape (a WebSocket is closed before it opens: 403)."""
+    if scope.get("type") == "websocket":
+        await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized: send the server's token"})
+        return
     carried = any(name == b"authorization" for name, _ in scope.get("headers") or ()) or \
         scope.get("path", "").startswith(TOKEN_PATH_PREFIX)
     what = "the token sent is wrong" if carried else "no token was sent"
@@ -132,7 +135,7 @@ async def refuse(scope: dict[str, Any], send: Any) -> None:
 
 
 async def gate(scope: dict[str, Any], send: Any, token: str | None) -> dict[str, Any] | None:
-    """The scope to serve (a path token stripped); None once the request was refused (401).
+    """The scope to serve (a path token stripped); None once the request (HTTP or WebSocket) was refused.
 
     With ``token`` None every request passes unchanged.
     """

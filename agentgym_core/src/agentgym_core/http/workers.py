@@ -18,7 +18,9 @@ its answer back. So the server keeps the guarantees of one process:
 * ``/v1/step_batch`` is validated whole before any part runs (an invalid batch is refused by the
   worker that received it, with the client's own indices), then split by owner and the answers put
   back in request order;
-* ``/v1/health`` sums every worker's counts and lists each worker.
+* ``/v1/health`` sums every worker's counts and lists each worker;
+* OpenEnv's shared HTTP episode (``/reset``, ``/step``, ``/state`` with OpenEnv's bodies) lives in
+  worker 0; an OpenEnv WebSocket session lives in the worker that accepted its connection.
 
 The parent process health-checks every worker (a heartbeat on its private port, answered on the
 worker's event loop) and restarts one that died, or that left its heartbeat unanswered for
@@ -59,6 +61,7 @@ from agentgym_core.http import protocol as p
 from agentgym_core.http.asgi_body import TOO_LARGE, read_body, replay
 from agentgym_core.http.auth import bearer, gate
 from agentgym_core.http.direct_routes import body_too_large
+from agentgym_core.http.openenv_face import is_openenv_body
 from agentgym_core.http.protocol import DEFAULT_WORKER_TIMEOUT_S
 
 __all__ = ["DEFAULT_WORKER_TIMEOUT_S", "WorkerFront", "create_owner", "owner_of", "serve_workers"]
@@ -77,6 +80,8 @@ STARTING, OK, LOST = 0, 1, 2
 _STATE_NAMES = {STARTING: "starting", OK: "ok", LOST: "lost"}
 
 _COMPAT_BODY_ROUTES = ("/reset", "/step", "/close")
+OPENENV_BODY_ROUTES = ("/reset", "/step")
+OPENENV_HTTP_OWNER = 0  # the worker that holds OpenEnv's shared HTTP episode (/reset, /step, /state)
 _V1_INSTANCES = "/v1/instances/"
 _JSON = b"application/json"
 
@@ -220,14 +225,14 @@ class WorkerFront:
                 # Up (uvicorn's start-up reaches the app first): from now on the parent counts this worker's
                 # silence, even if it hangs before the parent's first heartbeat reaches it.
                 self.states[self.index] = OK
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if self.token is not None:
+        if scope["type"] in ("http", "websocket") and self.token is not None:
             admitted = await gate(scope, send, self.token)
             if admitted is None:
                 return
             scope = admitted
+        if scope["type"] != "http":  # lifespan, and OpenEnv's WebSocket sessions: each lives where it connected
+            await self.app(scope, receive, send)
+            return
         path, method = scope["path"], scope["method"]
         if path == HEARTBEAT_PATH:
             await self._answer(send, 200, _JSON, json.dumps(self._heartbeat_answer()).encode())
@@ -245,7 +250,9 @@ class WorkerFront:
         elif path == "/observation" and method == "GET" and self.compat_id_field:
             raw = _single_query_value(scope, self.compat_id_field)
             owner = owner_of(int(raw), self.workers) if raw is not None and _is_id(raw) else None
-        elif method == "POST" and (path in ("/v1/step_batch", "/v1/instances")
+        elif path == "/state" and method == "GET":
+            owner = OPENENV_HTTP_OWNER
+        elif method == "POST" and (path in ("/v1/step_batch", "/v1/instances", *OPENENV_BODY_ROUTES)
                                    or (self.compat_id_field and path in _COMPAT_BODY_ROUTES)):
             body = await self._body_or_answer(receive, send)
             if body is None:
@@ -257,7 +264,7 @@ class WorkerFront:
             elif path == "/v1/instances":
                 owner = self._create_owner(body)
             else:
-                owner = self._compat_owner(body)
+                owner = self._compat_owner(body, path)
             if owner is not None and owner != self.index:
                 await self._pass_on(owner, scope, body, send)
                 return
@@ -284,11 +291,14 @@ class WorkerFront:
             return None
         return None if isinstance(body, dict) else body  # type: ignore[return-value]  # a dict: the client left
 
-    def _compat_owner(self, body: bytes) -> int | None:
+    def _compat_owner(self, body: bytes, path: str) -> int | None:
+        """The worker of an AgentGym body's instance, or of OpenEnv's shared HTTP episode."""
         try:
-            value = json.loads(body)
+            value = json.loads(body) if body.strip() else None
         except (ValueError, RecursionError):
             return None
+        if path in OPENENV_BODY_ROUTES and is_openenv_body(value, self.compat_id_field):
+            return OPENENV_HTTP_OWNER
         instance_id = _int_or_none(value.get(self.compat_id_field)) if isinstance(value, dict) else None
         return None if instance_id is None or instance_id < 0 else owner_of(instance_id, self.workers)
 
