@@ -368,3 +368,45 @@ def test_workers_end_with_their_supervisor_even_after_kill_9():
         os.kill(pid, signal.SIGKILL)
     assert not still, f"workers {still} outlived their supervisor by 30 s"
     check_port_free("127.0.0.1", port)  # what a new `agentgym serve --port` checks first: the port is free again
+
+
+def test_openenv_and_mcp_sessions_work_across_workers(url):
+    """OpenEnv's WebSocket sessions stay on the worker that accepted them; its shared HTTP episode lives
+    in worker 0; an MCP step on a fresh connection reaches the worker of its episode."""
+    pytest.importorskip("openenv")
+    pytest.importorskip("mcp")
+    import asyncio
+
+    from mcp import Client
+    from openenv.core.generic_client import GenericEnvClient
+
+    for _ in range(4):  # fresh connections: sessions on both workers
+        with GenericEnvClient(base_url=url).sync() as env:
+            assert env.reset(task_id=2).observation["task_id"] == 2
+            assert env.step({"action": "inventory"}).observation["text"].startswith("Inventory")
+            assert env.state()["step_count"] == 1
+    for _ in range(3):  # each request on a fresh connection, the episode in worker 0
+        assert requests.post(f"{url}/reset", json={"task_id": 4}, timeout=10).status_code == 200
+        step = requests.post(f"{url}/step", json={"action": {"action": "inventory"}}, timeout=10)
+        assert step.status_code == 200 and step.json()["observation"]["task_id"] == 4, step.text
+        assert requests.get(f"{url}/state", timeout=10).json()["step_count"] == 1
+
+    async def call(tool: str, arguments: dict) -> dict:
+        async with Client(f"{url}/mcp") as client:  # a client, and a connection, per call
+            answer = await client.call_tool(tool, arguments)
+            assert not answer.is_error, answer
+            return answer.structured_content
+
+    held: dict[int, int] = {}  # worker -> an episode it holds
+    for _ in range(30):
+        episode = asyncio.run(call("reset", {"task_id": 1}))["episode"]
+        if held.setdefault(owner_of(episode, 2), episode) != episode:
+            asyncio.run(call("close", {"episode": episode}))
+        if len(held) == 2:
+            break
+    assert len(held) == 2, "30 MCP resets on fresh connections all landed on one worker"
+    for episode in held.values():  # 2 steps each, on fresh connections: most reach the other worker once
+        for _ in range(2):
+            assert asyncio.run(call("step", {"episode": episode, "action": "inventory"}))["observation"].startswith(
+                "Inventory")
+        asyncio.run(call("close", {"episode": episode}))

@@ -19,6 +19,7 @@ its answer back. So the server keeps the guarantees of one process:
   worker that received it, with the client's own indices), then split by owner and the answers put
   back in request order;
 * ``/v1/health`` sums every worker's counts and lists each worker;
+* an MCP ``tools/call`` goes to the worker of the episode it names;
 * OpenEnv's shared HTTP episode (``/reset``, ``/step``, ``/state`` with OpenEnv's bodies) lives in
   worker 0; an OpenEnv WebSocket session lives in the worker that accepted its connection.
 
@@ -54,6 +55,7 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -61,6 +63,7 @@ from agentgym_core.http import protocol as p
 from agentgym_core.http.asgi_body import TOO_LARGE, read_body, replay
 from agentgym_core.http.auth import bearer, gate
 from agentgym_core.http.direct_routes import body_too_large
+from agentgym_core.http.mcp_face import MCP_PATH
 from agentgym_core.http.openenv_face import is_openenv_body
 from agentgym_core.http.protocol import DEFAULT_WORKER_TIMEOUT_S
 
@@ -84,6 +87,8 @@ OPENENV_BODY_ROUTES = ("/reset", "/step")
 OPENENV_HTTP_OWNER = 0  # the worker that holds OpenEnv's shared HTTP episode (/reset, /step, /state)
 _V1_INSTANCES = "/v1/instances/"
 _JSON = b"application/json"
+# Headers a passed-on request keeps besides its content type: MCP's transport reads these (and its Mcp-*).
+_PASSED_HEADERS = (b"accept", b"last-event-id")
 
 
 def owner_of(instance_id: int, workers: int) -> int:
@@ -126,14 +131,15 @@ class _Forwarder:
         self._idle: dict[int, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
 
     async def request(self, worker: int, method: str, target: str, body: bytes, content_type: bytes | None,
-                      *, timeout_s: float | None = None) -> tuple[int, bytes, bytes]:
+                      *, timeout_s: float | None = None, headers: Sequence[bytes] = ()) -> tuple[int, bytes, bytes]:
         """(status, content-type, body) of the request as ``worker`` answers it; raises OSError,
-        asyncio.TimeoutError or IncompleteReadError when it does not answer."""
-        return await asyncio.wait_for(self._request(worker, method, target, body, content_type),
+        asyncio.TimeoutError or IncompleteReadError when it does not answer. ``headers``: more header
+        lines (``b"name: value"``) to send."""
+        return await asyncio.wait_for(self._request(worker, method, target, body, content_type, headers),
                                       timeout_s or self.timeout_s)
 
-    async def _request(self, worker: int, method: str, target: str, body: bytes, content_type: bytes | None
-                       ) -> tuple[int, bytes, bytes]:
+    async def _request(self, worker: int, method: str, target: str, body: bytes, content_type: bytes | None,
+                       headers: Sequence[bytes]) -> tuple[int, bytes, bytes]:
         port = self.ports[worker]
         idle = self._idle.setdefault(port, [])
         for attempt in range(2):  # a kept-alive connection the sibling closed meanwhile: one retry, on a new one
@@ -147,6 +153,7 @@ class _Forwarder:
                         b"content-length: " + str(len(body)).encode()]
                 if content_type:
                     head.append(b"content-type: " + content_type)
+                head.extend(headers)
                 if self.token is not None:
                     head.append(b"authorization: " + bearer(self.token))
                 writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
@@ -252,7 +259,7 @@ class WorkerFront:
             owner = owner_of(int(raw), self.workers) if raw is not None and _is_id(raw) else None
         elif path == "/state" and method == "GET":
             owner = OPENENV_HTTP_OWNER
-        elif method == "POST" and (path in ("/v1/step_batch", "/v1/instances", *OPENENV_BODY_ROUTES)
+        elif method == "POST" and (path in ("/v1/step_batch", "/v1/instances", MCP_PATH, *OPENENV_BODY_ROUTES)
                                    or (self.compat_id_field and path in _COMPAT_BODY_ROUTES)):
             body = await self._body_or_answer(receive, send)
             if body is None:
@@ -263,6 +270,8 @@ class WorkerFront:
                     return
             elif path == "/v1/instances":
                 owner = self._create_owner(body)
+            elif path == MCP_PATH:
+                owner = self._mcp_owner(body)
             else:
                 owner = self._compat_owner(body, path)
             if owner is not None and owner != self.index:
@@ -290,6 +299,17 @@ class WorkerFront:
             await body_too_large(self.max_body_bytes)({"type": "http"}, receive, send)
             return None
         return None if isinstance(body, dict) else body  # type: ignore[return-value]  # a dict: the client left
+
+    def _mcp_owner(self, body: bytes) -> int | None:
+        """The worker of the episode an MCP ``tools/call`` names; None for any other message."""
+        try:
+            value = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        params = value.get("params") if isinstance(value, dict) and value.get("method") == "tools/call" else None
+        arguments = params.get("arguments") if isinstance(params, dict) else None
+        episode = _int_or_none(arguments.get("episode")) if isinstance(arguments, dict) else None
+        return None if episode is None or episode < 0 else owner_of(episode, self.workers)
 
     def _compat_owner(self, body: bytes, path: str) -> int | None:
         """The worker of an AgentGym body's instance, or of OpenEnv's shared HTTP episode."""
@@ -319,7 +339,7 @@ class WorkerFront:
         return first
 
     async def _ask(self, owner: int, method: str, target: str, body: bytes, content_type: bytes | None,
-                   timeout_s: float | None = None) -> tuple[int, bytes, bytes]:
+                   timeout_s: float | None = None, headers: Sequence[bytes] = ()) -> tuple[int, bytes, bytes]:
         """The owner's answer; ``503 worker_lost`` when it is lost or does not answer."""
         if self.restarts is not None and self.restarts[owner] != self._seen_restarts[owner]:
             self._seen_restarts[owner] = self.restarts[owner]
@@ -327,7 +347,8 @@ class WorkerFront:
         if self._state(owner) == LOST:
             return _lost(owner)
         try:
-            return await self.forwarder.request(owner, method, target, body, content_type, timeout_s=timeout_s)
+            return await self.forwarder.request(owner, method, target, body, content_type, timeout_s=timeout_s,
+                                                headers=headers)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
             return _lost(owner)
 
@@ -335,9 +356,12 @@ class WorkerFront:
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
             target = target + b"?" + scope["query_string"]
-        content_type = dict(scope.get("headers") or ()).get(b"content-type")
+        given = scope.get("headers") or ()
+        content_type = dict(given).get(b"content-type")
+        passed = [name + b": " + value for name, value in given
+                  if name in _PASSED_HEADERS or name.startswith(b"mcp-")]
         await self._answer(send, *await self._ask(owner, scope["method"], target.decode("latin-1"), body,
-                                                  content_type))
+                                                  content_type, headers=passed))
 
     def _heartbeat_answer(self) -> dict[str, Any]:
         table = self.app.state.table
