@@ -56,8 +56,12 @@ def test_an_mcp_client_lists_the_tools_and_plays_a_babyai_episode(url):
             assert not (await client.call_tool("close", {"episode": episode})).is_error
             gone = await client.call_tool("step", {"episode": episode, "action": "go forward"})
             assert gone.is_error and f"no live instance {episode}" in gone.content[0].text
-            wrong = await client.call_tool("step", {"episode": "x", "action": "go forward"})
-            assert wrong.is_error
+            for arguments in ({"episode": "x", "action": "move forward"},
+                              {"episode": episode, "action": "x" * 70_000}, {"action": "move forward"},
+                              {"episode": 10**40, "action": "move forward"}):
+                assert (await client.call_tool("step", arguments)).is_error, arguments
+            assert (await client.call_tool("reset", {"task_id": -3})).is_error
+            assert (await client.call_tool("reset", {"split": "nope"})).is_error
 
     asyncio.run(play())
 

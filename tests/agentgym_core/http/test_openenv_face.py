@@ -3,6 +3,7 @@ its own wire models, over loopback."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -147,3 +148,25 @@ def test_openenv_sessions_need_the_token_and_take_it_in_the_base_url():
         with GenericEnvClient(base_url=f"{base}/token/{token}").sync() as env:
             assert "secret" in env.reset(task_id=5).observation["text"].lower()
             assert env.step({"action": "guess 50"}).observation["invalid_action"] is not True
+
+
+def test_hostile_websocket_messages_get_openenv_errors_and_the_session_goes_on():
+    from websockets.sync.client import connect
+
+    hostile = ["", "{nope", "[]", "null", '"reset"', json.dumps({"type": None}), json.dumps({"type": "reset", "data": 5}),
+               json.dumps({"type": "reset", "data": {"task_id": -7}}), json.dumps({"type": "reset", "data": {"seed": -1}}),
+               json.dumps({"type": "reset", "data": {"task_id": 10**40}}), json.dumps({"type": "step", "data": None}),
+               json.dumps({"type": "step", "data": {"action": "x" * 70_000}}), "[" * 5000 + "]" * 5000,
+               json.dumps({"type": "step", "data": {"action": "\ud800"}}), json.dumps({"type": "state", "data": []})]
+    with serve_env(GuessEnv, max_body_bytes=65536) as base:
+        with connect(base.replace("http://", "ws://") + "/ws", proxy=None) as ws:
+            for message in hostile:
+                ws.send(message)
+                answer = json.loads(ws.recv(timeout=10))
+                assert answer["type"] in ("error", "state"), (message[:60], answer)
+                if answer["type"] == "error":
+                    assert answer["data"]["code"] in ("INVALID_JSON", "VALIDATION_ERROR", "UNKNOWN_TYPE",
+                                                      "EXECUTION_ERROR"), answer
+            ws.send(json.dumps({"type": "reset", "data": {"task_id": 5}}))  # and it still plays
+            assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+        assert requests.get(f"{base}/v1/health", timeout=10).json()["live_instances"] == 0

@@ -26,9 +26,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentgym_core.http.errors import error_status
+from agentgym_core.http.errors import ServerError, error_status
 from agentgym_core.http.instances import InstanceTable
 from agentgym_core.http.openenv_face import OpenEnvFace, OpenEnvReset
+from agentgym_core.http.protocol import MAX_ACTION_CHARS, check_text
 
 __all__ = ["MCPFace", "MCP_PATH"]
 
@@ -153,7 +154,14 @@ class MCPFace:
 
         async def step(episode: int, action: str) -> Stepped:
             def act() -> Stepped:
-                result = table.run(episode, lambda i: i.step(action))
+                if len(action) > MAX_ACTION_CHARS:
+                    raise ServerError(422, "malformed_request",
+                                      f"the action is {len(action)} characters long; the limit is {MAX_ACTION_CHARS}")
+                try:
+                    text = check_text(action)
+                except ValueError as exc:
+                    raise ServerError(422, "malformed_request", f"action: {exc}") from None
+                result = table.run(episode, lambda i: i.step(text))
                 return Stepped(observation=result.observation, reward=result.reward, done=result.done,
                                success=result.success, invalid_action=result.invalid_action)
 

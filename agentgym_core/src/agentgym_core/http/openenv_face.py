@@ -39,7 +39,7 @@ from starlette.requests import Request
 from agentgym_core.env import Env, InvalidTaskError, TaskCatalog
 from agentgym_core.http.errors import ServerError, error_status
 from agentgym_core.http.instances import Instance, InstanceTable, UnknownInstanceError
-from agentgym_core.http.protocol import MAX_ACTION_CHARS
+from agentgym_core.http.protocol import MAX_ACTION_CHARS, Text
 
 __all__ = ["OpenEnvAction", "OpenEnvObservation", "OpenEnvState", "add_openenv_routes", "is_openenv_body"]
 
@@ -51,7 +51,7 @@ class OpenEnvAction(BaseModel):
     """An action as OpenEnv clients send it: the environment's action text."""
 
     model_config = ConfigDict(extra="forbid")
-    action: str = Field(max_length=MAX_ACTION_CHARS, description="The action text, as the environment's "
+    action: Text = Field(max_length=MAX_ACTION_CHARS, description="The action text, as the environment's "
                         "instruction describes it (e.g. 'go forward').")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Ignored; OpenEnv's Action has it.")
 
