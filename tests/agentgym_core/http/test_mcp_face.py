@@ -4,6 +4,7 @@ client over streamable HTTP on loopback."""
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -76,3 +77,15 @@ def test_the_mcp_endpoint_needs_the_token():
         assert asyncio.run(tools(f"{base}/token/{token}/mcp")) == {"reset", "step", "close"}
         with pytest.raises(Exception):  # noqa: B017 - the SDK raises its own error for a 401
             asyncio.run(tools(f"{base}/mcp"))
+
+
+def test_without_the_mcp_package_the_endpoint_says_how_to_get_it(monkeypatch):
+    import requests
+
+    from agentgym_env_guess import GuessEnv
+
+    monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # what `import` finds when mcp is absent
+    with serve_env(GuessEnv) as base:
+        answer = requests.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=10)
+        assert answer.status_code == 501 and "pip install mcp" in answer.json()["error"]["message"]
+        assert requests.get(f"{base}/v1/health", timeout=10).status_code == 200  # the rest serves on
