@@ -5,6 +5,7 @@ workers' episodes go on."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -338,6 +339,14 @@ def test_the_path_token_works_whichever_worker_takes_the_request():
         for _ in range(6):  # and the /v1 routes, passed on between workers
             assert requests.get(f"{base}/v1/instances/{instance_id}/observation", timeout=10).status_code == 200
         assert requests.get(f"{base}/v1/health", timeout=10).json()["workers"][1]["status"] == "ok"
+        if importlib.util.find_spec("openenv") is not None:  # OpenEnv's WebSocket sessions too
+            from openenv.core.generic_client import GenericEnvClient
+
+            for _ in range(3):
+                with GenericEnvClient(base_url=base).sync() as env:
+                    assert env.reset(task_id=1).observation["task_id"] == 1
+            with pytest.raises(ConnectionError), GenericEnvClient(base_url=url).sync() as env:
+                env.reset()
     finally:
         server.terminate()
         server.wait(timeout=30)
