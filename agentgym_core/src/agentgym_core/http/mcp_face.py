@@ -90,7 +90,7 @@ class MCPFace:
                     except ImportError:
                         await _answer(send, 501, {"error": {"code": "not_implemented", "details": None, "message":
                                       "this server's MCP endpoint needs the mcp package: pip install mcp "
-                                      "(or agentgym-core[mcp]) where the server runs, then restart it"}})
+                                      "where the server runs, then restart it"}})
                         return
         await self._manager.handle_request(scope, receive, send)
 
