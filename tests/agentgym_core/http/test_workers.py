@@ -419,3 +419,24 @@ def test_openenv_and_mcp_sessions_work_across_workers(url):
             assert asyncio.run(call("step", {"episode": episode, "action": "inventory"}))["observation"].startswith(
                 "Inventory")
         asyncio.run(call("close", {"episode": episode}))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_where_the_kernel_cannot_signal_it_a_worker_watches_its_supervisor_pid():
+    """The fallback of systems without PR_SET_PDEATHSIG: a parent that runs a child which watches it."""
+    child = ("import os, sys, time; from agentgym_core.http.workers import _end_with; linux = sys.platform; "
+             "sys.platform = 'darwin'; _end_with(os.getppid()); sys.platform = linux; print('watching', flush=True); "
+             "time.sleep(60)")
+    parent = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
+              "stdout=subprocess.PIPE, text=True); c.stdout.readline(); print(c.pid, flush=True); time.sleep(60)")
+    supervisor = subprocess.Popen([sys.executable, "-c", parent, child], stdout=subprocess.PIPE, text=True)
+    worker = int(supervisor.stdout.readline())
+    assert _running(worker)
+    supervisor.kill()
+    supervisor.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while _running(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _running(worker):
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the worker outlived its supervisor by 15 s")
