@@ -10,16 +10,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
+from pydantic import Field
 
 pytest.importorskip("openenv")
 pytest.importorskip("agentgym_env_babyai")
 
-from openenv.core.env_server.types import (  # noqa: E402 - after the skip
+from openenv.core import EnvClient  # noqa: E402 - after the skip
+from openenv.core.client_types import StepResult  # noqa: E402
+from openenv.core.env_server.types import (  # noqa: E402
+    Action,
     EnvironmentMetadata,
     HealthResponse,
+    Observation,
     ResetResponse,
     SchemaResponse,
     State,
@@ -99,6 +105,49 @@ def test_an_openenv_client_plays_a_babyai_episode_over_the_websocket(url):
         assert again.observation["text"] == first
     # Each connection is its own instance, closed with it.
     assert requests.get(f"{url}/v1/health", timeout=10).json()["live_instances"] == 0
+
+
+class BabyAIAction(Action):
+    """The action model an OpenEnv user writes from /schema (``openenv init``'s template)."""
+
+    action: str
+
+
+class BabyAIObservation(Observation):
+    text: str
+    task_id: int | None = None
+    success: bool | None = None
+    invalid_action: bool | None = None
+    truncated: bool = False
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class BabyAIClient(EnvClient[BabyAIAction, BabyAIObservation, State]):
+    """A typed client as ``openenv init``'s template writes one."""
+
+    def _step_payload(self, action: BabyAIAction) -> dict[str, Any]:
+        return {"action": action.action}
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[BabyAIObservation]:
+        # Observation models forbid unknown fields: the server must send what its /schema says.
+        observation = BabyAIObservation(**payload["observation"], done=payload["done"], reward=payload["reward"])
+        return StepResult(observation=observation, reward=payload["reward"], done=payload["done"])
+
+    def _parse_state(self, payload: dict[str, Any]) -> State:
+        return State(**payload)
+
+
+def test_a_typed_client_as_openenv_writes_them(url):
+    schema = requests.get(f"{url}/schema", timeout=10).json()
+    assert set(schema["observation"]["properties"]) == set(BabyAIObservation.model_fields) - {"done", "reward",
+                                                                                               "metadata"}
+    first, actions = _expert_actions(TASK)
+    with BabyAIClient(base_url=url).sync() as env:
+        assert env.reset(task_id=TASK).observation.text == first
+        for action in actions:
+            result = env.step(BabyAIAction(action=action))
+        assert result.done and result.observation.success and result.reward > 0
+        assert env.state().step_count == len(actions)
 
 
 def test_sessions_are_independent(url):
