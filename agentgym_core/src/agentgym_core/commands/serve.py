@@ -58,8 +58,9 @@ def check_port_free(host: str, port: int) -> None:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve", help="serve an environment over HTTP",
-        description="Serve ENV over the agentgym protocol (/v1, OpenAPI page at /docs) and, where the "
-                    "environment defines them, AgentGym's legacy routes (/create, /reset, /step, ...).",
+        description="Serve ENV over the agentgym protocol (/v1, OpenAPI page at /docs), OpenEnv's routes (/ws, "
+                    "/reset, /step, /state, /schema, ...), MCP tools (/mcp) and, where the environment defines "
+                    "them, AgentGym's legacy routes (/create, /reset, /step, ...).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("env", help="environment name (see `agentgym envs`)")
     parser.add_argument("--host", default="127.0.0.1",
