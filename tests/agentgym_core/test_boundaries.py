@@ -136,7 +136,7 @@ ALLOWED: dict[str, set[str]] = {
     "models": set(),
     "schedulers": set(),
     "http": {"env", "plugins"},
-    "model_server": {"plugins", "rollout"},
+    "model_server": {"http", "plugins", "rollout"},  # http: auth, one reading of the Authorization header for every server
     "rollout": {"env", "schedulers"},
     "text_gym": {"env", "http"},
     "viewer": set(),

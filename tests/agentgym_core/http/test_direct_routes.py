@@ -26,8 +26,8 @@ def test_only_the_raw_request_routes_are_direct():
     app = create_app(CompatGuessEnv)
     direct = app.enable_direct_routes(max_body_bytes=4096)
     assert direct == ["GET /observation", "POST /close", "POST /create", "POST /reset", "POST /step"]
-    plain = create_app(GuessEnv)  # no compat routes: everything goes through FastAPI
-    assert plain.enable_direct_routes(max_body_bytes=4096) == []
+    plain = create_app(GuessEnv)  # no compat routes: only OpenEnv's raw-request routes are direct
+    assert plain.enable_direct_routes(max_body_bytes=4096) == ["POST /reset", "POST /step"]
 
 
 def _episode(url: str) -> list[tuple[int, str, object]]:

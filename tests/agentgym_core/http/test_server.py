@@ -219,6 +219,18 @@ def test_agentgym_legacy_routes(url):
     assert json.loads(requests.get(f"{url}/", timeout=5).text).startswith("This is environment guess")
 
 
+def test_agentgym_routes_answer_a_missing_body_422_as_agentgym_does(url):
+    # AgentGym's servers read typed bodies: a request with none is a 422, not a 200 {"error": ...}.
+    # (An empty /reset is OpenEnv's, which shares the path: tests/agentgym_core/http/test_openenv_face.py.)
+    for path, needs in (("/step", "'id': ..., 'action'"), ("/close", "'id'")):
+        for headers in ({}, {"content-type": "application/json"}):
+            answer = requests.post(f"{url}{path}", data=b"", headers=headers, timeout=10)
+            assert answer.status_code == 422, (path, answer.text)
+            assert answer.json()["error"]["code"] == "malformed_request"
+            assert needs.replace("'", '"') in answer.json()["error"]["message"]
+    assert "id" in post(url, "/create").json()  # /create takes no body
+
+
 class RenamedCompatGuessEnv(GuessEnv):
     """AgentGym servers that name things differently (WebArena's env_idx/idx, SciWorld's extras)."""
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,17 @@ def test_the_token_as_a_header_or_as_a_path_prefix(url):
                                                                                           "closed": True}
 
 
+def test_the_bearer_scheme_is_read_in_any_case(url):
+    # RFC 9110: an auth scheme is case-insensitive; some HTTP clients send "bearer".
+    for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+        for spaces in (" ", "  "):
+            answer = requests.get(f"{url}/v1/health", headers={"Authorization": f"{scheme}{spaces}{TOKEN}"},
+                                  timeout=10)
+            assert answer.status_code == 200, (scheme, spaces, answer.text)
+    for wrong in (f"Basic {TOKEN}", f"Bearer{TOKEN}", f"Bearer {TOKEN.upper()}", f"Bearer {TOKEN} "):
+        assert requests.get(f"{url}/v1/health", headers={"Authorization": wrong}, timeout=10).status_code == 401
+
+
 def test_clients_and_pools_send_the_token(url, monkeypatch):
     env = HTTPEnv(url, token=TOKEN)
     try:
@@ -82,6 +95,59 @@ def test_bad_tokens_are_refused_with_a_way_out():
     for bad in ("short", "has space x", "with/slash-1", "per%cent-11"):
         with pytest.raises(ValueError, match="at least 8 printable ASCII"):
             resolve_token(bad)
+
+
+def test_a_token_file_keeps_the_token_off_the_command_line(tmp_path, monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    token_file = tmp_path / "token"
+    token_file.write_text(f"{TOKEN}\n")
+    assert resolve_token(None, file=token_file) == TOKEN
+    for content, problem in (("", "is empty"), ("short\n", "at least 8 printable ASCII")):
+        token_file.write_text(content)
+        with pytest.raises(ValueError, match=problem):
+            resolve_token(None, file=token_file)
+    with pytest.raises(ValueError, match="cannot read the token file"):
+        resolve_token(None, file=tmp_path / "missing")
+    with pytest.raises(ValueError, match="not both"):
+        resolve_token(TOKEN, file=token_file)
+
+
+def test_serve_reads_its_token_from_a_file_and_its_help_steers_off_the_command_line(tmp_path):
+    help_text = " ".join(subprocess.run([AGENTGYM, "serve", "--help"], capture_output=True, text=True,
+                                        timeout=60).stdout.split())
+    assert "can read it in `ps`: set $AGENTGYM_TOKEN or use --token-file instead" in help_text
+    token_file = tmp_path / "token"
+    token_file.write_text(f"{TOKEN}\n")
+    # A separate `agentgym serve` process: it loads the installed plugins (the suite switches autoload off).
+    environ = {k: v for k, v in os.environ.items() if k not in (TOKEN_ENV, "AGENTGYM_DISABLE_PLUGIN_AUTOLOAD")}
+    with socket.socket() as probe:  # a free port for the server (it prints the port it was given)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([AGENTGYM, "serve", "guess", "--port", str(port), "--token-file", str(token_file)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ)
+    try:
+        assert server.stdout.readline().startswith("serving 'guess'")
+        url = f"http://127.0.0.1:{port}"
+        answer = _when_up(lambda: requests.get(f"{url}/v1/health", timeout=10))
+        assert answer.status_code == 401
+        assert requests.get(f"{url}/v1/health", headers={"Authorization": f"Bearer {TOKEN}"},
+                            timeout=10).status_code == 200
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert TOKEN not in " ".join(server.args)
+
+
+def _when_up(request, timeout_s: float = 60.0):
+    """``request()``'s answer once the server accepts connections (it prints its address just before)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return request()
+        except requests.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 @pytest.mark.parametrize("command", [["serve", "guess"], ["serve", "guess", "--workers", "2"],

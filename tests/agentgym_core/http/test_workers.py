@@ -5,6 +5,7 @@ workers' episodes go on."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import requests
 
+from agentgym_core.commands.serve import check_port_free
 from agentgym_core.http.instances import InstanceTable
 from agentgym_core.http.workers import create_owner, owner_of
 from agentgym_env_guess import GuessEnv
@@ -65,7 +67,7 @@ def _log() -> Any:
     return tempfile.TemporaryFile("w+")
 
 
-def _start_workers(*options: str) -> tuple[subprocess.Popen, str]:
+def _start_workers(*options: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """``agentgym serve textcraft --workers 2 --port 0 OPTIONS`` and its URL, once it answers.
 
     The server picks a free port itself and prints it: a port the test picked and freed for the server
@@ -74,7 +76,7 @@ def _start_workers(*options: str) -> tuple[subprocess.Popen, str]:
     # Open for the server's life, appended to by it, read here by name.
     out = tempfile.NamedTemporaryFile("a+", suffix=".out")  # noqa: SIM115
     server = subprocess.Popen([AGENTGYM, "serve", "textcraft", "--workers", "2", "--port", "0", *options],
-                              stdout=out, stderr=_log(), text=True, env=SERVER_ENV)
+                              stdout=out, stderr=_log(), text=True, env=env or SERVER_ENV)
     try:
         base = _served_url(server, out.name)
         _wait_until_serving(server, base)
@@ -310,3 +312,131 @@ def test_a_hung_or_killed_worker_is_restarted_and_the_other_workers_episodes_go_
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_path_token_works_whichever_worker_takes_the_request():
+    """The front checks the token once and strips a path token; the worker's app must not check again.
+    (Before: 20 of 20 creates through /token/TOKEN/ answered 401 with --workers 2.)"""
+    server, url = _start_workers(env={**SERVER_ENV, "AGENTGYM_TOKEN": TOKEN})  # off the command line
+    base = f"{url}/token/{TOKEN}"
+    try:
+        assert requests.post(f"{url}/create", json={}, timeout=10).status_code == 401
+        ids = []
+        for _ in range(20):  # fresh connections: the kernel hands them to both workers
+            answer = requests.post(f"{base}/create", json={}, timeout=10)
+            assert answer.status_code == 200, answer.text
+            ids.append(answer.json()["id"])
+        assert {owner_of(i, 2) for i in ids} == {0, 1}
+        for task, instance_id in enumerate(ids[:10]):  # an AgentGym client's episode, token in its base URL
+            reset = requests.post(f"{base}/reset", json={"id": instance_id, "data_idx": task}, timeout=10)
+            assert reset.status_code == 200 and "error" not in reset.json(), reset.text
+            step = requests.post(f"{base}/step", json={"id": instance_id, "action": "inventory"}, timeout=10)
+            assert step.status_code == 200 and step.json()["observation"].startswith("Inventory"), step.text
+            assert requests.post(f"{base}/close", json={"id": instance_id}, timeout=10).json() is True
+        created = requests.post(f"{base}/v1/instances", json={"task_id": 2}, timeout=10)
+        assert created.status_code == 201, created.text
+        instance_id = created.json()["instance_id"]
+        for _ in range(6):  # and the /v1 routes, passed on between workers
+            assert requests.get(f"{base}/v1/instances/{instance_id}/observation", timeout=10).status_code == 200
+        assert requests.get(f"{base}/v1/health", timeout=10).json()["workers"][1]["status"] == "ok"
+        if importlib.util.find_spec("openenv") is not None:  # OpenEnv's WebSocket sessions too
+            from openenv.core.generic_client import GenericEnvClient
+
+            for _ in range(3):
+                with GenericEnvClient(base_url=base).sync() as env:
+                    assert env.reset(task_id=1).observation["task_id"] == 1
+            with pytest.raises(ConnectionError), GenericEnvClient(base_url=url).sync() as env:
+                env.reset()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped by its new parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_end_with_their_supervisor_even_after_kill_9():
+    """Before: after `kill -9` of the parent its workers served on, unsupervised, and held the port."""
+    server, url = _start_workers()
+    port = int(url.rsplit(":", 1)[1])
+    workers = [w["pid"] for w in requests.get(f"{url}/v1/health", timeout=10).json()["workers"]]
+    assert all(_running(pid) for pid in workers)
+    server.kill()
+    server.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    still = [pid for pid in workers if _running(pid)]
+    for pid in still:  # leave no server behind, whatever the outcome
+        os.kill(pid, signal.SIGKILL)
+    assert not still, f"workers {still} outlived their supervisor by 30 s"
+    check_port_free("127.0.0.1", port)  # what a new `agentgym serve --port` checks first: the port is free again
+
+
+def test_openenv_and_mcp_sessions_work_across_workers(url):
+    """OpenEnv's WebSocket sessions stay on the worker that accepted them; its shared HTTP episode lives
+    in worker 0; an MCP step on a fresh connection reaches the worker of its episode."""
+    pytest.importorskip("openenv")
+    pytest.importorskip("mcp")
+    import asyncio
+
+    from mcp import Client
+    from openenv.core.generic_client import GenericEnvClient
+
+    for _ in range(4):  # fresh connections: sessions on both workers
+        with GenericEnvClient(base_url=url).sync() as env:
+            assert env.reset(task_id=2).observation["task_id"] == 2
+            assert env.step({"action": "inventory"}).observation["text"].startswith("Inventory")
+            assert env.state()["step_count"] == 1
+    for _ in range(3):  # each request on a fresh connection, the episode in worker 0
+        assert requests.post(f"{url}/reset", json={"task_id": 4}, timeout=10).status_code == 200
+        step = requests.post(f"{url}/step", json={"action": {"action": "inventory"}}, timeout=10)
+        assert step.status_code == 200 and step.json()["observation"]["task_id"] == 4, step.text
+        assert requests.get(f"{url}/state", timeout=10).json()["step_count"] == 1
+
+    async def call(tool: str, arguments: dict) -> dict:
+        async with Client(f"{url}/mcp") as client:  # a client, and a connection, per call
+            answer = await client.call_tool(tool, arguments)
+            assert not answer.is_error, answer
+            return answer.structured_content
+
+    held: dict[int, int] = {}  # worker -> an episode it holds
+    for _ in range(30):
+        episode = asyncio.run(call("reset", {"task_id": 1}))["episode"]
+        if held.setdefault(owner_of(episode, 2), episode) != episode:
+            asyncio.run(call("close", {"episode": episode}))
+        if len(held) == 2:
+            break
+    assert len(held) == 2, "30 MCP resets on fresh connections all landed on one worker"
+    for episode in held.values():  # 2 steps each, on fresh connections: most reach the other worker once
+        for _ in range(2):
+            assert asyncio.run(call("step", {"episode": episode, "action": "inventory"}))["observation"].startswith(
+                "Inventory")
+        asyncio.run(call("close", {"episode": episode}))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_where_the_kernel_cannot_signal_it_a_worker_watches_its_supervisor_pid():
+    """The fallback of systems without PR_SET_PDEATHSIG: a parent that runs a child which watches it."""
+    child = ("import os, sys, time; from agentgym_core.http.workers import _end_with; linux = sys.platform; "
+             "sys.platform = 'darwin'; _end_with(os.getppid()); sys.platform = linux; print('watching', flush=True); "
+             "time.sleep(60)")
+    parent = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
+              "stdout=subprocess.PIPE, text=True); c.stdout.readline(); print(c.pid, flush=True); time.sleep(60)")
+    supervisor = subprocess.Popen([sys.executable, "-c", parent, child], stdout=subprocess.PIPE, text=True)
+    worker = int(supervisor.stdout.readline())
+    assert _running(worker)
+    supervisor.kill()
+    supervisor.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while _running(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _running(worker):
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the worker outlived its supervisor by 15 s")

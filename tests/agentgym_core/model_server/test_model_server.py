@@ -139,8 +139,9 @@ def test_context_length_and_api_key(backend):
         assert missing.status_code == 401 and "no API key was sent" in missing.json()["error"]["message"]
         wrong = requests.post(url, json=body, headers={"Authorization": "Bearer k2"}, timeout=10)
         assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
-        long = requests.post(url, json=body, headers={"Authorization": "Bearer k1"}, timeout=10)
-        assert long.status_code == 400 and long.json()["error"]["code"] == "context_length_exceeded"
+        for scheme in ("Bearer", "bearer", "BEARER"):  # the scheme in any case (RFC 9110)
+            long = requests.post(url, json=body, headers={"Authorization": f"{scheme} k1"}, timeout=10)
+            assert long.status_code == 400 and long.json()["error"]["code"] == "context_length_exceeded"
         assert requests.get(f"{base}/health", timeout=10).status_code == 200  # health needs no key
 
 

@@ -58,15 +58,20 @@ def check_port_free(host: str, port: int) -> None:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve", help="serve an environment over HTTP",
-        description="Serve ENV over the agentgym protocol (/v1, OpenAPI page at /docs) and, where the "
-                    "environment defines them, AgentGym's legacy routes (/create, /reset, /step, ...).",
+        description="Serve ENV over the agentgym protocol (/v1, OpenAPI page at /docs), OpenEnv's routes (/ws, "
+                    "/reset, /step, /state, /schema, ...), MCP tools (/mcp) and, where the environment defines "
+                    "them, AgentGym's legacy routes (/create, /reset, /step, ...).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("env", help="environment name (see `agentgym envs`)")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind; an address other than loopback needs --token (or --insecure)")
+                        help=f"address to bind; an address other than loopback needs a token (${TOKEN_ENV} or "
+                             "--token-file) or --insecure")
     parser.add_argument("--token", default=None,
                         help=f"shared token every request must carry, as 'Authorization: Bearer TOKEN' or as the "
-                             f"path prefix /token/TOKEN (for AgentGym's clients); default: ${TOKEN_ENV}")
+                             f"path prefix /token/TOKEN (for AgentGym's clients). Every user of this machine can "
+                             f"read it in `ps`: set ${TOKEN_ENV} or use --token-file instead; default: ${TOKEN_ENV}")
+    parser.add_argument("--token-file", default=None, metavar="FILE",
+                        help="read the shared token from the first line of FILE (keep it readable by you alone)")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding an address other than loopback without a token")
     parser.add_argument("--port", type=_bounded(int, 0, what="--port"), default=8000, help="TCP port")
@@ -104,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from agentgym_core.http.server import create_app
     from agentgym_core.http.serving import uvicorn_config
 
-    token = resolve_token(args.token)
+    token = resolve_token(args.token, file=args.token_file)
     check_exposure(args.host, token, insecure=args.insecure, what="environment server")
     env_cls = get_plugin_manager().env_class(args.env)
     # Both before "serving ...": a bad option would otherwise answer 500 to every create, and a

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from agentgym_core.http.auth import TOKEN_ENV, check_exposure
+from agentgym_core.http.auth import TOKEN_ENV, check_exposure, read_secret_file
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -39,8 +39,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="prompt + reply limit (default: the model's max_position_embeddings)")
     parser.add_argument("--api-key", "--token", dest="api_key",
                         default=os.environ.get("AGENTGYM_SERVE_API_KEY") or os.environ.get(TOKEN_ENV),
-                        help=f"require 'Authorization: Bearer KEY' on every route but /health (default: "
-                             f"$AGENTGYM_SERVE_API_KEY, else ${TOKEN_ENV}; none)")
+                        help=f"require 'Authorization: Bearer KEY' on every route but /health. Every user of "
+                             f"this machine can read it in `ps`: prefer $AGENTGYM_SERVE_API_KEY, ${TOKEN_ENV} or "
+                             f"--api-key-file (default: $AGENTGYM_SERVE_API_KEY, else ${TOKEN_ENV}; none)")
+    parser.add_argument("--api-key-file", "--token-file", dest="api_key_file", default=None, metavar="FILE",
+                        help="read the API key from the first line of FILE (keep it readable by you alone)")
     parser.add_argument("--no-control-routes", dest="control_routes", action="store_false",
                         help="do not serve the vLLM-style control routes (/sleep, /wake_up, /pause, /resume, "
                              "/reset_prefix_cache, /collective_rpc weight loading)")
@@ -60,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from agentgym_core.model_server import ModelServerConfig, create_model_app
     from agentgym_core.plugins import get_plugin_manager
 
+    if args.api_key_file is not None:
+        args.api_key = read_secret_file(args.api_key_file)
     check_exposure(args.host, args.api_key, insecure=args.insecure, what="model server (and its weights)")
     factory = get_plugin_manager().get("rollout_backend", args.backend)
     options: dict[str, Any] = {"model": args.model, "device": args.device}

@@ -50,7 +50,13 @@ def check_envs(config, *, reach_servers: bool = True) -> None:
     from agentgym_core.plugins import get_plugin_manager
 
     for index, env in enumerate(config.envs):
-        if env.url:
+        if env.protocol == "openenv":
+            if reach_servers:
+                from agentgym_core.http.openenv_remote import check_openenv_server
+
+                for url in env.server_urls:
+                    check_openenv_server(url)
+        elif env.url:
             if not reach_servers:
                 continue
             client = EnvClient(env.url, timeout=10.0, retries=1)

@@ -7,9 +7,10 @@
 Where things are: ``protocol`` (the wire format, pydantic models), ``server`` (the app generated
 from an Env class) with ``instances`` (live instances), ``errors`` (exceptions -> protocol errors),
 ``direct_routes`` and ``asgi_body`` (the fast request path), ``compat`` + ``compat_spec`` (AgentGym's
-legacy routes), ``workers`` (``agentgym serve --workers N``), ``serving`` (run a server in a thread or
-as ``agentgym serve``), ``auth`` (the shared token), ``client`` (``HTTPEnv``) and ``pool`` (several
-servers behind one client). Names load on first use, so a client does not import the server stack.
+legacy routes), ``openenv_face`` (OpenEnv's routes) and ``mcp_face`` (MCP tools at ``/mcp``),
+``workers`` (``agentgym serve --workers N``), ``serving`` (run a server in a thread or as ``agentgym
+serve``), ``auth`` (the shared token), ``client`` (``HTTPEnv``), ``pool`` (several servers behind
+one client) and ``openenv_remote`` (an OpenEnv server's environment as an agentgym Env). Names load on first use, so a client does not import the server stack.
 """
 
 from agentgym_core.plugins import lazy_exports
@@ -19,6 +20,7 @@ __all__ = [
     "EnvClient",
     "EnvPool",
     "HTTPEnv",
+    "OpenEnvRemote",
     "RemoteError",
     "ServerUnreachableError",
     "create_app",
@@ -31,6 +33,7 @@ lazy_exports(__name__, {
     "EnvClient": "agentgym_core.http.client",
     "EnvPool": "agentgym_core.http.pool",
     "HTTPEnv": "agentgym_core.http.client",
+    "OpenEnvRemote": "agentgym_core.http.openenv_remote",
     "RemoteError": "agentgym_core.http.client",
     "ServerUnreachableError": "agentgym_core.http.client",
     "create_app": "agentgym_core.http.server",

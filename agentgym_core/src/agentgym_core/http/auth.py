@@ -3,11 +3,14 @@
 An environment server (``agentgym serve --token``) or model server (``agentgym serve-model
 --token``) started with a token answers a request only when it carries the token, on every route:
 
-* in the header ``Authorization: Bearer TOKEN`` (the agentgym clients send it: ``HTTPEnv``,
-  ``EnvPool`` and the trainer read :data:`TOKEN_ENV`);
+* in the header ``Authorization: Bearer TOKEN`` (the scheme in any case, as RFC 9110 says; the
+  agentgym clients send it: ``HTTPEnv``, ``EnvPool`` and the trainer read :data:`TOKEN_ENV`);
 * or, for clients that cannot send headers (AgentGym's own clients build URLs from a base
   address), in the path: ``http://host:port/token/TOKEN`` is a base URL whose every route
   (``/create``, ``/step``, ``/v1/...``) is authenticated.
+
+A server takes its token from :data:`TOKEN_ENV` or a file (``--token-file``) rather than its command
+line, which every user of the machine can read in ``ps``.
 
 Binding an address other than loopback without a token is refused (:func:`check_exposure`),
 unless the user says ``--insecure``: instance ids are random, but anyone who can reach the port
@@ -19,10 +22,11 @@ from __future__ import annotations
 import hmac
 import json
 import os
+from pathlib import Path
 from typing import Any
 
-__all__ = ["TOKEN_ENV", "TOKEN_PATH_PREFIX", "admit", "bearer", "check_exposure", "gate", "is_loopback", "refuse",
-           "resolve_token"]
+__all__ = ["TOKEN_ENV", "TOKEN_PATH_PREFIX", "admit", "bearer", "bearer_matches", "check_exposure", "gate",
+           "is_loopback", "read_secret_file", "refuse", "resolve_token"]
 
 TOKEN_ENV = "AGENTGYM_TOKEN"
 """Environment variable holding the shared token, for servers and clients alike."""
@@ -33,11 +37,17 @@ TOKEN_PATH_PREFIX = "/token/"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "ip6-localhost"}
 
 
-def resolve_token(given: str | None) -> str | None:
-    """The token to use: ``given`` (a flag or option), else :data:`TOKEN_ENV`, else None.
+def resolve_token(given: str | None, *, file: str | os.PathLike[str] | None = None) -> str | None:
+    """The token to use: ``given`` (a flag or option), else the first line of ``file``, else
+    :data:`TOKEN_ENV`, else None.
 
-    Raises ValueError for a token that cannot travel in a header or a path segment.
+    Raises ValueError for a token that cannot travel in a header or a path segment, for both
+    ``given`` and ``file``, and for a file that cannot be read.
     """
+    if given is not None and file is not None:
+        raise ValueError("give the token once: --token or --token-file, not both")
+    if file is not None:
+        given = read_secret_file(file)
     token = given if given is not None else os.environ.get(TOKEN_ENV) or None
     if token is not None and (len(token) < 8 or not token.isascii() or not token.isprintable()
                               or any(c in token for c in " /?#%")):
@@ -45,6 +55,21 @@ def resolve_token(given: str | None) -> str | None:
                          "'#' or '%' (it travels in a header and in URL paths); e.g. "
                          "python -c 'import secrets; print(secrets.token_urlsafe(24))'")
     return token
+
+
+def read_secret_file(file: str | os.PathLike[str]) -> str:
+    """The first line of ``file``, stripped: a token or key kept out of the command line (and ``ps``).
+
+    Raises ValueError, naming the file, when it cannot be read or its first line is empty.
+    """
+    try:
+        lines = Path(file).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the token file {os.fspath(file)!r}: {exc}") from None
+    secret = lines[0].strip() if lines else ""
+    if not secret:
+        raise ValueError(f"the token file {os.fspath(file)!r} is empty; write the token on its first line")
+    return secret
 
 
 def is_loopback(host: str) -> bool:
@@ -57,8 +82,8 @@ def check_exposure(host: str, token: str | None, *, insecure: bool, what: str = 
     if token is None and not insecure and not is_loopback(host):
         raise ValueError(
             f"refusing to bind {host}: anyone who can reach it could use this {what}. Set a shared token "
-            f"(--token TOKEN or ${TOKEN_ENV}; clients read ${TOKEN_ENV}), or pass --insecure on a network you "
-            "trust")
+            f"(${TOKEN_ENV} or --token-file FILE; clients read ${TOKEN_ENV}), or pass --insecure on a network "
+            "you trust")
 
 
 def bearer(token: str) -> bytes:
@@ -66,10 +91,17 @@ def bearer(token: str) -> bytes:
     return b"Bearer " + token.encode()
 
 
+def bearer_matches(value: bytes, token: str) -> bool:
+    """Whether the ``Authorization`` header ``value`` carries ``token``: ``Bearer``, in any case (RFC 9110
+    makes auth schemes case-insensitive), then the token, compared in constant time."""
+    scheme, _, credentials = value.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.lstrip(b" "), token.encode())
+
+
 def admit(scope: dict[str, Any], token: str) -> dict[str, Any] | None:
     """``scope`` if the request carries ``token`` (with a path token stripped off); None if not."""
     for name, value in scope.get("headers") or ():
-        if name == b"authorization" and hmac.compare_digest(value, bearer(token)):
+        if name == b"authorization" and bearer_matches(value, token):
             return scope
     path: str = scope.get("path", "")
     if path.startswith(TOKEN_PATH_PREFIX):
@@ -85,7 +117,10 @@ def admit(scope: dict[str, Any], token: str) -> dict[str, Any] | None:
 
 
 async def refuse(scope: dict[str, Any], send: Any) -> None:
-    """Answer 401 in the protocol's error shape."""
+    """Answer 401 in the protocol's error shape (a WebSocket is closed before it opens: 403)."""
+    if scope.get("type") == "websocket":
+        await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized: send the server's token"})
+        return
     carried = any(name == b"authorization" for name, _ in scope.get("headers") or ()) or \
         scope.get("path", "").startswith(TOKEN_PATH_PREFIX)
     what = "the token sent is wrong" if carried else "no token was sent"
@@ -100,7 +135,7 @@ async def refuse(scope: dict[str, Any], send: Any) -> None:
 
 
 async def gate(scope: dict[str, Any], send: Any, token: str | None) -> dict[str, Any] | None:
-    """The scope to serve (a path token stripped); None once the request was refused (401).
+    """The scope to serve (a path token stripped); None once the request (HTTP or WebSocket) was refused.
 
     With ``token`` None every request passes unchanged.
     """

@@ -10,7 +10,8 @@ routes, with field names that differ per environment::
     POST /close  {"id"}               -> {"id", "closed"}
 
 and answers errors with HTTP 200 and ``{"error": "message"}``, except a body that is not JSON at
-all, which AgentGym's servers (FastAPI with typed bodies) answer 422. Rewards and scores that are
+all or is missing where the route needs fields, which AgentGym's servers (FastAPI with typed
+bodies) answer 422. Rewards and scores that are
 whole numbers are answered as JSON integers (``0``, ``1``), as AgentGym's servers answer them. An
 Env class opts in by setting ``agentgym_compat = AgentGymCompat(...)``; the knobs cover the per-environment differences. These
 routes share the instance table of the ``/v1`` protocol, so both can be used on one server.
@@ -19,6 +20,7 @@ routes share the instance table of the ``/v1`` protocol, so both can be used on 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -29,6 +31,7 @@ from agentgym_core.env import Env
 from agentgym_core.http.compat_spec import AgentGymCompat
 from agentgym_core.http.errors import ServerError, error_status, parse_json_body
 from agentgym_core.http.instances import ID_LIMIT, InstanceTable, NoEpisodeError, UnknownInstanceError
+from agentgym_core.http.openenv_face import is_openenv_body
 from agentgym_core.http.protocol import MAX_ACTION_CHARS, check_text, strict_id
 
 __all__ = ["AgentGymCompat", "add_agentgym_routes"]
@@ -61,21 +64,32 @@ def _body_field(body: Any, name: str, kind: type = int) -> Any:
 
 
 async def _json_body(request: Request) -> Any:
-    """The request's JSON body; an unreadable one raises :class:`_Unreadable` (answered 422)."""
+    """The request's JSON body (None when empty); an unreadable one raises :class:`_Unreadable` (answered 422)."""
     try:
         return parse_json_body(await request.body())
     except ServerError as exc:
         raise _Unreadable(exc.status, exc.code, exc.message) from None
 
 
+def _needed(body: Any, *fields: str) -> Any:
+    """``body``, unless it is missing: AgentGym's servers, with typed bodies, answer that 422."""
+    if body is None:
+        example = ", ".join(f'"{name}": ...' for name in fields)
+        raise _Unreadable(422, "malformed_request", f"the request has no body; send a JSON object {{{example}}}")
+    return body
+
+
 def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
-                        env_kwargs: dict[str, Any] | None = None, *, inline: bool = False) -> None:
+                        env_kwargs: dict[str, Any] | None = None, *, inline: bool = False,
+                        openenv: dict[str, Callable[[Any], Awaitable[Any]]] | None = None) -> None:
     """Add the legacy routes when ``env_cls.agentgym_compat`` is set (no-op otherwise).
 
     Bodies are parsed strictly: ids and task indices must be JSON integers (not ``true`` or
     ``1.9``), actions JSON strings of at most ``MAX_ACTION_CHARS`` characters, and every problem is
     answered before anything is allocated or applied. ``inline`` calls the environment on the
     event loop instead of a worker thread (for environments whose calls take microseconds).
+    ``openenv`` maps ``/reset`` and ``/step`` to OpenEnv's handlers, which answer the bodies that
+    do not name the id field (:func:`agentgym_core.http.openenv_face.is_openenv_body`).
     """
     spec: AgentGymCompat | None = getattr(env_cls, "agentgym_compat", None)
     if spec is None:
@@ -159,6 +173,12 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     async def reset(request: Request) -> Any:
         try:
             body = await _json_body(request)
+        except Exception as exc:
+            return fail(exc)
+        if openenv is not None and is_openenv_body(body, spec.id_field):
+            return await openenv["/reset"](body)
+        try:
+            body = _needed(body, spec.id_field, spec.task_field)
             instance_id, task_id = _body_field(body, spec.id_field), _body_field(body, spec.task_field)
         except Exception as exc:
             return fail(exc)
@@ -173,6 +193,12 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     async def step(request: Request) -> Any:
         try:
             body = await _json_body(request)
+        except Exception as exc:
+            return fail(exc)
+        if openenv is not None and is_openenv_body(body, spec.id_field) and body is not None:
+            return await openenv["/step"](body)
+        try:
+            body = _needed(body, spec.id_field, spec.action_field)
             instance_id, action = _body_field(body, spec.id_field), _body_field(body, spec.action_field, str)
         except Exception as exc:
             return fail(exc)
@@ -218,7 +244,7 @@ def add_agentgym_routes(app: FastAPI, table: InstanceTable, env_cls: type[Env],
     @app.post("/close", tags=["agentgym-compat"])
     async def close(request: Request) -> Any:
         try:
-            instance_id = _body_field(await _json_body(request), spec.id_field)
+            instance_id = _body_field(_needed(await _json_body(request), spec.id_field), spec.id_field)
         except Exception as exc:
             return fail(exc)
 

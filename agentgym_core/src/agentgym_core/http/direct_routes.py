@@ -74,6 +74,12 @@ class DirectRouteApp(FastAPI):
     _body_limit: int = 0
     token: str | None = None
     """When set, every HTTP request must carry it (:mod:`agentgym_core.http.auth`), checked before any route."""
+    asgi_paths: dict[str, Any]
+    """Exact paths served by an ASGI app of their own (``/mcp``), after the token check."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asgi_paths = {}
 
     def enable_direct_routes(self, *, max_body_bytes: int) -> list[str]:
         """Serve the qualifying routes directly from now on; returns them as ``"METHOD /path"``."""
@@ -86,15 +92,19 @@ class DirectRouteApp(FastAPI):
         return sorted(f"{method} {path}" for method, path in direct)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and self.token is not None:
+            admitted = await gate(scope, send, self.token)
+            if admitted is None:
+                return
+            scope = admitted
         if scope["type"] == "http":
-            if self.token is not None:
-                admitted = await gate(scope, send, self.token)
-                if admitted is None:
-                    return
-                scope = admitted
             endpoint = self._direct.get((scope["method"], scope["path"]))
             if endpoint is not None:
                 await self._call_direct(endpoint, scope, receive, send)
+                return
+            other = self.asgi_paths.get(scope["path"])
+            if other is not None:
+                await other(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 

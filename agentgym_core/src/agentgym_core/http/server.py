@@ -1,8 +1,9 @@
 """An HTTP server generated from any :class:`~agentgym_core.env.Env` class.
 
 Environment packages never write routes: ``create_app(MyEnv)`` serves the protocol of
-:mod:`agentgym_core.http.protocol` (with an OpenAPI page at ``/docs``), plus AgentGym's legacy routes
-when the class sets ``agentgym_compat`` (see :mod:`agentgym_core.http.compat`).
+:mod:`agentgym_core.http.protocol` (with an OpenAPI page at ``/docs``), OpenEnv's routes
+(:mod:`agentgym_core.http.openenv_face`), MCP tools (:mod:`agentgym_core.http.mcp_face`), plus AgentGym's legacy routes when the class sets
+``agentgym_compat`` (see :mod:`agentgym_core.http.compat`).
 
 Handlers are plain functions, so FastAPI runs them in its worker threads; the instance table
 serialises calls on one instance and lets different instances run in parallel. An environment whose
@@ -32,8 +33,10 @@ from agentgym_core.http import protocol as p
 from agentgym_core.http.asgi_body import TOO_LARGE, declared_too_large, read_body, replay
 from agentgym_core.http.compat import add_agentgym_routes
 from agentgym_core.http.direct_routes import DirectRouteApp, body_too_large
-from agentgym_core.http.errors import ServerError, error_status
+from agentgym_core.http.errors import ServerError, error_status, parse_json_body
 from agentgym_core.http.instances import Instance, InstanceTable
+from agentgym_core.http.mcp_face import MCP_PATH, MCPFace
+from agentgym_core.http.openenv_face import add_openenv_routes
 
 __all__ = ["ServerError", "create_app", "error_status", "validate_server_options"]
 
@@ -92,6 +95,16 @@ def _server_version() -> str:
     from agentgym_core.plugins import _core_version
 
     return _core_version()
+
+
+def _describe(env_cls: type[Env]) -> str:
+    """The first paragraph of the environment class's docstring (its name when it has none)."""
+    doc = inspect.getdoc(env_cls) or env_cls.__name__
+    return doc.split("\n\n", 1)[0].replace("\n", " ")
+
+
+async def _json_body(request: Request) -> Any:
+    return parse_json_body(await request.body())
 
 
 def answer_errors_in_protocol_shape(app: FastAPI) -> None:
@@ -185,6 +198,7 @@ def create_app(
             yield
         finally:
             stop.set()
+            await app.state.mcp.aclose()
             table.close_all()
             for env in probe:
                 env.close()
@@ -232,9 +246,17 @@ def create_app(
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": p.ErrorResponse} for code in (401, 404, 409, 413, 422, 500, 503)
     }
+    # OpenEnv's routes (TRL, SkyRL, torchforge) share /reset and /step with AgentGym's, which pass on
+    # the bodies that are OpenEnv's.
+    openenv = add_openenv_routes(app, table, env_cls, env_name=env_name, description=_describe(env_cls),
+                                 version=_server_version(), inline=inline, max_message_bytes=max_body_bytes,
+                                 body_of=_json_body)
     # AgentGym's routes first: its clients send the most requests per second, and a route is found
     # by trying each in order.
-    add_agentgym_routes(app, table, env_cls, kwargs, inline=inline)
+    add_agentgym_routes(app, table, env_cls, kwargs, inline=inline, openenv=openenv)
+    app.state.mcp = MCPFace(table, app.state.openenv, env_name=env_name, instruction=lambda: probe_env().instruction,
+                            max_body_bytes=max_body_bytes)
+    app.asgi_paths[MCP_PATH] = app.state.mcp
     v1 = p.PREFIX
 
     @app.get(f"{v1}/health", response_model=p.Health)

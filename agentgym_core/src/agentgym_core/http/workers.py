@@ -18,7 +18,10 @@ its answer back. So the server keeps the guarantees of one process:
 * ``/v1/step_batch`` is validated whole before any part runs (an invalid batch is refused by the
   worker that received it, with the client's own indices), then split by owner and the answers put
   back in request order;
-* ``/v1/health`` sums every worker's counts and lists each worker.
+* ``/v1/health`` sums every worker's counts and lists each worker;
+* an MCP ``tools/call`` goes to the worker of the episode it names;
+* OpenEnv's shared HTTP episode (``/reset``, ``/step``, ``/state`` with OpenEnv's bodies) lives in
+  worker 0; an OpenEnv WebSocket session lives in the worker that accepted its connection.
 
 The parent process health-checks every worker (a heartbeat on its private port, answered on the
 worker's event loop) and restarts one that died, or that left its heartbeat unanswered for
@@ -27,7 +30,8 @@ connections stop going to it, and a new worker takes its number and ports. Its i
 while it is away requests for them answer ``503 worker_lost``, afterwards ``404 unknown_instance``
 with a message saying the worker was restarted. The other workers' episodes go on untouched.
 A worker that dies or hangs before its app starts stops the whole server (a configuration error
-would only repeat).
+would only repeat). Workers end with their supervisor, however it ends (``kill -9`` included): a
+worker with no supervisor would serve on unwatched and hold the port against a new server.
 
 A client that keeps its connection (AgentGym's clients with a session, ``bench/env_server.py``)
 creates and steps its instances on one worker and is never passed on; one that opens a connection
@@ -40,14 +44,18 @@ Per worker: ``--max-instances`` and the idle reaper. Shared: the port and the cr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import multiprocessing
 import os
 import signal
 import socket
+import sys
+import threading
 import time
 import zlib
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -55,6 +63,8 @@ from agentgym_core.http import protocol as p
 from agentgym_core.http.asgi_body import TOO_LARGE, read_body, replay
 from agentgym_core.http.auth import bearer, gate
 from agentgym_core.http.direct_routes import body_too_large
+from agentgym_core.http.mcp_face import MCP_PATH
+from agentgym_core.http.openenv_face import is_openenv_body
 from agentgym_core.http.protocol import DEFAULT_WORKER_TIMEOUT_S
 
 __all__ = ["DEFAULT_WORKER_TIMEOUT_S", "WorkerFront", "create_owner", "owner_of", "serve_workers"]
@@ -65,14 +75,20 @@ FORWARD_CONNECT_TIMEOUT_S = 5.0
 FORWARD_TIMEOUT_S = 600.0  # an env call may be slow; a hung worker is killed long before this
 HEARTBEAT_PATH = "/_agentgym/heartbeat"
 FORWARDED = b"x-agentgym-forwarded"  # a request a sibling passed on: answer it here, route nothing
+ORPHAN_CHECK_S = 1.0  # how often a worker looks for its supervisor where the kernel cannot tell it
+ORPHAN_GRACE_S = 10.0  # how long an orphaned worker may take to shut down before it exits outright
 
 # Worker states, shared with the fronts (one byte each).
 STARTING, OK, LOST = 0, 1, 2
 _STATE_NAMES = {STARTING: "starting", OK: "ok", LOST: "lost"}
 
 _COMPAT_BODY_ROUTES = ("/reset", "/step", "/close")
+OPENENV_BODY_ROUTES = ("/reset", "/step")
+OPENENV_HTTP_OWNER = 0  # the worker that holds OpenEnv's shared HTTP episode (/reset, /step, /state)
 _V1_INSTANCES = "/v1/instances/"
 _JSON = b"application/json"
+# Headers a passed-on request keeps besides its content type: MCP's transport reads these (and its Mcp-*).
+_PASSED_HEADERS = (b"accept", b"last-event-id")
 
 
 def owner_of(instance_id: int, workers: int) -> int:
@@ -115,14 +131,15 @@ class _Forwarder:
         self._idle: dict[int, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
 
     async def request(self, worker: int, method: str, target: str, body: bytes, content_type: bytes | None,
-                      *, timeout_s: float | None = None) -> tuple[int, bytes, bytes]:
+                      *, timeout_s: float | None = None, headers: Sequence[bytes] = ()) -> tuple[int, bytes, bytes]:
         """(status, content-type, body) of the request as ``worker`` answers it; raises OSError,
-        asyncio.TimeoutError or IncompleteReadError when it does not answer."""
-        return await asyncio.wait_for(self._request(worker, method, target, body, content_type),
+        asyncio.TimeoutError or IncompleteReadError when it does not answer. ``headers``: more header
+        lines (``b"name: value"``) to send."""
+        return await asyncio.wait_for(self._request(worker, method, target, body, content_type, headers),
                                       timeout_s or self.timeout_s)
 
-    async def _request(self, worker: int, method: str, target: str, body: bytes, content_type: bytes | None
-                       ) -> tuple[int, bytes, bytes]:
+    async def _request(self, worker: int, method: str, target: str, body: bytes, content_type: bytes | None,
+                       headers: Sequence[bytes]) -> tuple[int, bytes, bytes]:
         port = self.ports[worker]
         idle = self._idle.setdefault(port, [])
         for attempt in range(2):  # a kept-alive connection the sibling closed meanwhile: one retry, on a new one
@@ -136,6 +153,7 @@ class _Forwarder:
                         b"content-length: " + str(len(body)).encode()]
                 if content_type:
                     head.append(b"content-type: " + content_type)
+                head.extend(headers)
                 if self.token is not None:
                     head.append(b"authorization: " + bearer(self.token))
                 writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
@@ -214,14 +232,14 @@ class WorkerFront:
                 # Up (uvicorn's start-up reaches the app first): from now on the parent counts this worker's
                 # silence, even if it hangs before the parent's first heartbeat reaches it.
                 self.states[self.index] = OK
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if self.token is not None:
+        if scope["type"] in ("http", "websocket") and self.token is not None:
             admitted = await gate(scope, send, self.token)
             if admitted is None:
                 return
             scope = admitted
+        if scope["type"] != "http":  # lifespan, and OpenEnv's WebSocket sessions: each lives where it connected
+            await self.app(scope, receive, send)
+            return
         path, method = scope["path"], scope["method"]
         if path == HEARTBEAT_PATH:
             await self._answer(send, 200, _JSON, json.dumps(self._heartbeat_answer()).encode())
@@ -239,7 +257,9 @@ class WorkerFront:
         elif path == "/observation" and method == "GET" and self.compat_id_field:
             raw = _single_query_value(scope, self.compat_id_field)
             owner = owner_of(int(raw), self.workers) if raw is not None and _is_id(raw) else None
-        elif method == "POST" and (path in ("/v1/step_batch", "/v1/instances")
+        elif path == "/state" and method == "GET":
+            owner = OPENENV_HTTP_OWNER
+        elif method == "POST" and (path in ("/v1/step_batch", "/v1/instances", MCP_PATH, *OPENENV_BODY_ROUTES)
                                    or (self.compat_id_field and path in _COMPAT_BODY_ROUTES)):
             body = await self._body_or_answer(receive, send)
             if body is None:
@@ -250,8 +270,10 @@ class WorkerFront:
                     return
             elif path == "/v1/instances":
                 owner = self._create_owner(body)
+            elif path == MCP_PATH:
+                owner = self._mcp_owner(body)
             else:
-                owner = self._compat_owner(body)
+                owner = self._compat_owner(body, path)
             if owner is not None and owner != self.index:
                 await self._pass_on(owner, scope, body, send)
                 return
@@ -278,11 +300,25 @@ class WorkerFront:
             return None
         return None if isinstance(body, dict) else body  # type: ignore[return-value]  # a dict: the client left
 
-    def _compat_owner(self, body: bytes) -> int | None:
+    def _mcp_owner(self, body: bytes) -> int | None:
+        """The worker of the episode an MCP ``tools/call`` names; None for any other message."""
         try:
             value = json.loads(body)
         except (ValueError, RecursionError):
             return None
+        params = value.get("params") if isinstance(value, dict) and value.get("method") == "tools/call" else None
+        arguments = params.get("arguments") if isinstance(params, dict) else None
+        episode = _int_or_none(arguments.get("episode")) if isinstance(arguments, dict) else None
+        return None if episode is None or episode < 0 else owner_of(episode, self.workers)
+
+    def _compat_owner(self, body: bytes, path: str) -> int | None:
+        """The worker of an AgentGym body's instance, or of OpenEnv's shared HTTP episode."""
+        try:
+            value = json.loads(body) if body.strip() else None
+        except (ValueError, RecursionError):
+            return None
+        if path in OPENENV_BODY_ROUTES and is_openenv_body(value, self.compat_id_field):
+            return OPENENV_HTTP_OWNER
         instance_id = _int_or_none(value.get(self.compat_id_field)) if isinstance(value, dict) else None
         return None if instance_id is None or instance_id < 0 else owner_of(instance_id, self.workers)
 
@@ -303,7 +339,7 @@ class WorkerFront:
         return first
 
     async def _ask(self, owner: int, method: str, target: str, body: bytes, content_type: bytes | None,
-                   timeout_s: float | None = None) -> tuple[int, bytes, bytes]:
+                   timeout_s: float | None = None, headers: Sequence[bytes] = ()) -> tuple[int, bytes, bytes]:
         """The owner's answer; ``503 worker_lost`` when it is lost or does not answer."""
         if self.restarts is not None and self.restarts[owner] != self._seen_restarts[owner]:
             self._seen_restarts[owner] = self.restarts[owner]
@@ -311,7 +347,8 @@ class WorkerFront:
         if self._state(owner) == LOST:
             return _lost(owner)
         try:
-            return await self.forwarder.request(owner, method, target, body, content_type, timeout_s=timeout_s)
+            return await self.forwarder.request(owner, method, target, body, content_type, timeout_s=timeout_s,
+                                                headers=headers)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
             return _lost(owner)
 
@@ -319,9 +356,12 @@ class WorkerFront:
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
             target = target + b"?" + scope["query_string"]
-        content_type = dict(scope.get("headers") or ()).get(b"content-type")
+        given = scope.get("headers") or ()
+        content_type = dict(given).get(b"content-type")
+        passed = [name + b": " + value for name, value in given
+                  if name in _PASSED_HEADERS or name.startswith(b"mcp-")]
         await self._answer(send, *await self._ask(owner, scope["method"], target.decode("latin-1"), body,
-                                                  content_type))
+                                                  content_type, headers=passed))
 
     def _heartbeat_answer(self) -> dict[str, Any]:
         table = self.app.state.table
@@ -409,10 +449,37 @@ def _listening_socket(host: str, port: int, *, reuse_port: bool = False) -> sock
     return sock
 
 
+def _end_with(supervisor: int) -> None:
+    """Make this worker end (SIGTERM, then exit) when the process ``supervisor`` is gone.
+
+    On Linux the kernel signals the worker the moment its parent dies (``PR_SET_PDEATHSIG``); a
+    thread that watches the parent's pid covers other systems, and a supervisor that died before
+    the signal was asked for.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(ORPHAN_CHECK_S)
+        log.error("the supervisor (pid %d) is gone; this worker stops", supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown: the port is let go first
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(1)  # shutdown hung on a connection or an environment's close
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
 def _worker_main(index: int, workers: int, shared: socket.socket, private: socket.socket, ports: list[int],
                  serial: Any, states: Any, restarts: Any, app_options: dict[str, Any],
-                 serve_options: dict[str, Any]) -> None:
-    """One worker process: build the app for shard ``index`` and serve both sockets."""
+                 serve_options: dict[str, Any], supervisor: int) -> None:
+    """One worker process: build the app for shard ``index`` and serve both sockets until it is
+    stopped or its ``supervisor`` process is gone."""
+    _end_with(supervisor)
     import uvicorn
 
     from agentgym_core.http.server import create_app
@@ -426,6 +493,9 @@ def _worker_main(index: int, workers: int, shared: socket.socket, private: socke
 
     options = dict(app_options)
     env_cls = get_plugin_manager().env_class(options.pop("env"))
+    # The front checks the token, once: it strips a path token (/token/T/...) before the app sees the
+    # request, so an app that checked again would refuse every request that carried it that way.
+    token = options.pop("token", None)
     app = create_app(env_cls, shard=(index, workers), next_serial=next_serial, **options)
     if restarts[index]:
         app.state.table.lost_note = (f" (worker {index} of this server was restarted after it stopped answering; "
@@ -434,7 +504,7 @@ def _worker_main(index: int, workers: int, shared: socket.socket, private: socke
     front = WorkerFront(app, index=index, workers=workers, ports=ports,
                         compat_id_field=spec.id_field if spec is not None else None,
                         max_body_bytes=options.get("max_body_bytes", 1 << 20), states=states, restarts=restarts,
-                        token=options.get("token"))
+                        token=token)
     uvicorn.Server(uvicorn_config(front, lifespan="on", **serve_options)).run(sockets=[shared, private])
 
 
@@ -483,7 +553,7 @@ class _Supervisor:
         process = self.context.Process(
             target=_worker_main, name=f"agentgym-worker-{k}", daemon=False,
             args=(k, self.workers, shared, private, self.ports, self.serial, self.states, self.restarts,
-                  self.app_options, self.serve_options))
+                  self.app_options, self.serve_options, os.getpid()))
         self.states[k] = STARTING
         process.start()
         # The worker holds its own copies now; the parent's would keep a dead worker's socket in the

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hmac
 import queue
 import threading
 import time
@@ -45,6 +44,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agentgym_core.http.auth import bearer_matches
 from agentgym_core.model_server.errors import OpenAIError
 from agentgym_core.model_server.tokens import GENERATE_ROUTE, add_token_routes
 from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
@@ -369,7 +369,7 @@ def create_model_app(backend: RolloutBackend, config: ModelServerConfig | Mappin
         # Every route but /health (a liveness probe that tells only the model's name) needs the key.
         if cfg.api_key and path != "/health":
             given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {cfg.api_key}".encode()):
+            if not bearer_matches(given.encode("latin-1"), cfg.api_key):
                 what = "no API key was sent" if not given else "the API key is wrong"
                 return OpenAIError(401, f"{what}: send the header 'Authorization: Bearer <key>' with the key this "
                                    "server was started with (--api-key)", code="invalid_api_key").response()

@@ -165,6 +165,9 @@ class EnvConfig(_Section):
         5.0, gt=0, description="Seconds a server of urls that stopped answering is left alone before its /health is "
         "asked again (an answer brings it back).",
     )
+    protocol: Literal["agentgym", "openenv"] = Field(
+        "agentgym", description="What the servers at url/urls speak: 'agentgym' (`agentgym serve`), or 'openenv' (an "
+        "OpenEnv server; task i is the episode reset with seed i, env_kwargs as agentgym_core.http.openenv_remote).")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Constructor arguments of the env class.")
     action_format: Literal["text", "tool_call"] = Field(
         "text", description="How replies carry actions: an `Action:` line, or a call of the `act` tool "
@@ -193,6 +196,13 @@ class EnvConfig(_Section):
             repeated = sorted({u for u in stripped if stripped.count(u) > 1})
             if repeated:
                 raise ValueError(f"envs entry {self.name!r}: urls lists {repeated[0]} more than once; each server once")
+        return self
+
+    @model_validator(mode="after")
+    def _openenv_needs_a_server(self) -> EnvConfig:
+        if self.protocol == "openenv" and self.url is None and self.urls is None:
+            raise ValueError(f"envs entry {self.name!r} has protocol: openenv but no url; give the OpenEnv server's "
+                             "url (or urls)")
         return self
 
     @property

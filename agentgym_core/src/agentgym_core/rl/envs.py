@@ -58,7 +58,8 @@ class EnvHandle:
 
 @contextlib.contextmanager
 def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float = 60.0) -> Iterator[list[EnvHandle]]:
-    """Connect to each env's servers (``url`` or ``urls``); start one on loopback (in this process) when none is given.
+    """Connect to each env's servers (``url`` or ``urls``); start one on loopback (in this process) when none is given,
+    and one in front of each OpenEnv server (``protocol: openenv``), which speaks the agentgym protocol to the pool.
 
     ``timeout_s`` limits one HTTP request (``rollout.env_timeout_s`` in the trainer). Every server
     must answer with the env's name and the same catalog; one that does not answer starts marked down.
@@ -69,7 +70,13 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float =
         handles = []
         for cfg in configs:
             urls = cfg.server_urls
-            if not urls:
+            if cfg.protocol == "openenv":  # each OpenEnv server behind a loopback agentgym server of its own
+                from agentgym_core.http.openenv_remote import OpenEnvRemote
+
+                urls = [stack.enter_context(serve_env(OpenEnvRemote, {**cfg.env_kwargs, "url": url}, name=cfg.name,
+                                                      max_instances=max(64, cfg.max_concurrency)))
+                        for url in urls]
+            elif not urls:
                 env_cls = pm.env_class(cfg.name)
                 if cfg.action_format == "tool_call":
                     env_cls = tool_call_env(env_cls)
