@@ -150,6 +150,7 @@ ALLOWED: dict[str, set[str]] = {
     "finetune": {"env", "experts", "finetune_options", "http", "models", "plugins", "recipes", "rl", "rollout",
                  "training"},
     "pipeline": {"finetune", "plugins", "rl", "training"},  # where rl and finetune meet (warm start, then RL)
+    "integrations": {"env", "http", "plugins"},  # our envs for other trainers (TRL's environment_factory)
 }
 
 # The core's top level holds rooms, not loose files: at most this many modules beside the

@@ -171,7 +171,7 @@ class EnvConfig(_Section):
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Constructor arguments of the env class.")
     action_format: Literal["text", "tool_call"] = Field(
         "text", description="How replies carry actions: an `Action:` line, or a call of the `act` tool "
-        "(agentgym_core.tool_call_actions; environments the trainer starts itself).")
+        "(agentgym_core.rollout.tool_calls; environments the trainer starts itself).")
     weight: float = Field(1.0, gt=0, description="Share of each step's tasks drawn from this environment.")
     train_split: str = Field("train", description="Catalog split sampled for training.")
     test_split: str = Field("test", description="Catalog split used for evaluation.")

@@ -14,7 +14,7 @@ from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import EnvConfig, TrainConfig
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
-from agentgym_core.tool_call_actions import tool_call_env
+from agentgym_core.rollout.tool_calls import tool_call_env
 
 __all__ = ["EnvHandle", "evaluate", "make_backend", "open_envs"]
 

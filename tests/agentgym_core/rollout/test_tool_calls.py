@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from agentgym_core.rl.config import load_config
+from agentgym_core.rollout.tool_calls import ToolCallError, parse_tool_call, tool_call_env
 from agentgym_core.testing import check_env_http
-from agentgym_core.tool_call_actions import ToolCallError, parse_tool_call, tool_call_env
 
 pytest.importorskip("agentgym_env_guess")
 from agentgym_env_guess.env import GuessEnv  # noqa: E402
 
-RECIPE = Path(__file__).resolve().parents[2] / "examples" / "textarena_tool_calls_cpu.yaml"
+RECIPE = Path(__file__).resolve().parents[3] / "examples" / "textarena_tool_calls_cpu.yaml"
 
 
 def call(action: str) -> str:
