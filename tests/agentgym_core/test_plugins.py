@@ -197,7 +197,7 @@ def test_a_registration_keeps_what_the_plugin_declares_and_refuses_what_its_kind
     def estimate(batch, config):  # never called here
         raise AssertionError
 
-    estimate.options_model = RoundsConfig  # the older way: an attribute, read when nothing is declared
+    estimate.options_model = RoundsConfig  # an attribute is no declaration: only register's keywords are read
 
     class Declaring:
         @hookimpl
@@ -216,7 +216,7 @@ def test_a_registration_keeps_what_the_plugin_declares_and_refuses_what_its_kind
     from agentgym_core.rl.estimator_api import AdvantageConfig
 
     assert declared.declared("options") is AdvantageConfig  # a reference, imported when read
-    assert manager.registration("advantage_estimator", "legacy").declared("options") is RoundsConfig
+    assert manager.registration("advantage_estimator", "legacy").declared("options") is None
     assert manager.registration("round_scheduler", "wide").declared("options") is WideRounds
 
     class Misdeclaring:

@@ -180,12 +180,10 @@ class PluginInfo:
 
 # What a registration may declare beside its object, by catalog kind (the keyword arguments of ``register``).
 SPEC_FIELDS: dict[str, tuple[str, ...]] = {
-    "advantage_estimator": ("options", "min_group_size"),
+    "advantage_estimator": ("options", "min_group_size", "critic"),
     "round_scheduler": ("options",),
-    "rollout_backend": ("capabilities",),
+    "rollout_backend": ("capabilities", "options"),
 }
-# The function attributes that declared the same before the record existed (still read, for older plugins).
-_LEGACY_ATTRIBUTES = {"options": "options_model", "min_group_size": "min_group_size", "capabilities": "capabilities"}
 
 
 @dataclass(frozen=True)
@@ -199,9 +197,14 @@ class PluginSpec:
 
     options: Any = None
     """Estimators and schedulers: the class of their recipe options (a subclass of ``AdvantageConfig`` or
-    ``RoundsConfig``); None: the core's own."""
+    ``RoundsConfig``); None: the core's own. Rollout backends: the pydantic class ``rollout.backend_options``
+    is checked against when the recipe loads (the factory receives its fields; ``model`` is filled from
+    ``model.path``); None: the options are not checked before the backend starts."""
     min_group_size: Any = None
     """Estimators: the samples per task they need for a non-zero advantage (2 for a group baseline); None: 1."""
+    critic: Any = None
+    """Estimators: True when they read critic values (``batch.values``), so the recipe must enable
+    ``algorithm.critic``; None: False."""
     capabilities: Any = None
     """Rollout backends: a ``BackendCapabilities``; None: the defaults."""
 
@@ -225,14 +228,9 @@ class Registration:
     _loaded: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     def declared(self, name: str) -> Any:
-        """Spec field ``name``: the registration's value (a reference imported now), else the attribute an older
-        plugin set on the object, else None."""
+        """Spec field ``name``: what the registration declared (a reference is imported now), or None."""
         value = getattr(self.spec, name)
-        if isinstance(value, str):
-            return _import_reference(value, self)
-        if value is None:
-            return getattr(self.obj, _LEGACY_ATTRIBUTES[name], None)
-        return value
+        return _import_reference(value, self) if isinstance(value, str) else value
 
     @property
     def obj(self) -> Any:
