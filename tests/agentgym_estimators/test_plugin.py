@@ -2,7 +2,13 @@ import pytest
 import torch
 
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rl import AdvantageBatch, AdvantageConfig, AdvantageOutput, EstimatorCheckError, check_estimator
+from agentgym_core.rl import (
+    AdvantageBatch,
+    AdvantageConfig,
+    AdvantageOutput,
+    EstimatorCheckError,
+    check_estimator,
+)
 
 
 def _check_registered(name: str, **kwargs) -> None:

@@ -92,7 +92,7 @@ Estimator = Callable[[AdvantageBatch, AdvantageConfig], AdvantageOutput]
 """The signature of every registered advantage estimator."""
 
 
-def min_group_size(estimate: Estimator, declared: object = None) -> int:
+def min_group_size(estimate: Estimator | None, declared: object = None) -> int:
     """Samples per task ``estimate`` needs for a non-zero advantage: ``declared`` (what its registration says,
     ``Registration.declared("min_group_size")``), else 1.
 

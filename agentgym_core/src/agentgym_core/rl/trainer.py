@@ -64,7 +64,7 @@ from agentgym_core.rl.guards import (
 from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
 from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_stats
-from agentgym_core.rl.plugin_options import bind_plugin_options
+from agentgym_core.rl.plugin_options import backend_capabilities, bind_plugin_options
 from agentgym_core.rl.policy import load_policy, load_policy_for_ranks, resolve_device
 from agentgym_core.rl.roles import LearnerRole, Roles, RolloutRole
 from agentgym_core.rl.rollout_worker import build_rollout_worker
@@ -107,7 +107,7 @@ def train(
     """
     ranks_running = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if resolve_device(config.model.device).type == "cuda":  # before anything starts CUDA; spawned ranks inherit it
-        prefer_expandable_cuda_segments(config.rollout.backend)
+        prefer_expandable_cuda_segments(backend_capabilities(config, plugin_manager).expandable_segments)
     if config.trainer.launcher == "ray":
         if model is not None:
             raise ValueError("trainer.launcher=ray places the learner ranks and rollout workers as Ray actors, which "

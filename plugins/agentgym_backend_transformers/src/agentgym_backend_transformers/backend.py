@@ -25,12 +25,12 @@ from typing import Any
 
 import torch
 
-from agentgym_backend_transformers.config import TransformersBackendConfig
+from agentgym_backend_transformers.config import CAPABILITIES, TransformersBackendConfig
 from agentgym_backend_transformers.decoding import DecodeBatch
 from agentgym_backend_transformers.kv_cache import allow_reduced_precision_kv
 from agentgym_backend_transformers.sessions import SessionStore
 from agentgym_core.models import load_pretrained
-from agentgym_core.rollout.backend import BackendCapabilities, Sample, SamplingParams
+from agentgym_core.rollout.backend import Sample, SamplingParams
 
 __all__ = ["CAPABILITIES", "TransformersBackend", "decode_attention", "kv_storage_dtype", "make_backend", "pick_device",
            "sampling_copy"]
@@ -305,6 +305,3 @@ def make_backend(
         return TransformersBackend(model, tokenizer, **{k: getattr(config, k) for k in LIVE_MODULE_OPTIONS})
     return TransformersBackend.from_config(config)
 
-
-CAPABILITIES = BackendCapabilities(  # what the trainer may rely on (declared where the plugin registers it)
-    shares_trainer_module=True, sessions=True, continuous_batching=True, weight_sync="shared_module")

@@ -8,5 +8,5 @@ from agentgym_core import hookimpl
 @hookimpl
 def agentgym_register_rollout_backends(register) -> None:
     register("transformers", "agentgym_backend_transformers.backend:make_backend",
-             capabilities="agentgym_backend_transformers.backend:CAPABILITIES",
+             capabilities="agentgym_backend_transformers.config:CAPABILITIES", options="agentgym_backend_transformers.config:TransformersBackendConfig",
              summary="Hugging Face transformers: batched KV-cache sampling, CPU or CUDA")
