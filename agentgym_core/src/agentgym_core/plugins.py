@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import re
 import shlex
 import sys
 import traceback
@@ -275,6 +276,12 @@ def _split_env_list(value: str | None) -> set[str] | None:
     return {part.strip() for part in value.split(",") if part.strip()}
 
 
+def _distribution_name(ep: metadata.EntryPoint) -> str:
+    """The normalised name of the distribution that declares ``ep`` (PEP 503), or "?"."""
+    dist = getattr(ep, "dist", None)
+    return re.sub(r"[-_.]+", "-", dist.name).lower() if dist is not None else "?"
+
+
 def _core_version() -> str:
     try:
         return metadata.version("agentgym-core")
@@ -319,13 +326,26 @@ class PluginManager:
 
     # -- loading --------------------------------------------------------------------------------
     def _load_entry_points(self) -> None:
-        """Note every allowed entry point; each is imported when first needed (``_load_pending``)."""
+        """Note every allowed entry point; each is imported when first needed (``_load_pending``).
+
+        Two distributions naming the same entry point is a clash: neither loads, and the plugin is listed
+        as broken with both names and how to choose, rather than one silently replacing the other.
+        """
+        claims: dict[str, dict[str, metadata.EntryPoint]] = {}
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in self._pending:  # the same distribution visible twice on sys.path
-                continue
             if self._allow is not None and ep.name not in self._allow:
                 continue
-            self._pending[ep.name] = ep
+            # The same distribution visible twice on sys.path (an editable install beside a copy) is one claim.
+            claims.setdefault(ep.name, {}).setdefault(_distribution_name(ep), ep)
+        for name, by_distribution in claims.items():
+            if len(by_distribution) == 1:
+                self._pending[name] = next(iter(by_distribution.values()))
+                continue
+            packages = sorted(by_distribution)
+            self._infos[name] = PluginInfo(name, " + ".join(packages), "?", "broken", error=(
+                f"two distributions claim the plugin name {name!r}: {' and '.join(packages)}; neither is loaded. "
+                f"Keep one (pip uninstall {packages[-1]}, or pip uninstall {packages[0]}); a third-party package "
+                f"should name its entry point after its own package"))
 
     def _load_pending(self, names: Iterable[str] | None = None) -> None:
         """Import the entry-point plugins ``names`` (default: all) that are not imported yet."""
