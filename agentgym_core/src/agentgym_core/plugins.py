@@ -73,6 +73,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
     ("env", "gem"): "agentgym_env_gem",
     ("rollout_backend", "transformers"): "plugins/agentgym_backend_transformers",
     ("rollout_backend", "openai"): "plugins/agentgym_backend_openai",
+    ("rollout_backend", "vllm"): "plugins/agentgym_backend_vllm",
     ("advantage_estimator", "gae"): "plugins/agentgym_estimators",
     ("advantage_estimator", "grpo"): "plugins/agentgym_estimators",
     ("advantage_estimator", "rloo"): "plugins/agentgym_estimators",
