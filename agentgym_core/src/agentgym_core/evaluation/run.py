@@ -47,7 +47,7 @@ from agentgym_core.rollout.trajectory import Trajectory
 __all__ = ["EvalConfig", "EvalInterrupted", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
 
 # Settings that change what an evaluation measures: a resumed run must have the same.
-_RUN_DEFINING = ("env", "model", "backend", "base_url", "split", "limit", "env_options", "n_samples", "temperature",
+_RUN_DEFINING = ("env", "model", "backend", "backend_options", "base_url", "split", "limit", "env_options", "n_samples", "temperature",
                  "top_p", "max_new_tokens", "max_rounds", "max_total_tokens", "seed")
 
 
@@ -62,6 +62,10 @@ class EvalConfig(BaseModel):
         default="transformers",
         description="Rollout backend name (see `agentgym plugins`); 'openai' evaluates a model behind an "
         "OpenAI-compatible API.",
+    )
+    backend_options: dict[str, Any] = Field(
+        default_factory=dict, description="Further options of the backend, as a recipe's rollout.backend_options "
+        "(`--from` takes the run's).",
     )
     base_url: str | None = Field(
         default=None, description="API root of an OpenAI-compatible server (backend 'openai'), e.g. "
@@ -134,7 +138,7 @@ def backend_options(config: EvalConfig) -> dict[str, Any]:
     Each backend validates its own options, so a setting it does not take (``--device`` for an
     API model, ``--base-url`` for a local one) is reported instead of ignored.
     """
-    options: dict[str, Any] = {"model": config.model}
+    options: dict[str, Any] = {**config.backend_options, "model": config.model}
     if config.device != "auto":
         options["device"] = config.device
     if config.threads is not None:
