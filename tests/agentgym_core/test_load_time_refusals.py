@@ -101,3 +101,10 @@ def test_a_plugin_name_two_distributions_claim_is_refused_naming_both(tmp_path):
     done = subprocess.run([AGENTGYM, "plugins"], capture_output=True, text=True, timeout=300,
                           env={**ENV, **env})
     assert done.returncode == 1 and "two distributions claim the plugin name 'textarena'" in done.stdout
+
+
+def test_a_model_this_machine_lacks_is_refused_before_ranks_are_spawned():
+    """The multi-GPU page's command where model.path is not there: one line, not a traceback from each rank."""
+    err = refused("train", CPU_RECIPE, "model.path=/models/not-here", "trainer.learners=2",
+                  "runtime.optimizer_state_to_disk=false")
+    assert "cannot find model '/models/not-here'" in err

@@ -93,14 +93,21 @@ def run(args: argparse.Namespace) -> int:
         print(show_config(config))
         return 0
     check_envs(config)  # before the model loads: a typo or a dead server fails in a second, in one line
+    from agentgym_core.models import resolve_model
+
+    resolve_model(config.model.path)  # a model this machine lacks fails here, not in each of N spawned ranks
 
     from agentgym_core.pipeline import run_rl_recipe
+    from agentgym_core.rl.distributed import RankFailedError
     from agentgym_core.rl.guards import RunStopped
 
     try:
         results = run_rl_recipe(config, resume=args.resume is not None)
     except RunStopped as exc:  # a check found the run unsound: one line that says why
         print(f"agentgym: run stopped: {exc}", file=sys.stderr)
+        return 1
+    except RankFailedError as exc:  # one spawned learner rank failed: its error once, not one traceback per rank
+        print(f"agentgym: error: {exc}", file=sys.stderr)
         return 1
     table = _success_table(results)
     print(f"\nrun directory: {config.trainer.run_dir}")
