@@ -24,11 +24,14 @@ GPU_RECIPE = str(ROOT / "examples" / "babyai_grpo_gpu.yaml")
 ENV = {k: v for k, v in os.environ.items() if k != "AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"}  # plugins as a user has them
 
 
-def refused(*argv: str, env: dict[str, str] | None = None) -> str:
-    """Run ``agentgym ARGV``; assert it exits non-zero with one line on stderr, within the CPU limit."""
+def refused(*argv: str, env: dict[str, str] | None = None, without: str | None = None) -> str:
+    """Run ``agentgym ARGV`` (as if package ``without`` were not installed); assert it exits non-zero with one
+    line on stderr, within the CPU limit."""
+    command = [AGENTGYM, *argv] if without is None else [
+        sys.executable, "-c", f"import sys; sys.modules[{without!r}] = None\n"
+        "from agentgym_core.cli import main\nsys.exit(main(sys.argv[1:]))", *argv]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([AGENTGYM, *argv], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**ENV, **(env or {})})
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env={**ENV, **(env or {})})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     err = done.stderr.strip()
@@ -108,3 +111,10 @@ def test_a_model_this_machine_lacks_is_refused_before_ranks_are_spawned():
     err = refused("train", CPU_RECIPE, "model.path=/models/not-here", "trainer.learners=2",
                   "runtime.optimizer_state_to_disk=false")
     assert "cannot find model '/models/not-here'" in err
+
+
+@pytest.mark.parametrize("print_config", [False, True])
+def test_the_ray_launcher_without_ray_is_refused_with_its_install_line(print_config):
+    err = refused("train", CPU_RECIPE, "trainer.launcher=ray", *(["--print-config"] if print_config else []),
+                  without="ray")
+    assert "trainer.launcher=ray needs Ray, which is not installed: pip install './agentgym_core[ray]'" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from agentgym_core.commands._recipe import add_recipe_arguments, resolve_recipe
@@ -87,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
         config = bind_plugin_options(load_config(config_path, overrides), get_plugin_manager())
     except ConfigError as exc:
         print(f"agentgym: error: {exc}", file=sys.stderr)
+        return 2
+    if config.trainer.launcher == "ray" and importlib.util.find_spec("ray") is None:  # before any phase runs
+        print("agentgym: error: trainer.launcher=ray needs Ray, which is not installed: pip install './agentgym_core[ray]' "
+              "(or pip install ray), or set trainer.launcher=local", file=sys.stderr)
         return 2
     if args.print_config:  # a recipe that prints must be one that runs: the same env names and options
         check_envs(config, reach_servers=False)
