@@ -124,8 +124,8 @@ ALLOWED: dict[str, set[str]] = {
     "agentgym_core": {"env", "hookspecs", "plugins"},  # the package's face: Env, hookimpl, the manager
     "__main__": {"cli"},
     "cli": {"commands", "env", "plugins"},
-    "commands": {"env", "evaluation", "finetune", "hookspecs", "http", "model_server", "pipeline", "plugins",
-                 "recipes", "rl", "rollout", "viewer"},
+    "commands": {"env", "evaluation", "finetune", "hookspecs", "http", "model_server", "models", "pipeline",
+                 "plugins", "recipes", "rl", "rollout", "viewer"},  # models: train resolves model.path before work
     "env": set(),
     "hookspecs": set(),
     "plugins": {"hookspecs"},
