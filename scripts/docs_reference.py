@@ -5,7 +5,8 @@ MkDocs loads this file as a hook (``hooks:`` in mkdocs.yml): a page holding a li
 
 - ``recipe-rl`` / ``recipe-finetune``: every key of the RL and fine-tuning recipes, walked from
   their pydantic models (``TrainConfig``, ``FinetuneConfig``), with type, default and help text;
-  ``plugin-options``: the keys that installed estimators and round schedulers add;
+  ``plugin-options``: the keys that installed estimators, round schedulers and rollout backends add,
+  read from what each plugin declares (``register(..., options=...)``);
 - ``cli``: every ``agentgym`` command and option, from the argparse parsers;
 - ``http``: every route of the environment server, from its OpenAPI description;
 - ``hooks``: every hook, from the docstrings of ``agentgym_core/hookspecs.py``;
@@ -206,43 +207,55 @@ def recipe_finetune() -> str:
     return "\n".join(out)
 
 
-def plugin_options() -> str:
-    """Keys that installed estimators and round schedulers add to ``algorithm.advantage`` / ``rounds_ctrl``."""
+def plugin_option_sections() -> Iterator[tuple[str, str, Any, type[BaseModel], dict[str, FieldInfo]]]:
+    """(recipe section, plugin name, registration, options class, its own keys) of every installed plugin that
+    declares options (``register(..., options=...)``), read from the plugin record as the recipe loader reads it."""
     from agentgym_core.plugins import PluginManager
     from agentgym_core.rl.estimator_api import AdvantageConfig
     from agentgym_core.schedulers import RoundsConfig
 
     manager = PluginManager(autoload=True)
-    out: list[str] = []
-    for kind, section, base in (
-        ("advantage_estimator", "algorithm.advantage", AdvantageConfig),
-        ("round_scheduler", "algorithm.rounds_ctrl", RoundsConfig),
+    for kind, section, core_keys in (
+        ("advantage_estimator", "algorithm.advantage", set(AdvantageConfig.model_fields)),
+        ("round_scheduler", "algorithm.rounds_ctrl", set(RoundsConfig.model_fields)),
+        ("rollout_backend", "rollout.backend_options", {"model"}),  # model is filled from model.path
     ):
         for name, registration in sorted(manager.catalog(kind).items()):
-            options = getattr(registration.obj, "options_model", None)
-            if options is None or options is base:
+            options = registration.declared("options")
+            if options is None:
                 continue
-            own = {k: v for k, v in options.model_fields.items() if k not in base.model_fields}
-            lacking = [k for k, v in own.items() if not (v.description or "").strip()]
-            if lacking:
-                raise MissingHelp(
-                    f"{kind} {name!r} (package {registration.package}): options without help "
-                    f"text: {', '.join(lacking)}"
-                )
-            out += [
-                f"### `{section}` with `{name}`",
-                "",
-                f"Added by the package `{registration.package}`.",
-                "",
-                "| key | type | default | help |",
-                "|---|---|---|---|",
-            ]
-            out += [
-                f"| `{section}.{k}` | {cell(type_name(v.annotation))} | {cell(default_text(v))} | "
-                f"{cell(v.description)} |"
-                for k, v in own.items()
-            ]
-            out.append("")
+            own = {k: v for k, v in options.model_fields.items() if k not in core_keys}
+            if own:
+                yield section, name, registration, options, own
+
+
+def plugin_options() -> str:
+    """Keys that installed plugins add: estimators to ``algorithm.advantage``, round schedulers to
+    ``algorithm.rounds_ctrl``, rollout backends to ``rollout.backend_options``."""
+    out: list[str] = []
+    for section, name, registration, _, own in plugin_option_sections():
+        lacking = [k for k, v in own.items() if not (v.description or "").strip()]
+        if lacking:
+            raise MissingHelp(
+                f"{registration.kind} {name!r} (package {registration.package}): options without help "
+                f"text: {', '.join(lacking)}"
+            )
+        chosen = "rollout.backend" if section.startswith("rollout.") else (
+            "algorithm.estimator" if section == "algorithm.advantage" else "algorithm.rounds_ctrl.type")
+        out += [
+            f"### `{section}` with `{chosen}: {name}`",
+            "",
+            f"Added by the package `{registration.package}`.",
+            "",
+            "| key | type | default | help |",
+            "|---|---|---|---|",
+        ]
+        out += [
+            f"| `{section}.{k}` | {cell(type_name(v.annotation))} | {cell(default_text(v))} | "
+            f"{cell(v.description)} |"
+            for k, v in own.items()
+        ]
+        out.append("")
     return "\n".join(out) if out else "No installed plugin adds options."
 
 

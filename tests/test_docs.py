@@ -63,6 +63,34 @@ def test_the_recipe_reference_lists_every_key():
         assert docs_reference.cell(info.description) in text, key
 
 
+def test_the_plugin_options_reference_lists_what_every_installed_plugin_declares(monkeypatch):
+    """Read from the plugin record (``register(..., options=...)``), as the recipe loader reads it."""
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.estimator_api import AdvantageConfig
+    from agentgym_core.schedulers import RoundsConfig
+
+    monkeypatch.delenv("AGENTGYM_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    text = docs_reference.plugin_options()
+    manager = PluginManager(autoload=True)
+    sections = {"advantage_estimator": ("algorithm.advantage", set(AdvantageConfig.model_fields)),
+                "round_scheduler": ("algorithm.rounds_ctrl", set(RoundsConfig.model_fields)),
+                "rollout_backend": ("rollout.backend_options", {"model"})}
+    checked = 0
+    for kind, (section, core_keys) in sections.items():
+        for name, registration in manager.catalog(kind).items():
+            options = registration.declared("options")
+            for key, info in (options.model_fields.items() if options is not None else ()):
+                if key not in core_keys:
+                    assert f"| `{section}.{key}` |" in text, (name, key)
+                    assert docs_reference.cell(info.description) in text, (name, key)
+                    checked += 1
+    assert checked > 0
+    pytest.importorskip("agentgym_env_guess")  # the example package's scheduler adds two keys
+    assert "| `algorithm.rounds_ctrl.warmup_steps` |" in text and "| `algorithm.rounds_ctrl.warmup_rounds` |" in text
+    if "vllm" in manager.catalog("rollout_backend"):
+        assert "| `rollout.backend_options.gpu_sharing` |" in text
+
+
 def test_the_cli_reference_has_every_command_and_option():
     from agentgym_core.cli import build_parser
 

@@ -124,8 +124,8 @@ ALLOWED: dict[str, set[str]] = {
     "agentgym_core": {"env", "hookspecs", "plugins"},  # the package's face: Env, hookimpl, the manager
     "__main__": {"cli"},
     "cli": {"commands", "env", "plugins"},
-    "commands": {"env", "evaluation", "finetune", "hookspecs", "http", "model_server", "pipeline", "plugins",
-                 "recipes", "rl", "rollout", "viewer"},
+    "commands": {"env", "evaluation", "finetune", "hookspecs", "http", "model_server", "models", "pipeline",
+                 "plugins", "recipes", "rl", "rollout", "viewer"},  # models: train resolves model.path before work
     "env": set(),
     "hookspecs": set(),
     "plugins": {"hookspecs"},
@@ -242,6 +242,57 @@ def test_no_module_of_the_core_imports_a_plugin_package():
     offenders = [f"{name} imports {imported}" for name, path in _modules().items()
                  for imported in _imported_names(path, name) if imported.startswith(PLUGIN_PREFIXES)]
     assert not offenders, "the core must reach plugins only through hooks:\n" + "\n".join(offenders)
+
+
+def _plugin_names() -> set[str]:
+    """Every name a plugin package of this checkout registers (``register("name", ...)`` in its plugin module)."""
+    root = SRC.parents[1]
+    names = set()
+    for path in [*root.glob("plugins/*/src/*/plugin.py"), *root.glob("agentgym_env_*/src/*/plugin.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register" and node.args
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                names.add(node.args[0].value)
+    return names
+
+
+def _name_comparisons(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every comparison (``==``, ``!=``, ``in``, ``match``) of a value with a string in ``names``."""
+
+    def strings(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [s for element in node.elts for s in strings(element)]
+        if isinstance(node, ast.MatchValue):
+            return strings(node.value)
+        if isinstance(node, ast.MatchOr):
+            return [s for pattern in node.patterns for s in strings(pattern)]
+        return []
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else \
+            [case.pattern for case in node.cases] if isinstance(node, ast.Match) else []
+        found += [(node.lineno, s) for operand in operands for s in strings(operand) if s in names]
+    return sorted(found)
+
+
+def test_the_core_decides_nothing_by_a_plugin_s_name():
+    """Defaults follow what a plugin declares (capabilities, options, critic=...), so a third-party plugin that
+    declares the same gets the same; a comparison with one of our plugins' names would favour ours."""
+    names = _plugin_names()
+    assert {"transformers", "vllm", "gae", "grpo", "babyai"} <= names  # the scan sees the plugins
+    offenders = [f"{module}:{line} compares with the plugin name {name!r}" for module, path in _modules().items()
+                 for line, name in _name_comparisons(path.read_text(), names)]
+    assert offenders == [], "decide by what the plugin declares instead:\n" + "\n".join(offenders)
+
+
+def test_the_name_check_sees_comparisons_in_every_form():
+    source = ("a = backend == 'vllm'\nb = 'gae' != estimator\nc = name in ('x', 'grpo')\n"
+              "match kind:\n    case 'babyai' | 'y':\n        pass\nd = mode == 'server'\n")
+    assert _name_comparisons(source, {"vllm", "gae", "grpo", "babyai"}) == [
+        (1, "vllm"), (2, "gae"), (3, "grpo"), (4, "babyai")]
 
 
 def test_no_module_of_the_core_reads_a_plugin_s_module_globals():

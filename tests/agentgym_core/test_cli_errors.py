@@ -24,10 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def plugins():
-    """The guess env (examples/agentgym_env_guess) and the estimators, loaded by entry point as a user has them."""
+    """The guess env (examples/agentgym_env_guess), the estimators and the transformers backend, loaded by entry
+    point as a user has them."""
     pytest.importorskip("agentgym_env_guess")
     pytest.importorskip("agentgym_estimators")
-    reset_plugin_manager(PluginManager(autoload=True, allow=["guess", "estimators"]))
+    reset_plugin_manager(PluginManager(autoload=True, allow=["guess", "estimators", "transformers"]))
     yield
     reset_plugin_manager(None)
 

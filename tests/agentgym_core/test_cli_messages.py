@@ -24,9 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def plugins():
-    """The guess env (examples/agentgym_env_guess), loaded by entry point as a user has it."""
+    """The guess env (examples/agentgym_env_guess) with the estimators and the transformers backend, loaded by
+    entry point as a user has them (a recipe is checked against its backend's declared options)."""
     pytest.importorskip("agentgym_env_guess")
-    reset_plugin_manager(PluginManager(autoload=True, allow=["guess", "estimators"]))
+    reset_plugin_manager(PluginManager(autoload=True, allow=["guess", "estimators", "transformers"]))
     yield
     reset_plugin_manager(None)
 

@@ -216,7 +216,7 @@ def test_a_registration_keeps_what_the_plugin_declares_and_refuses_what_its_kind
     def estimate(batch, config):  # never called here
         raise AssertionError
 
-    estimate.options_model = RoundsConfig  # the older way: an attribute, read when nothing is declared
+    estimate.options_model = RoundsConfig  # an attribute is no declaration: only register's keywords are read
 
     class Declaring:
         @hookimpl
@@ -235,7 +235,7 @@ def test_a_registration_keeps_what_the_plugin_declares_and_refuses_what_its_kind
     from agentgym_core.rl.estimator_api import AdvantageConfig
 
     assert declared.declared("options") is AdvantageConfig  # a reference, imported when read
-    assert manager.registration("advantage_estimator", "legacy").declared("options") is RoundsConfig
+    assert manager.registration("advantage_estimator", "legacy").declared("options") is None
     assert manager.registration("round_scheduler", "wide").declared("options") is WideRounds
 
     class Misdeclaring:
@@ -247,3 +247,36 @@ def test_a_registration_keeps_what_the_plugin_declares_and_refuses_what_its_kind
     wrong.register(Misdeclaring(), "misdeclaring")
     with pytest.raises(PluginError, match=r"round scheduler 'bad' with min_group_size=.*takes only options="):
         wrong.catalog("round_scheduler")
+
+
+def test_two_distributions_claiming_one_plugin_name_is_an_error_naming_both(site):
+    """Neither silently replaces the other (a third-party TextArena package once replaced ours on install)."""
+    make_distribution(site / "a", "agentgym-env-alpha", {"alpha": GOOD_ENV.format(name="alpha")})
+    make_distribution(site / "b", "alpha-for-agentgym", {"alpha": GOOD_ENV.format(name="alpha")})
+    import sys
+
+    sys.path[:0] = [str(site / "a"), str(site / "b")]
+    try:
+        manager = PluginManager(autoload=True, allow=["alpha"])
+        (clash,) = manager.broken_plugins()
+        assert clash.name == "alpha" and "agentgym-env-alpha" in clash.package and "alpha-for-agentgym" in clash.package
+        assert "two distributions claim the plugin name 'alpha'" in clash.error and "pip uninstall" in clash.error
+        with pytest.raises(UnknownNameError, match="two distributions claim the plugin name 'alpha'"):
+            manager.get("env", "alpha")
+    finally:
+        del sys.path[:2]
+
+
+def test_one_distribution_visible_twice_is_one_plugin(site):
+    """An editable install beside a copy of the same distribution: one claim, loaded."""
+    make_distribution(site / "a", "agentgym-env-alpha", {"alpha": GOOD_ENV.format(name="alpha")})
+    make_distribution(site / "b", "agentgym_env_alpha", {"alpha": GOOD_ENV.format(name="alpha")})  # name spelt as a wheel
+    import sys
+
+    sys.path[:0] = [str(site / "a"), str(site / "b")]
+    try:
+        manager = PluginManager(autoload=True, allow=["alpha"])
+        assert manager.broken_plugins() == []
+        assert "alpha" in manager.catalog("env")
+    finally:
+        del sys.path[:2]

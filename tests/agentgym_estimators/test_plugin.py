@@ -2,13 +2,26 @@ import pytest
 import torch
 
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rl import AdvantageBatch, AdvantageOutput, EstimatorCheckError, check_estimator
+from agentgym_core.rl import (
+    AdvantageBatch,
+    AdvantageConfig,
+    AdvantageOutput,
+    EstimatorCheckError,
+    check_estimator,
+)
+
+
+def _check_registered(name: str, **kwargs) -> None:
+    """The conformance checker on ``name`` as registered: with the options and group size it declares."""
+    registration = PluginManager(autoload=True, allow=["estimators"]).registration("advantage_estimator", name)
+    options = registration.declared("options") or AdvantageConfig
+    check_estimator(registration.obj, options(), declared_min_group_size=registration.declared("min_group_size"),
+                    **kwargs)
 
 
 @pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce_pp", "gigpo"])
 def test_registered_estimators_conform(name):
-    pm = PluginManager(autoload=True, allow=["estimators"])
-    check_estimator(pm.get("advantage_estimator", name))
+    _check_registered(name)
 
 
 @pytest.mark.gpu
@@ -17,8 +30,7 @@ def test_registered_estimators_conform_on_cuda(name):
     """The trainer's batches live on the learner's device: every estimator keeps its tensors there."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    pm = PluginManager(autoload=True, allow=["estimators"])
-    check_estimator(pm.get("advantage_estimator", name), device="cuda")
+    _check_registered(name, device="cuda")
 
 
 def test_checker_catches_outputs_on_another_device():

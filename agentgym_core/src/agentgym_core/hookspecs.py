@@ -40,7 +40,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 class Register(Protocol):
     """``register(name, obj, summary=..., **declared)``: ``declared`` are what a plugin says about ``obj``
-    (:class:`agentgym_core.plugins.PluginSpec`: ``options=``, ``min_group_size=``, ``capabilities=``, by kind)."""
+    (:class:`agentgym_core.plugins.PluginSpec`: ``options=``, ``min_group_size=``, ``critic=``, ``capabilities=``,
+    by kind)."""
 
     def __call__(self, name: str, obj: Any, *, summary: str = "", **declared: Any) -> None: ...
 
@@ -68,6 +69,8 @@ def agentgym_register_advantage_estimators(register: Register) -> None:
     ``agentgym_core.rl`` module for the batch layout). ``agentgym_core.testing.check_estimator``
     checks the contract. An estimator whose baseline is the other samples of a task declares it,
     ``register(name, obj, min_group_size=2)``; the trainer then refuses a smaller ``rollout.group_size``.
+    One that reads critic values (``batch.values``) declares ``critic=True``; the recipe must then enable
+    ``algorithm.critic``.
     Options of its own: ``register(name, obj, options=MyOptions)``, a subclass of ``AdvantageConfig``
     with typed fields; the recipe's ``algorithm.advantage`` is checked against it and ``config`` is an
     instance of it (``agentgym_core.rl.plugin_options``).
@@ -84,7 +87,9 @@ def agentgym_register_rollout_backends(register: Register) -> None:
     factory may instead return a text-only ``ChatBackend`` (``agentgym_core.rollout.text_engine``,
     e.g. an API model): such trajectories carry no token ids and serve evaluation only. What the
     trainer may rely on: ``register(name, make_backend, capabilities=BackendCapabilities(...))``
-    (or a ``"module:attribute"`` reference to one, so that listing plugins imports nothing).
+    (or a ``"module:attribute"`` reference to one, so that listing plugins imports nothing); the
+    trainer's defaults follow these declarations, never the backend's name. ``options=`` a pydantic
+    class checks ``rollout.backend_options`` when the recipe loads (``agentgym_core.rl.plugin_options``).
     """
 
 

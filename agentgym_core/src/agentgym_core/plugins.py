@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import re
 import shlex
 import sys
 import traceback
@@ -72,6 +73,7 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
     ("env", "gem"): "agentgym_env_gem",
     ("rollout_backend", "transformers"): "plugins/agentgym_backend_transformers",
     ("rollout_backend", "openai"): "plugins/agentgym_backend_openai",
+    ("rollout_backend", "vllm"): "plugins/agentgym_backend_vllm",
     ("advantage_estimator", "gae"): "plugins/agentgym_estimators",
     ("advantage_estimator", "grpo"): "plugins/agentgym_estimators",
     ("advantage_estimator", "rloo"): "plugins/agentgym_estimators",
@@ -180,12 +182,10 @@ class PluginInfo:
 
 # What a registration may declare beside its object, by catalog kind (the keyword arguments of ``register``).
 SPEC_FIELDS: dict[str, tuple[str, ...]] = {
-    "advantage_estimator": ("options", "min_group_size"),
+    "advantage_estimator": ("options", "min_group_size", "critic"),
     "round_scheduler": ("options",),
-    "rollout_backend": ("capabilities",),
+    "rollout_backend": ("capabilities", "options"),
 }
-# The function attributes that declared the same before the record existed (still read, for older plugins).
-_LEGACY_ATTRIBUTES = {"options": "options_model", "min_group_size": "min_group_size", "capabilities": "capabilities"}
 
 
 @dataclass(frozen=True)
@@ -199,9 +199,14 @@ class PluginSpec:
 
     options: Any = None
     """Estimators and schedulers: the class of their recipe options (a subclass of ``AdvantageConfig`` or
-    ``RoundsConfig``); None: the core's own."""
+    ``RoundsConfig``); None: the core's own. Rollout backends: the pydantic class ``rollout.backend_options``
+    is checked against when the recipe loads (the factory receives its fields; ``model`` is filled from
+    ``model.path``); None: the options are not checked before the backend starts."""
     min_group_size: Any = None
     """Estimators: the samples per task they need for a non-zero advantage (2 for a group baseline); None: 1."""
+    critic: Any = None
+    """Estimators: True when they read critic values (``batch.values``), so the recipe must enable
+    ``algorithm.critic``; None: False."""
     capabilities: Any = None
     """Rollout backends: a ``BackendCapabilities``; None: the defaults."""
 
@@ -225,20 +230,9 @@ class Registration:
     _loaded: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     def declared(self, name: str) -> Any:
-        """Spec field ``name``: the registration's value (a reference imported now), else the attribute an older
-        plugin set on the object, else None.
-
-        An object registered by reference is read only from its spec: a plugin that registers that way
-        declares there, and a recipe check or ``--print-config`` must not import it (and torch with it)
-        to learn that it declared nothing."""
+        """Spec field ``name``: what the registration declared (a reference is imported now), or None."""
         value = getattr(self.spec, name)
-        if isinstance(value, str):
-            return _import_reference(value, self)
-        if value is None:
-            if isinstance(self.target, str):
-                return None
-            return getattr(self.obj, _LEGACY_ATTRIBUTES[name], None)
-        return value
+        return _import_reference(value, self) if isinstance(value, str) else value
 
     @property
     def obj(self) -> Any:
@@ -281,6 +275,12 @@ def _split_env_list(value: str | None) -> set[str] | None:
     if value is None or not value.strip():
         return None
     return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _distribution_name(ep: metadata.EntryPoint) -> str:
+    """The normalised name of the distribution that declares ``ep`` (PEP 503), or "?"."""
+    dist = getattr(ep, "dist", None)
+    return re.sub(r"[-_.]+", "-", dist.name).lower() if dist is not None else "?"
 
 
 def _core_version() -> str:
@@ -327,13 +327,26 @@ class PluginManager:
 
     # -- loading --------------------------------------------------------------------------------
     def _load_entry_points(self) -> None:
-        """Note every allowed entry point; each is imported when first needed (``_load_pending``)."""
+        """Note every allowed entry point; each is imported when first needed (``_load_pending``).
+
+        Two distributions naming the same entry point is a clash: neither loads, and the plugin is listed
+        as broken with both names and how to choose, rather than one silently replacing the other.
+        """
+        claims: dict[str, dict[str, metadata.EntryPoint]] = {}
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in self._pending:  # the same distribution visible twice on sys.path
-                continue
             if self._allow is not None and ep.name not in self._allow:
                 continue
-            self._pending[ep.name] = ep
+            # The same distribution visible twice on sys.path (an editable install beside a copy) is one claim.
+            claims.setdefault(ep.name, {}).setdefault(_distribution_name(ep), ep)
+        for name, by_distribution in claims.items():
+            if len(by_distribution) == 1:
+                self._pending[name] = next(iter(by_distribution.values()))
+                continue
+            packages = sorted(by_distribution)
+            self._infos[name] = PluginInfo(name, " + ".join(packages), "?", "broken", error=(
+                f"two distributions claim the plugin name {name!r}: {' and '.join(packages)}; neither is loaded. "
+                f"Keep one (pip uninstall {packages[-1]}, or pip uninstall {packages[0]}); a third-party package "
+                f"should name its entry point after its own package"))
 
     def _load_pending(self, names: Iterable[str] | None = None) -> None:
         """Import the entry-point plugins ``names`` (default: all) that are not imported yet."""

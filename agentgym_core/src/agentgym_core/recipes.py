@@ -203,7 +203,11 @@ def check_keys(model: type[BaseModel], data: Any, where: str = "") -> None:
 
 def validation_message(exc: ValidationError) -> str:
     """A pydantic error as one line: every bad key with what was wrong."""
-    problems = [f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in exc.errors()]
+    problems = []
+    for error in exc.errors():
+        message = error["msg"].removeprefix("Value error, ")  # a validator's own sentence names its keys
+        where = ".".join(str(p) for p in error["loc"])
+        problems.append(f"{where}: {message}" if where else message)
     return "invalid config: " + "; ".join(problems)
 
 

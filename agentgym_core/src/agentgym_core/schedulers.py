@@ -41,7 +41,7 @@ class RoundsConfig(BaseModel):
     """``algorithm.rounds_ctrl``: the turn-horizon schedule (keys as in AgentGym-RL)."""
 
     # Extra keys are kept until the named plugin is known; rl.plugin_options then checks them against
-    # the plugin's ``options_model`` (a subclass of this class), with "did you mean" for typos.
+    # the options class the plugin declares (a subclass of this class), with "did you mean" for typos.
     model_config = ConfigDict(extra="allow")
 
     type: str = Field("fixed", description="Scheduler name: fixed, scaling_inter_stepwise, adaptive, or a plugin's.")

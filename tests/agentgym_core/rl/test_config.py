@@ -27,8 +27,8 @@ def test_unknown_key_suggests_the_right_one():
 def test_invalid_values_name_the_key():
     with pytest.raises(ConfigError, match="rollout.group_size"):
         load_config(None, ["envs=[{name: x}]", "rollout.group_size=0"])
-    with pytest.raises(ConfigError, match="critic"):
-        load_config(None, ["envs=[{name: x}]", "algorithm.estimator=gae"])
+    with pytest.raises(ConfigError, match="trainer.learners=2 does not support algorithm.critic.enabled"):
+        load_config(None, ["envs=[{name: x}]", "trainer.learners=2", "algorithm.critic.enabled=true"])
     with pytest.raises(ConfigError, match="no '='"):
         load_config(None, ["trainer.steps"])
 

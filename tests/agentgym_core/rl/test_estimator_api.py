@@ -40,9 +40,8 @@ def test_check_estimator_rejects_a_bad_min_group_size():
         return grpo(batch, config)
 
     for value, message in ((0, "int >= 1"), ("2", "int >= 1"), (3, "groups of 2")):
-        bad.min_group_size = value
         with pytest.raises(EstimatorCheckError, match=message):
-            check_estimator(bad)
+            check_estimator(bad, declared_min_group_size=value)
 
 
 # -- drop_zero_advantage --------------------------------------------------------------------------

@@ -88,7 +88,8 @@ def test_working_syncs_pass_the_check_and_evaluations_log_their_panel(tmp_path, 
     train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
     panel = json.loads((tmp_path / "run" / "evaluation_panel.json").read_text())
     assert panel["panel_tasks"] == {"word": [16, 17]}
-    assert panel["panel_hash"] == panel_hash({"word": [16, 17]})
+    assert panel["conditions"]["horizon"] == 2 and panel["conditions"]["temperature"] == 0.0
+    assert panel["panel_hash"] == panel_hash({"word": [16, 17]}, panel["conditions"])
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = [x for x in lines if x["kind"] == "eval"]
     assert len(evals) == 2 and {x["panel_hash"] for x in evals} == {panel["panel_hash"]}
@@ -123,5 +124,8 @@ def test_agentgym_eval_logs_the_same_panel_with_one_worker_or_two(tmp_path):
         results = evaluate(config, backend=backend, make_env=WordEnv, progress=False)
         assert json.loads((out / "evaluation_panel.json").read_text())["panel_tasks"] == {"word": [16, 17]}
         hashes.append(results.panel_hash)
-    # ... and the training run's evaluations of the same tasks log the same hash.
-    assert hashes[0] == hashes[1] == panel_hash({"word": [16, 17]})
+    # ... and the same tasks under other conditions have another hash.
+    assert hashes[0] == hashes[1]
+    other = evaluate(EvalConfig(env="word", limit=2, max_rounds=1, max_new_tokens=5, out_dir=str(tmp_path / "other")),
+                     backend=backend, make_env=WordEnv, progress=False)
+    assert other.panel_hash != hashes[0]

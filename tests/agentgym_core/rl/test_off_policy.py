@@ -109,12 +109,17 @@ def test_current_old_logprobs_are_refused_with_stale_samples():
     assert not _config(algorithm__kl=no_kl).algorithm.recomputes_old_logprobs
 
 
-def test_auto_correction_is_on_wherever_the_sampler_is_not_the_learners_own_module():
-    assert _config().off_policy_correction == "none"  # transformers sharing the module, fp32, synchronous
-    assert _config(rollout__max_staleness=1).off_policy_correction == "tis"
-    assert _config(rollout__backend="vllm").off_policy_correction == "tis"
-    assert _config(model__mixed_precision="bf16").off_policy_correction == "tis"
-    assert _config(trainer__learners=2).off_policy_correction == "tis"
+def test_auto_correction_is_on_wherever_the_sampler_is_not_the_learners_own_module(pm):
+    from agentgym_core.rl.plugin_options import bind_plugin_options
+
+    def bound(**overrides) -> TrainConfig:
+        return bind_plugin_options(_config(**overrides), pm)
+
+    assert bound().off_policy_correction == "none"  # a backend sharing the module, fp32, synchronous
+    assert _config().off_policy_correction == "tis"  # not bound to its backend: nothing says it shares the module
+    assert bound(rollout__max_staleness=1).off_policy_correction == "tis"
+    assert bound(model__mixed_precision="bf16").off_policy_correction == "tis"
+    assert bound(trainer__learners=2).off_policy_correction == "tis"
     chosen = {"correction": "decoupled"}
     assert _config(algorithm__off_policy=chosen).off_policy_correction == "decoupled"
     assert _config(algorithm__off_policy=chosen).algorithm.recomputes_old_logprobs

@@ -39,13 +39,10 @@ def baseline_estimator(batch, config: BaselineOptions) -> AdvantageOutput:
     return AdvantageOutput(advantages=(returns - config.baseline) * batch.mask, returns=returns)
 
 
-baseline_estimator.options_model = BaselineOptions
-
-
 class BaselinePlugin:
     @hookimpl
     def agentgym_register_advantage_estimators(self, register):
-        register("baseline", baseline_estimator)
+        register("baseline", baseline_estimator, options=BaselineOptions)
 
 
 @pytest.fixture
@@ -68,7 +65,7 @@ def test_plugins_receive_their_own_typed_options(plugins):
     assert type(rounds).__name__ == "WarmupRoundsConfig" and rounds.warmup_steps == 4 and rounds.warmup_rounds == 3
     scheduler = plugins.get("round_scheduler", "guess_warmup")(rounds)
     assert [scheduler.horizon(s) for s in (0, 3, 4)] == [3, 3, 9]
-    check_estimator(baseline_estimator)  # the conformance checker runs it with its own defaults
+    check_estimator(baseline_estimator, BaselineOptions())  # the conformance checker, with its own defaults
 
 
 def test_unknown_and_bad_plugin_options_say_what_is_valid(plugins):
@@ -89,8 +86,7 @@ def test_an_options_model_of_the_wrong_kind_is_a_plugin_error(plugins):
         def agentgym_register_advantage_estimators(self, register):
             def estimate(batch, config):
                 raise AssertionError("not called")
-            estimate.options_model = dict
-            register("wrong", estimate)
+            register("wrong", estimate, options=dict)
 
     plugins.register(Wrong(), "wrong-test")
     with pytest.raises(PluginError, match="must be a subclass of agentgym_core.rl.estimator_api.AdvantageConfig"):

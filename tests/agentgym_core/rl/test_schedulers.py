@@ -58,7 +58,7 @@ def test_anchor_keys_are_accepted_and_unknown_rejected():
 
     config = load_config(None, ["envs=[{name: x}]", "algorithm.rounds_ctrl.steps_scaling=3"])
     with pytest.raises(ValueError, match=r"Did you mean 'algorithm\.rounds_ctrl\.steps_scaling_inter'"):
-        bind_plugin_options(config, PluginManager(autoload=True, allow=["estimators"]))
+        bind_plugin_options(config, PluginManager(autoload=True, allow=["estimators", "transformers"]))
     with pytest.raises(ValueError, match="positive"):
         RoundsConfig(rounds=[5, 0])
 

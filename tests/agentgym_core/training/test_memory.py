@@ -128,7 +128,8 @@ def test_a_trim_interval_that_would_trim_continuously_is_refused_with_what_to_us
 
 
 def test_expandable_cuda_segments_are_preferred_unless_the_user_configured_the_allocator(monkeypatch):
-    """The variable is set for the transformers backend; a user's setting (even empty) and vLLM are left alone."""
+    """The variable is set where the backend allows it; a user's setting (even empty) and a backend that declares
+    it cannot work with expandable segments (vLLM) are left alone."""
     import torch
 
     from agentgym_core.training.memory import CUDA_ALLOCATOR_VARIABLES, prefer_expandable_cuda_segments
@@ -137,16 +138,16 @@ def test_expandable_cuda_segments_are_preferred_unless_the_user_configured_the_a
         pytest.skip("this process already uses CUDA")
     for name in CUDA_ALLOCATOR_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    assert prefer_expandable_cuda_segments("vllm") is False  # its sleep mode's pool refuses expandable segments
+    assert prefer_expandable_cuda_segments(False) is False  # vLLM: its sleep mode's pool refuses them
     assert not any(name in os.environ for name in CUDA_ALLOCATOR_VARIABLES)
-    assert prefer_expandable_cuda_segments("transformers") is True
+    assert prefer_expandable_cuda_segments(True) is True
     assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
 
     for name, value in [("PYTORCH_CUDA_ALLOC_CONF", ""), ("PYTORCH_ALLOC_CONF", "garbage_collection_threshold:0.6")]:
         for other in CUDA_ALLOCATOR_VARIABLES:
             monkeypatch.delenv(other, raising=False)
         monkeypatch.setenv(name, value)
-        assert prefer_expandable_cuda_segments("transformers") is False
+        assert prefer_expandable_cuda_segments(True) is False
         assert os.environ[name] == value
         assert all(os.environ.get(o) is None for o in CUDA_ALLOCATOR_VARIABLES if o != name)
 

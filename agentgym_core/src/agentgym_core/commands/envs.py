@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from agentgym_core.commands._table import format_table
 from agentgym_core.plugins import KNOWN_PROVIDERS, get_plugin_manager, install_hint
@@ -35,12 +36,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"No environments installed. Install one, e.g. BabyAI: {install_hint('agentgym_env_babyai')}")
     else:
         print(format_table(["env", "splits", "categories", "package", "summary"], rows))
-    missing = sorted(name for (kind, name) in KNOWN_PROVIDERS if kind == "env" and name not in manager.catalog("env"))
+    broken = manager.broken_plugins()
+    missing = sorted(name for (kind, name) in KNOWN_PROVIDERS if kind == "env" and name not in manager.catalog("env")
+                     and name not in {p.name for p in broken})  # installed, but its plugin did not load
     if missing and rows:
         print("\nNot installed:")
         for name in missing:
             note = f" {INSTALL_NOTES[name]}" if name in INSTALL_NOTES else ""
             print(f"  {name}: {install_hint(KNOWN_PROVIDERS[('env', name)])}{note}")
-    for plugin in manager.broken_plugins():
-        print(f"warning: plugin {plugin.name!r} ({plugin.package}) failed to load: {plugin.error}")
-    return 0
+    for plugin in broken:
+        print(f"agentgym: error: plugin {plugin.name!r} ({plugin.package}) failed to load: {plugin.error}", file=sys.stderr)
+    return 1 if broken else 0

@@ -29,7 +29,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "Pass@K (success = the env's success flag; score = its raw reward). Writes results.json "
                     "and trajectories.jsonl to the run directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--env", required=True, help="environment name (see `agentgym envs`)")
+    parser.add_argument("--from", dest="from_run", default=None, metavar="RUN_DIR_OR_RECIPE",
+                        help="evaluate as a training run does: its panel, sampling settings, horizon, backend and "
+                             "newest checkpoint (a recipe: its model); options typed beside it win")
+    parser.add_argument("--env", default=None,
+                        help="environment name (see `agentgym envs`); required unless --from names a one-env run")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="named model, .gguf file or HF directory")
     parser.add_argument("--backend", default="transformers",
                         help="rollout backend: transformers (local model) or openai (an OpenAI-compatible API)")
@@ -60,7 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="finish an interrupted evaluation in --out: play only the tasks its trajectories.jsonl "
                              "does not hold yet (the other settings must be the same)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, defaults={a.dest: a.default for a in parser._actions})  # noqa: SLF001
 
 
 def resume_command(run_dir: str, argv: list[str] | None = None) -> str:
@@ -101,7 +105,23 @@ def run(args: argparse.Namespace, stdout=None) -> int:
 
     stdout = stdout or sys.stdout
     fields = {name: getattr(args, name) for name in EvalConfig.model_fields if hasattr(args, name)}
-    config = EvalConfig(**{k: v for k, v in fields.items() if v is not None or k in ("limit", "env_url")})
+    if getattr(args, "from_run", None) is not None:
+        from agentgym_core.recipes import ConfigError
+        from agentgym_core.rl.eval_from_run import eval_config_from_run
+
+        defaults = getattr(args, "defaults", {})
+        typed = {k: v for k, v in fields.items() if k != "env" and k in defaults and v != defaults[k]}
+        try:
+            config = eval_config_from_run(args.from_run, env=args.env, overrides=typed)
+        except ConfigError as exc:
+            print(f"agentgym: error: {exc}", file=sys.stderr)
+            return 2
+    elif args.env is None:
+        print("agentgym: error: name the environment with --env ENV (see `agentgym envs`), or evaluate as a "
+              "training run does with --from RUN_DIR", file=sys.stderr)
+        return 2
+    else:
+        config = EvalConfig(**{k: v for k, v in fields.items() if v is not None or k in ("limit", "env_url")})
     try:
         results = evaluate(config)
     except ChatBackendError as exc:  # the API refused the setup (unknown model, bad key) before any episode

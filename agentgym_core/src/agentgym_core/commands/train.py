@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from agentgym_core.commands._recipe import add_recipe_arguments, resolve_recipe
@@ -94,19 +95,30 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2
+    if config.trainer.launcher == "ray" and importlib.util.find_spec("ray") is None:  # before any phase runs
+        print("agentgym: error: trainer.launcher=ray needs Ray, which is not installed: pip install './agentgym_core[ray]' "
+              "(or pip install ray), or set trainer.launcher=local", file=sys.stderr)
+        return 2
     if args.print_config:  # a recipe that prints must be one that runs: the same env names and options
         check_envs(config, reach_servers=False)
         print(show_config(config))
         return 0
     check_envs(config)  # before the model loads: a typo or a dead server fails in a second, in one line
+    from agentgym_core.models import resolve_model
+
+    resolve_model(config.model.path)  # a model this machine lacks fails here, not in each of N spawned ranks
 
     from agentgym_core.pipeline import run_rl_recipe
+    from agentgym_core.rl.distributed import RankFailedError
     from agentgym_core.rl.guards import RunStopped
 
     try:
         results = run_rl_recipe(config, resume=args.resume is not None)
     except RunStopped as exc:  # a check found the run unsound: one line that says why
         print(f"agentgym: run stopped: {exc}", file=sys.stderr)
+        return 1
+    except RankFailedError as exc:  # one spawned learner rank failed: its error once, not one traceback per rank
+        print(f"agentgym: error: {exc}", file=sys.stderr)
         return 1
     table = _success_table(results)
     print(f"\nrun directory: {config.trainer.run_dir}")

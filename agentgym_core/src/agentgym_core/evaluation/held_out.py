@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from agentgym_core.env import Env
-from agentgym_core.evaluation.panel import panel_hash
+from agentgym_core.evaluation.panel import evaluation_conditions, panel_hash, panel_tasks
 from agentgym_core.evaluation.results import EvalResults, build_results
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
@@ -66,13 +66,13 @@ class HeldOutEnv(Protocol):
 def evaluate_held_out(backend: Any, envs: Sequence[HeldOutEnv], *, tasks_per_env: int, sampling: SamplingParams,
                       horizon: int, max_total_tokens: int, step_timeout_s: float, desc: str,
                       progress: bool = True) -> EvalResults:
-    """The first ``tasks_per_env`` held-out tasks of each env (taken round-robin across categories, as
-    ``agentgym eval --limit`` takes them), one episode each, every env at once, at most ``horizon`` turns."""
+    """The panel of ``tasks_per_env`` held-out tasks of each env (:func:`agentgym_core.evaluation.panel.panel_tasks`,
+    as ``agentgym eval --limit`` takes them), one episode each, every env at once, at most ``horizon`` turns."""
     episodes: list[EpisodeSpec] = []
     sources: dict[str, EnvSource] = {}
     panel: dict[str, list[int]] = {}
     for env in envs:
-        tasks = list(env.test_tasks[:tasks_per_env])
+        tasks = panel_tasks(env.test_tasks, tasks_per_env)
         panel[env.name] = tasks
         if not tasks:
             continue
@@ -89,8 +89,9 @@ def evaluate_held_out(backend: Any, envs: Sequence[HeldOutEnv], *, tasks_per_env
                               env_workers=sum(source.num_envs for source in sources.values()))
         trajs, stats = play(backend, sources, episodes, engine, desc=desc, progress=progress, leave=False)
     wall = time.perf_counter() - start
+    conditions = evaluation_conditions(sampling, horizon=horizon, max_total_tokens=max_total_tokens)
     return build_results([(t, t.num_turns, t.invalid_actions) for t in trajs], config=config,
-                         panel_hash=panel_hash(panel), timing=_timing(stats, wall, len(trajs)))
+                         panel_hash=panel_hash(panel, conditions), timing=_timing(stats, wall, len(trajs)))
 
 
 def _timing(stats: RolloutStats, wall: float, n: int) -> dict[str, float]:

@@ -30,7 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.env import Env, check_env_options
 from agentgym_core.evaluation.held_out import play
-from agentgym_core.evaluation.panel import describe_panel, panel_hash, panel_record
+from agentgym_core.evaluation.panel import (
+    describe_panel,
+    evaluation_conditions,
+    panel_hash,
+    panel_record,
+    panel_tasks,
+)
 from agentgym_core.evaluation.results import EvalResults, GroupMetrics, build_results, summarize
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec
@@ -41,7 +47,7 @@ from agentgym_core.rollout.trajectory import Trajectory
 __all__ = ["EvalConfig", "EvalInterrupted", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
 
 # Settings that change what an evaluation measures: a resumed run must have the same.
-_RUN_DEFINING = ("env", "model", "backend", "base_url", "split", "limit", "env_options", "n_samples", "temperature",
+_RUN_DEFINING = ("env", "model", "backend", "backend_options", "base_url", "split", "limit", "env_options", "n_samples", "temperature",
                  "top_p", "max_new_tokens", "max_rounds", "max_total_tokens", "seed")
 
 
@@ -56,6 +62,10 @@ class EvalConfig(BaseModel):
         default="transformers",
         description="Rollout backend name (see `agentgym plugins`); 'openai' evaluates a model behind an "
         "OpenAI-compatible API.",
+    )
+    backend_options: dict[str, Any] = Field(
+        default_factory=dict, description="Further options of the backend, as a recipe's rollout.backend_options "
+        "(`--from` takes the run's).",
     )
     base_url: str | None = Field(
         default=None, description="API root of an OpenAI-compatible server (backend 'openai'), e.g. "
@@ -128,7 +138,7 @@ def backend_options(config: EvalConfig) -> dict[str, Any]:
     Each backend validates its own options, so a setting it does not take (``--device`` for an
     API model, ``--base-url`` for a local one) is reported instead of ignored.
     """
-    options: dict[str, Any] = {"model": config.model}
+    options: dict[str, Any] = {**config.backend_options, "model": config.model}
     if config.device != "auto":
         options["device"] = config.device
     if config.threads is not None:
@@ -216,7 +226,8 @@ def evaluate(
             catalog = probe.tasks()
         finally:
             probe.close()
-    task_ids = catalog.spread(config.split, config.limit)
+    # The split round-robin across categories (as the trainer orders its held-out tasks), then the panel of it.
+    task_ids = panel_tasks(catalog.spread(config.split, len(catalog.split(config.split))), config.limit)
     categories = catalog.category_index()
     episodes = [
         EpisodeSpec(task_id=t, sample_index=s, category=categories.get(t), seed=None, env=config.env)
@@ -238,17 +249,20 @@ def evaluate(
     if text_only and hasattr(backend, "preflight"):
         backend.preflight()  # a wrong model name or key fails here, before any episode
     run_dir.mkdir(parents=True, exist_ok=True)
-    panel = {config.env: list(task_ids)}  # logged before any episode: which tasks this run evaluates
-    (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel)) + "\n", encoding="utf-8")
+    sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
+                              max_new_tokens=config.max_new_tokens, seed=config.seed)
+    conditions = evaluation_conditions(sampling, horizon=config.max_rounds, max_total_tokens=config.max_total_tokens,
+                                       samples_per_task=config.n_samples)
+    panel = {config.env: list(task_ids)}  # logged before any episode: which tasks this run evaluates, and how
+    (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel, conditions)) + "\n",
+                                                   encoding="utf-8")
     if progress:
-        print(describe_panel(panel), file=sys.stderr)
+        print(describe_panel(panel, conditions), file=sys.stderr)
     if not kept:
         (run_dir / "eval_config.json").write_text(
             json.dumps(config.model_dump(exclude={"api_key"}), indent=2) + "\n", encoding="utf-8")
     rollout = EngineConfig(
-        sampling=SamplingParams(temperature=config.temperature, top_p=config.top_p,
-                                max_new_tokens=config.max_new_tokens, seed=config.seed),
-        max_turns=config.max_rounds, max_total_tokens=config.max_total_tokens,
+        sampling=sampling, max_turns=config.max_rounds, max_total_tokens=config.max_total_tokens,
         step_timeout_s=config.step_timeout_s, env_workers=min(config.num_envs, 32),
     )
     desc = f"eval {config.env}" + (f" (resumed: {len(kept)} kept)" if kept else "")
@@ -271,7 +285,7 @@ def evaluate(
                   key=lambda row: order[(row[0].task_id, row[0].sample_index)])
     wall = time.perf_counter() - start
     results = build_results(
-        rows, config=config.model_dump(exclude={"api_key"}), panel_hash=panel_hash(panel), trainable=not text_only,
+        rows, config=config.model_dump(exclude={"api_key"}), panel_hash=panel_hash(panel, conditions), trainable=not text_only,
         timing={"wall_seconds": wall, "gen_seconds": stats.gen_seconds, "sampled_tokens": float(stats.sampled_tokens),
                 "trajectories_per_min": 60 * len(trajs) / wall if wall else 0.0},
         run_dir=str(run_dir))

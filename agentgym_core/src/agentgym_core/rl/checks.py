@@ -56,28 +56,29 @@ def _example(with_env_tokens: bool, device: torch.device) -> AdvantageBatch:
 
 
 def check_estimator(estimate: Estimator, config: AdvantageConfig | None = None, *,
-                    device: str | torch.device = "cpu") -> None:
+                    device: str | torch.device = "cpu", declared_min_group_size: int | None = None) -> None:
     """Raise :class:`EstimatorCheckError` unless ``estimate`` honours the estimator contract.
 
     ``device``: where the example batch lives (the trainer's batches live on the learner's device:
     check with ``device="cuda"`` on a GPU machine). An estimator registered with options of its own
-    (``register(name, estimate, options=MyOptions)``) is checked with ``config=MyOptions()``.
+    (``register(name, estimate, options=MyOptions)``) is checked with ``config=MyOptions()``, and one that
+    declares ``min_group_size`` with ``declared_min_group_size=`` that value.
 
     Rules: returns an :class:`AdvantageOutput` of (B, T) finite tensors on the batch's device; zero off the policy mask;
     inputs are not mutated; deterministic; inserting environment tokens between turns does not
     change any policy token's advantage (environment tokens are not steps); the outcome reward on
-    the last policy token changes the advantages (it is not masked away); a ``min_group_size``
-    attribute, when declared, is 1 or 2 (the example's groups have 2 samples; an
+    the last policy token changes the advantages (it is not masked away); ``min_group_size``,
+    when declared, is 1 or 2 (the example's groups have 2 samples; an
     estimator that needs more cannot be checked on it).
     """
-    config = config or getattr(estimate, "options_model", AdvantageConfig)()  # a plugin's own options, defaults
+    config = config or AdvantageConfig()
     name = getattr(estimate, "__name__", repr(estimate))
 
     def fail(rule: str, fix: str) -> None:
         raise EstimatorCheckError(f"estimator {name!r}: {rule}. {fix}")
 
     try:
-        needed = min_group_size(estimate)
+        needed = min_group_size(estimate, declared_min_group_size)
     except TypeError as exc:
         raise EstimatorCheckError(str(exc)) from None
     if needed > 2:

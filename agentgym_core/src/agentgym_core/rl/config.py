@@ -441,12 +441,6 @@ class AlgorithmConfig(_Section):
                                  f"'transformers>={packing.PACKING_MIN_TRANSFORMERS}' 'torch>={packing.PACKING_MIN_TORCH}'")
         return self
 
-    @model_validator(mode="after")
-    def _gae_needs_critic(self) -> AlgorithmConfig:
-        if self.estimator == "gae" and not self.critic.enabled:
-            raise ValueError("algorithm.estimator=gae needs algorithm.critic.enabled=true (GAE uses critic values)")
-        return self
-
 
 class OptimConfig(_Section):
     """``optim``: AdamW and its learning-rate schedule."""
@@ -550,17 +544,35 @@ class TrainConfig(_Section):
         "reference and the 'before' evaluation are then the fine-tuned model.",
     )
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Process and memory knobs.")
+    # What the rollout backend declares (its capabilities' shares_trainer_module), set by
+    # rl.plugin_options.bind_plugin_options; None until the recipe is bound to its plugins.
+    _backend_shares_module: bool | None = None
 
     @property
     def off_policy_correction(self) -> str:
-        """``algorithm.off_policy.correction`` with ``auto`` resolved (see its help)."""
+        """``algorithm.off_policy.correction`` with ``auto`` resolved (see its help) from what the backend
+        declares; a config not yet bound to its plugins counts as sampling elsewhere (tis)."""
         chosen = self.algorithm.off_policy.correction
         if chosen != "auto":
             return chosen
-        own_module = (self.rollout.backend == "transformers" and self.trainer.launcher == "local"
+        own_module = (self._backend_shares_module is True and self.trainer.launcher == "local"
                       and self.trainer.learners == 1 and self.rollout.max_staleness == 0
                       and self.model.mixed_precision == "no")
         return "none" if own_module else "tis"
+
+    @model_validator(mode="after")
+    def _sharded_learners_train_full_weights_in_memory(self) -> TrainConfig:
+        if self.trainer.learners > 1:
+            refused = [reason for on, reason in [
+                (self.model.lora.enabled, "model.lora.enabled (train LoRA on one learner)"),
+                (self.algorithm.critic.enabled, "algorithm.critic.enabled (use grpo, rloo or reinforce_pp)"),
+                (self.runtime.optimizer_state_to_disk, "runtime.optimizer_state_to_disk (sharded optimizer states "
+                 "are not written to disk)"),
+            ] if on]
+            if refused:
+                raise ValueError(f"trainer.learners={self.trainer.learners} does not support {'; nor '.join(refused)}"
+                                 ". Set trainer.learners=1, or turn it off")
+        return self
 
     @model_validator(mode="after")
     def _stale_samples_need_recomputed_old_logprobs(self) -> TrainConfig:
@@ -608,7 +620,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     return load_recipe(TrainConfig, path, overrides)
 
 
-def check_group_size(config: TrainConfig, estimate: Estimator, declared: object = None) -> None:
+def check_group_size(config: TrainConfig, estimate: Estimator | None, declared: object = None) -> None:
     """Raise :class:`ConfigError` when ``rollout.group_size`` is below what the estimator needs.
 
     GRPO and RLOO take their baseline from the other samples of the same task; with one sample per

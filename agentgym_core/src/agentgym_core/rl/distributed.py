@@ -34,6 +34,7 @@ import torch.distributed as dist
 __all__ = [
     "DEFAULT_COLLECTIVE_TIMEOUT_S",
     "DistContext",
+    "RankFailedError",
     "all_reduce_stats",
     "barrier",
     "broadcast_object",
@@ -137,15 +138,29 @@ def _spawned(rank: int, world: int, port: int, fn: Callable[..., Any], args: tup
             dist.destroy_process_group()
 
 
+class RankFailedError(RuntimeError):
+    """A rank :func:`spawn` started failed; the message is one line: which rank, its exit code, its error."""
+
+
 def spawn(fn: Callable[..., Any], world_size: int, *args: Any) -> None:
     """Run ``fn(*args)`` in ``world_size`` fresh processes on this machine, ranks 0..N-1.
 
-    A rank that raises makes the whole call raise (torch.multiprocessing reports its traceback).
+    A rank that raises or dies makes the whole call raise :class:`RankFailedError` once, in one line with the
+    rank's exit code and the last line of its error (torch.multiprocessing ends the other ranks).
     """
     import torch.multiprocessing as mp
 
-    mp.start_processes(_spawned, args=(world_size, free_port(), fn, args), nprocs=world_size,
-                       start_method="spawn", join=True)
+    try:
+        mp.start_processes(_spawned, args=(world_size, free_port(), fn, args), nprocs=world_size,
+                           start_method="spawn", join=True)
+    except mp.ProcessRaisedException as exc:  # its process exits with 1 after reporting the exception
+        last = next((line.strip() for line in reversed(str(exc).splitlines()) if line.strip()), "an error")
+        raise RankFailedError(f"learner rank {exc.error_index} of {world_size} (pid {exc.error_pid}) exited with "
+                              f"code 1: {last}") from None
+    except mp.ProcessExitedException as exc:
+        signal = f" ({exc.signal_name})" if exc.signal_name else ""
+        raise RankFailedError(f"learner rank {exc.error_index} of {world_size} (pid {exc.error_pid}) exited with "
+                              f"code {exc.exit_code}{signal} before finishing") from None
 
 
 def shard_rows(rows: Sequence[int], ctx: DistContext) -> list[int]:

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym_core.evaluation.held_out import evaluate_held_out
+from agentgym_core.evaluation.panel import evaluation_conditions
 from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import EnvConfig, TrainConfig
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.tool_calls import tool_call_env
 
-__all__ = ["EnvHandle", "evaluate", "make_backend", "open_envs"]
+__all__ = ["EnvHandle", "eval_conditions", "eval_sampling", "evaluate", "make_backend", "open_envs"]
 
 
 def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, bool]:
@@ -86,18 +87,30 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float =
             stack.callback(pool.close)
             catalog = pool.check()
             train = cfg.train_tasks if cfg.train_tasks is not None else catalog.split(cfg.train_split)
-            # Round-robin over categories, so the first eval_tasks are the tasks `agentgym eval --limit N` runs.
+            # Round-robin over categories; evaluation.panel.panel_tasks takes the panel from it.
             test = cfg.test_tasks if cfg.test_tasks is not None else catalog.spread(
                 cfg.test_split, len(catalog.split(cfg.test_split)))
             handles.append(EnvHandle(cfg, pool, list(train), list(test), catalog.category_index()))
         yield handles
 
 
+def eval_sampling(config: TrainConfig) -> SamplingParams:
+    """How the run's held-out evaluations sample: ``rollout.eval_temperature`` (greedy by default), the
+    rollout's per-turn cap, the run's seed."""
+    return SamplingParams(temperature=config.rollout.eval_temperature, top_p=1.0,
+                          max_new_tokens=config.rollout.max_new_tokens, seed=config.trainer.seed)
+
+
+def eval_conditions(config: TrainConfig, horizon: int) -> dict[str, Any]:
+    """The conditions of the run's held-out evaluations (part of their panel hash)."""
+    return evaluation_conditions(eval_sampling(config), horizon=horizon,
+                                 max_total_tokens=config.rollout.max_total_tokens)
+
+
 def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
-    """The run's held-out evaluation at ``step``: greedy (or ``eval_temperature``) episodes on the first
+    """The run's held-out evaluation at ``step``: greedy (or ``eval_temperature``) episodes on the panel of
     ``eval_tasks`` held-out tasks of each env, every env at once; the record the trainer logs."""
-    sampling = SamplingParams(temperature=config.rollout.eval_temperature, top_p=1.0,
-                              max_new_tokens=config.rollout.max_new_tokens, seed=config.trainer.seed)
+    sampling = eval_sampling(config)
     results = evaluate_held_out(backend, envs, tasks_per_env=config.trainer.eval_tasks, sampling=sampling,
                                 horizon=horizon, max_total_tokens=config.rollout.max_total_tokens,
                                 step_timeout_s=config.rollout.env_timeout_s,

@@ -66,7 +66,7 @@ class AdvantageConfig(BaseModel):
     """Knobs shared by all estimators; each estimator reads the ones it needs."""
 
     # Extra keys are kept until the named plugin is known; rl.plugin_options then checks them against
-    # the plugin's ``options_model`` (a subclass of this class), with "did you mean" for typos.
+    # the options class the plugin declares (a subclass of this class), with "did you mean" for typos.
     model_config = ConfigDict(extra="allow")
 
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per policy token (GAE, REINFORCE++).")
@@ -92,14 +92,13 @@ Estimator = Callable[[AdvantageBatch, AdvantageConfig], AdvantageOutput]
 """The signature of every registered advantage estimator."""
 
 
-def min_group_size(estimate: Estimator, declared: object = None) -> int:
+def min_group_size(estimate: Estimator | None, declared: object = None) -> int:
     """Samples per task ``estimate`` needs for a non-zero advantage: ``declared`` (what its registration says,
-    ``Registration.declared("min_group_size")``), else a ``min_group_size`` attribute an older plugin set on it,
-    else 1.
+    ``Registration.declared("min_group_size")``), else 1.
 
     Raises ``TypeError`` when the value is not an integer >= 1 (a plugin bug).
     """
-    value = declared if declared is not None else getattr(estimate, "min_group_size", 1)
+    value = declared if declared is not None else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         name = getattr(estimate, "__name__", repr(estimate))
         raise TypeError(f"estimator {name!r} declares min_group_size={value!r}; it must be an int >= 1 "

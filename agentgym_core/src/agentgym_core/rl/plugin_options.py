@@ -19,8 +19,15 @@ subclasses :class:`~agentgym_core.rl.estimator_api.AdvantageConfig` (estimators)
 checks the section against the plugin's model (an unknown key fails with "did you mean" and the
 valid keys, as every other section does) and puts an instance of that model in the config, so the
 plugin receives its own typed options, and the run's saved ``config.yaml`` keeps them. A plugin
-that declares no options takes only the core's keys (an ``options_model`` attribute on the object, the
-older way to declare them, is still read).
+that declares no options takes only the core's keys.
+
+The rollout backend is bound the same way: ``rollout.backend_options`` is checked against the options
+class the backend declares (``register(name, factory, options=MyBackendConfig)``), with ``model`` filled
+from ``model.path`` as the trainer fills it, after the class's optional ``missing_requirement(options)``
+(a classmethod) has had its say about what this machine lacks. Declarations decide the rest: an
+estimator that declares ``critic=True`` needs ``algorithm.critic``, one that declares ``min_group_size``
+needs that many samples per task, and what the backend's ``capabilities`` say sets the defaults that
+depend on it (the off-policy correction). All of this happens when the recipe loads, before any work.
 """
 
 from __future__ import annotations
@@ -30,12 +37,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agentgym_core.plugins import PluginError, PluginManager, get_plugin_manager
-from agentgym_core.rl.config import ConfigError, TrainConfig
+from agentgym_core.plugins import PluginError, PluginManager, Registration, get_plugin_manager
+from agentgym_core.rl.config import ConfigError, TrainConfig, check_group_size
 from agentgym_core.rl.estimator_api import AdvantageConfig
+from agentgym_core.rollout.backend import BackendCapabilities, capabilities_of
 from agentgym_core.schedulers import RoundsConfig, final_horizon
 
-__all__ = ["bind_plugin_options", "final_horizon_of", "options_model_of"]
+__all__ = ["backend_capabilities", "bind_plugin_options", "check_backend_options", "final_horizon_of",
+           "options_model_of"]
 
 
 def options_model_of(declared: Any, base: type[BaseModel], *, what: str) -> type[BaseModel]:
@@ -65,16 +74,60 @@ def _bind(section: BaseModel, model: type[BaseModel], where: str, what: str) -> 
         raise ConfigError("invalid config: " + "; ".join(problems)) from None
 
 
-def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> TrainConfig:
-    """A copy of ``config`` whose advantage and round-schedule sections are the named plugins' own options.
+def check_backend_options(config: TrainConfig, registration: Registration) -> None:
+    """Raise :class:`ConfigError` (one line) when the backend cannot start with ``rollout.backend_options``:
+    what its options class says this machine lacks, else the keys and values it refuses."""
+    model = registration.declared("options")
+    if model is None:
+        return
+    name = config.rollout.backend
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise PluginError(f"rollout backend {name!r} declares options={model!r}, which must be a pydantic model class")
+    options = {"model": config.model.path, **config.rollout.backend_options}
+    missing = getattr(model, "missing_requirement", None)
+    if missing is not None and (problem := missing(options)) is not None:
+        raise ConfigError(f"rollout.backend={name}: {problem}")
+    try:
+        model.model_validate(options)
+    except ValidationError as exc:
+        fields = sorted(set(model.model_fields) - {"model"})
+        problems = []
+        for error in exc.errors():
+            key = ".".join(["rollout.backend_options", *map(str, error["loc"])])
+            if error["type"] == "extra_forbidden":
+                close = difflib.get_close_matches(str(error["loc"][-1]), fields, n=1, cutoff=0.5)
+                problems.append(f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            else:
+                problems.append(f"{key}: {error['msg'].removeprefix('Value error, ')}")
+        raise ConfigError(f"rollout.backend={name} does not take these options: {'; '.join(problems)}. Its options: "
+                          f"{', '.join(fields)} (docs: reference/recipe, 'Options added by plugins').") from None
 
-    Raises UnknownNameError when the estimator or scheduler is not installed and ConfigError when a
-    section has a key its plugin does not take (or a bad value).
+
+def backend_capabilities(config: TrainConfig, plugin_manager: PluginManager | None = None) -> BackendCapabilities:
+    """What ``config``'s rollout backend declares it can do (its registration's ``capabilities``)."""
+    pm = plugin_manager or get_plugin_manager()
+    return capabilities_of(pm.registration("rollout_backend", config.rollout.backend).declared("capabilities"))
+
+
+def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> TrainConfig:
+    """A copy of ``config`` whose advantage and round-schedule sections are the named plugins' own options,
+    checked against everything the estimator, the scheduler and the rollout backend declare.
+
+    Raises UnknownNameError when a plugin is not installed and ConfigError when a section has a key its
+    plugin does not take (or a bad value), or the recipe asks for what a declaration rules out.
     """
     alg = config.algorithm
-    estimator = plugin_manager.registration("advantage_estimator", alg.estimator).declared("options")
+    registered = plugin_manager.registration("advantage_estimator", alg.estimator)
+    estimator = registered.declared("options")
     scheduler = plugin_manager.registration("round_scheduler", alg.rounds_ctrl.type).declared("options")
+    backend = plugin_manager.registration("rollout_backend", config.rollout.backend)
+    check_backend_options(config, backend)
+    if registered.declared("critic") and not alg.critic.enabled:
+        raise ConfigError(f"algorithm.estimator={alg.estimator} reads critic values, so it needs "
+                          "algorithm.critic.enabled=true (or pick an estimator without a critic, e.g. grpo)")
+    check_group_size(config, None, registered.declared("min_group_size"))  # type: ignore[arg-type]
     bound = config.model_copy(deep=True)
+    bound._backend_shares_module = capabilities_of(backend.declared("capabilities")).shares_trainer_module
     what = f"estimator {alg.estimator!r}"
     bound.algorithm.advantage = _bind(  # type: ignore[assignment]
         alg.advantage, options_model_of(estimator, AdvantageConfig, what=what), "algorithm.advantage", what)

@@ -40,6 +40,7 @@ from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import ActorResources, TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
 from agentgym_core.rl.distributed import DistContext
+from agentgym_core.rl.plugin_options import backend_capabilities
 from agentgym_core.rl.rollout_worker import RolloutResult, merge_slices
 from agentgym_core.training.memory import HeapTrimmer, prefer_expandable_cuda_segments
 
@@ -100,7 +101,7 @@ class LearnerRank:
                               MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         device = resolve_device(self.config.model.device)
         if device.type == "cuda":  # an actor's process is not the driver's: its allocator is set up here
-            prefer_expandable_cuda_segments(self.config.rollout.backend)
+            prefer_expandable_cuda_segments(backend_capabilities(self.config).expandable_segments)
         ctx = init_from_environment(device, timeout_s=self.config.trainer.collective_timeout_s)
         random.seed(self.config.trainer.seed)
         torch.manual_seed(self.config.trainer.seed)
@@ -175,7 +176,7 @@ class RolloutActor:
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(HeapTrimmer(config.runtime.heap_trim_interval_s))  # as a local rollout worker
         if torch.cuda.is_available():  # before the backend starts CUDA in this actor's process
-            prefer_expandable_cuda_segments(config.rollout.backend)
+            prefer_expandable_cuda_segments(backend_capabilities(config, pm).expandable_segments)
         self.worker = build_rollout_worker(self._stack, pm, config, scheduler=self.scheduler,
                                            curriculum=self.curriculum, shard=(index, count))
         self.collecting = False

@@ -53,6 +53,7 @@ from agentgym_core.rl.distributed import (
     visible_gpus,
 )
 from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
+from agentgym_core.rl.envs import eval_conditions
 from agentgym_core.rl.estimator_api import AdvantageBatch
 from agentgym_core.rl.guards import (
     WeightSyncProbe,
@@ -64,7 +65,7 @@ from agentgym_core.rl.guards import (
 from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
 from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_stats
-from agentgym_core.rl.plugin_options import bind_plugin_options
+from agentgym_core.rl.plugin_options import backend_capabilities, bind_plugin_options
 from agentgym_core.rl.policy import load_policy, load_policy_for_ranks, resolve_device
 from agentgym_core.rl.roles import LearnerRole, Roles, RolloutRole
 from agentgym_core.rl.rollout_worker import build_rollout_worker
@@ -107,7 +108,7 @@ def train(
     """
     ranks_running = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if resolve_device(config.model.device).type == "cuda":  # before anything starts CUDA; spawned ranks inherit it
-        prefer_expandable_cuda_segments(config.rollout.backend)
+        prefer_expandable_cuda_segments(backend_capabilities(config, plugin_manager).expandable_segments)
     if config.trainer.launcher == "ray":
         if model is not None:
             raise ValueError("trainer.launcher=ray places the learner ranks and rollout workers as Ray actors, which "
@@ -180,7 +181,6 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                        resume_step=start_step if resume else None)
                 stack.callback(writer.close)
                 pm.hook.agentgym_observe_run_start(run_dir=str(run_dir), config=cfg.model_dump(mode="json"))
-                _log_panel(cfg, worker, run_dir)  # the task ids every evaluation plays, and their hash
             tokenizer = roles.tokenizer
             # A backend with its own copy of the weights must score a fixed probe as the learner does, from the
             # start and after every sync (rl/guards.py).
@@ -188,6 +188,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             if sync_probe is not None:  # every rank checks its own engine
                 worker.check_weights(sync_probe.expect(learner, start_step))  # collective on several ranks
             final_horizon = scheduler_final_horizon(scheduler, cfg.trainer.steps)  # what evaluations play
+            if ctx.is_main:
+                _log_panel(cfg, worker, run_dir, final_horizon)  # the tasks every evaluation plays, how, and the hash
 
             # ---- evaluation before training (rank 0; a resumed run reads it back from its log) --------
             if ctx.is_main:
@@ -374,17 +376,18 @@ def _evaluate(worker: Any, horizon: int, step: int, *, measure: bool) -> dict[st
     return {**result, **peak.as_metrics()} if measure else result
 
 
-def _log_panel(cfg: TrainConfig, worker: Any, run_dir: Path) -> None:
+def _log_panel(cfg: TrainConfig, worker: Any, run_dir: Path, horizon: int) -> None:
     """Write the evaluation panel (task ids and hash) to ``evaluation_panel.json`` and say it on the console;
     every evaluation line of metrics.jsonl carries the hash too. A Ray rollout group holds no environments
     here, and writes none."""
     envs = getattr(worker, "envs", None)
     if envs is None or not cfg.trainer.eval_tasks:
         return
-    panel = evaluation_panel(envs, cfg.trainer.eval_tasks)
-    (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel)) + "\n", encoding="utf-8")
+    panel, conditions = evaluation_panel(envs, cfg.trainer.eval_tasks), eval_conditions(cfg, horizon)
+    (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel, conditions)) + "\n",
+                                                   encoding="utf-8")
     if cfg.trainer.progress:
-        tqdm.write(describe_panel(panel))
+        tqdm.write(describe_panel(panel, conditions))
 
 
 def _sync_probe(cfg: TrainConfig, tokenizer: Any, worker: Any) -> WeightSyncProbe | None:

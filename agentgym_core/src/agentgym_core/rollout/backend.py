@@ -23,9 +23,10 @@ environment answers and calls ``step()`` (one decode step for every row) in betw
 for a whole batch to finish; ``step`` returns the replies that finished. Sampled ids and log-probs
 obey the same contract as ``generate``.
 
-Capabilities are declared, never guessed: a factory carries a :class:`BackendCapabilities` as its
-``capabilities`` attribute (:func:`capabilities_of` reads it; none declared means "loads its own
-model, receives weights through ``load_weights``"). A factory that declares
+Capabilities are declared, never guessed: a plugin registers a :class:`BackendCapabilities` beside
+its factory (``register(name, factory, capabilities=...)``; :func:`capabilities_of` reads it; none
+declared means "loads its own model, receives weights through ``load_weights``"). The trainer's
+defaults follow from them, never from the backend's name. A factory that declares
 ``shares_trainer_module`` is called as ``factory(options, model=module, tokenizer=tokenizer)`` when
 the trainer has a live module to lend, and then samples from the trainer's own weights.
 
@@ -47,7 +48,7 @@ __all__ = [
 
 
 class BackendCapabilities(BaseModel):
-    """What a backend can do, declared by its plugin on the registered factory (``factory.capabilities``)."""
+    """What a backend can do, declared by its plugin where it registers the factory (``capabilities=``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -62,6 +63,9 @@ class BackendCapabilities(BaseModel):
     weight_sync: Literal["shared_module", "load_weights", "none"] = Field(
         "load_weights", description="How new policy weights arrive: the shared module itself, "
         "load_weights(state_dict) after each update, or not at all (API models).")
+    expandable_segments: bool = Field(
+        True, description="Works under PyTorch's CUDA allocator with expandable segments, which the trainer then "
+        "turns on; False where the backend's own memory pool refuses them.")
 
 
 def capabilities_of(declared: Any) -> BackendCapabilities:

@@ -80,17 +80,18 @@ CUDA_ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 """Environment variables that configure PyTorch's CUDA caching allocator (the second is the newer name)."""
 
 
-def prefer_expandable_cuda_segments(rollout_backend: str) -> bool:
+def prefer_expandable_cuda_segments(backend_allows: bool) -> bool:
     """Turn on ``expandable_segments`` in PyTorch's CUDA caching allocator for this process and the
     processes it starts, unless the user configured the allocator; returns whether it did.
 
     A rollout's growing KV caches otherwise leave the allocator holding about twice what its tensors
     use at their peak (measured by ``bench/gpu_rl_step.py``, in bench/README.md). Left alone where a variable of
     :data:`CUDA_ALLOCATOR_VARIABLES` is set (even empty: ``PYTORCH_CUDA_ALLOC_CONF=`` keeps PyTorch's
-    default), with the ``vllm`` backend (its sleep mode's memory pool refuses expandable segments),
-    and once this process has initialised CUDA (too late to change its allocator).
+    default), where the rollout backend declares it cannot work with them (``backend_allows`` False: vLLM's
+    sleep mode keeps a memory pool that refuses them), and once this process has initialised CUDA (too late to
+    change its allocator).
     """
-    if rollout_backend == "vllm" or any(name in os.environ for name in CUDA_ALLOCATOR_VARIABLES):
+    if not backend_allows or any(name in os.environ for name in CUDA_ALLOCATOR_VARIABLES):
         return False
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import requests
 
-from agentgym_backend_openai.config import OpenAIBackendConfig
-from agentgym_core.rollout.backend import BackendCapabilities, SamplingParams
+from agentgym_backend_openai.config import CAPABILITIES, OpenAIBackendConfig
+from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.text_engine import ChatBackendError, ChatReply, ContextLengthError
 
 __all__ = ["CAPABILITIES", "OpenAIChatBackend", "make_backend", "normalize_base_url"]
@@ -182,5 +182,3 @@ def make_backend(config: OpenAIBackendConfig | Mapping[str, Any] | None = None) 
         config = OpenAIBackendConfig.model_validate(dict(config or {}))
     return OpenAIChatBackend(config)
 
-
-CAPABILITIES = BackendCapabilities(token_level=False, weight_sync="none")  # declared where the plugin registers it

@@ -6,7 +6,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["OpenAIBackendConfig"]
+from agentgym_core.rollout.backend import BackendCapabilities
+
+__all__ = ["CAPABILITIES", "OpenAIBackendConfig"]
+
+CAPABILITIES = BackendCapabilities(token_level=False, weight_sync="none")  # declared where the plugin registers it
 
 
 class OpenAIBackendConfig(BaseModel):

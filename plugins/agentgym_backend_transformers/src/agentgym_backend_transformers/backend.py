@@ -25,9 +25,8 @@ from typing import Any
 
 import torch
 
-from agentgym_backend_transformers.config import TransformersBackendConfig
+from agentgym_backend_transformers.config import CAPABILITIES, TransformersBackendConfig
 from agentgym_backend_transformers.decoding import DecodeBatch
-from agentgym_backend_transformers.factory import CAPABILITIES
 from agentgym_backend_transformers.kv_cache import allow_reduced_precision_kv
 from agentgym_backend_transformers.sessions import SessionStore
 from agentgym_core.models import load_pretrained
@@ -305,5 +304,4 @@ def make_backend(
             raise ValueError("make_backend(model=...) needs the tokenizer too")
         return TransformersBackend(model, tokenizer, **{k: getattr(config, k) for k in LIVE_MODULE_OPTIONS})
     return TransformersBackend.from_config(config)
-
 

@@ -6,7 +6,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["TransformersBackendConfig"]
+from agentgym_core.rollout.backend import BackendCapabilities
+
+__all__ = ["CAPABILITIES", "TransformersBackendConfig"]
+
+CAPABILITIES = BackendCapabilities(  # what the trainer may rely on (declared where the plugin registers it)
+    shares_trainer_module=True, sessions=True, continuous_batching=True, weight_sync="shared_module")
 
 
 class TransformersBackendConfig(BaseModel):

@@ -1,4 +1,4 @@
-"""What the plugin registers, importable without torch: the factory and the declared capabilities.
+"""The factory the plugin registers, importable without torch (its declarations are in ``config``).
 
 The factory checks the model path before it imports torch and transformers (seconds of start-up),
 so ``agentgym eval --model wrong/path`` answers at once; then it hands over to
@@ -10,18 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentgym_backend_transformers.config import TransformersBackendConfig
+from agentgym_backend_transformers.config import CAPABILITIES, TransformersBackendConfig
 from agentgym_core.models import resolve_model
-from agentgym_core.rollout.backend import BackendCapabilities
 
 if TYPE_CHECKING:
     from agentgym_backend_transformers.backend import TransformersBackend
 
 __all__ = ["CAPABILITIES", "make_backend"]
-
-CAPABILITIES = BackendCapabilities(  # what the trainer may rely on (declared where the plugin registers it)
-    shares_trainer_module=True, sessions=True, continuous_batching=True, weight_sync="shared_module")
-
 
 def make_backend(
     config: TransformersBackendConfig | Mapping[str, Any] | None = None, *, model: Any = None, tokenizer: Any = None

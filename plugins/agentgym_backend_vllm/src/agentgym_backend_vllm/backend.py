@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentgym_backend_vllm.config import VllmBackendConfig
-from agentgym_core.rollout.backend import BackendCapabilities
+from agentgym_backend_vllm.config import CAPABILITIES, VllmBackendConfig
 
 __all__ = ["CAPABILITIES", "make_backend"]
 
@@ -27,9 +26,3 @@ def make_backend(config: VllmBackendConfig | Mapping[str, Any] | None = None) ->
 
     return VllmEngineBackend.from_config(config)
 
-
-# Both modes keep their own copy of the policy (never the trainer's module) and take new weights
-# through load_weights after every update; prompts join a running batch; prefix caching plays the
-# part of sessions.
-CAPABILITIES = BackendCapabilities(  # declared where the plugin registers it
-    shares_trainer_module=False, sessions=True, continuous_batching=True, weight_sync="load_weights")

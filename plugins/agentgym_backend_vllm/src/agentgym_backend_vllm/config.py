@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import importlib.util
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["VllmBackendConfig"]
+from agentgym_core.rollout.backend import BackendCapabilities
+
+__all__ = ["CAPABILITIES", "INSTALL_HINT", "VllmBackendConfig"]
+
+# Both modes keep their own copy of the policy (never the trainer's module) and take new weights
+# through load_weights after every update; prompts join a running batch; prefix caching plays the
+# part of sessions. vLLM's sleep mode keeps its own memory pool, which refuses expandable segments.
+CAPABILITIES = BackendCapabilities(  # declared where the plugin registers it
+    shares_trainer_module=False, sessions=True, continuous_batching=True, weight_sync="load_weights",
+    expandable_segments=False)
+
+INSTALL_HINT = ("backend 'vllm' in engine mode needs vLLM, which is not installed: from a checkout of agentgym run "
+                "pip install -e './plugins/agentgym_backend_vllm[engine]' on a CUDA machine (or set "
+                "backend_options.mode: server and point urls at `vllm serve` replicas)")
 
 
 class VllmBackendConfig(BaseModel):
@@ -90,6 +106,15 @@ class VllmBackendConfig(BaseModel):
     max_concurrent_requests: int = Field(
         default=64, ge=1, description="Server mode: requests in flight at once, over all replicas."
     )
+
+    @classmethod
+    def missing_requirement(cls, options: Mapping[str, Any]) -> str | None:
+        """Why this machine cannot start the backend with ``options`` (vLLM missing in engine mode), or None."""
+        if options.get("mode", "engine") != "engine" or sys.modules.get("vllm") is not None:
+            return None
+        if "vllm" in sys.modules or importlib.util.find_spec("vllm") is None:  # None in sys.modules: blocked
+            return INSTALL_HINT
+        return None
 
     @model_validator(mode="after")
     def _server_needs_urls(self) -> VllmBackendConfig:

@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from agentgym_backend_vllm.config import VllmBackendConfig
+from agentgym_backend_vllm.config import INSTALL_HINT, VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason, request_cap
 from agentgym_backend_vllm.weights import BEGIN_METHOD, FINISH_METHOD, LOAD_METHOD, weight_buckets
 from agentgym_core.plugins import PluginError
@@ -47,9 +47,6 @@ __all__ = ["EngineBatch", "VllmEngineBackend", "VllmNotInstalledError", "import_
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = ("backend 'vllm' in engine mode needs vLLM, which is not installed: from a checkout of agentgym run "
-                "pip install -e './plugins/agentgym_backend_vllm[engine]' on a CUDA machine (or set "
-                "backend_options.mode: server and point urls at `vllm serve` replicas)")
 
 
 class VllmNotInstalledError(PluginError, ImportError):

@@ -11,7 +11,8 @@ from agentgym_core import hookimpl
 
 @hookimpl
 def agentgym_register_advantage_estimators(register) -> None:
-    register("gae", "agentgym_estimators.gae:gae", summary="PPO's GAE with a critic, over policy tokens only.")
+    register("gae", "agentgym_estimators.gae:gae", critic=True,  # reads the critic's values
+             summary="PPO's GAE with a critic, over policy tokens only.")
     # min_group_size=2: the baseline is the rest of the group, so one sample per task trains nothing
     register("grpo", "agentgym_estimators.grpo:grpo", min_group_size=2,
              summary="Group-normalised outcome advantages (norm_by_std=False: Dr. GRPO).")
