@@ -181,7 +181,12 @@ def test_an_engine_on_the_learners_gpu_is_refused_where_it_would_sample_at_the_w
         _config(rollout__backend="vllm", rollout__backend_options=colocated, rollout__max_staleness=1)
     with pytest.raises(ValueError, match=r"sleep_level=2 discards .*rollout.rerun_failed > 0, trainer.eval_before"):
         _config(rollout__backend="vllm", rollout__backend_options={**colocated, "sleep_level": 2})
+    # The weight-sync probe (on by default) scores on the engine after each load, and the end of that
+    # scoring batch puts it to sleep at level 2 again: the first rollout would find no weights.
+    with pytest.raises(ValueError, match=r"sleep_level=2 discards .*rollout.sync_check_tolerance"):
+        _config(rollout__backend="vllm", rollout__backend_options={**colocated, "sleep_level": 2},
+                rollout__rerun_failed=0, trainer__eval_before=False)
     quiet = _config(rollout__backend="vllm", rollout__backend_options={**colocated, "sleep_level": 2},
-                    rollout__rerun_failed=0, trainer__eval_before=False)
+                    rollout__rerun_failed=0, trainer__eval_before=False, rollout__sync_check_tolerance=None)
     assert quiet.rollout.backend_options["sleep_level"] == 2
     assert _config(rollout__backend="vllm", rollout__backend_options=colocated).rollout.max_staleness == 0

@@ -576,6 +576,8 @@ class TrainConfig(_Section):
                 ("rollout.dynamic_sampling", bool(self.rollout.dynamic_sampling.min_mixed_groups)),
                 ("trainer.eval_before", self.trainer.eval_before and bool(self.trainer.eval_tasks)),
                 ("trainer.eval_every", bool(self.trainer.eval_every) and bool(self.trainer.eval_tasks)),
+                # the probe scores on the engine after each load: that batch's end puts it to sleep again
+                ("rollout.sync_check_tolerance (the weight-sync probe)", self.rollout.sync_check_tolerance is not None),
             ] if on]
             if again:
                 raise ValueError(
