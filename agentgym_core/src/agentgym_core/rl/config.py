@@ -328,8 +328,8 @@ class OffPolicyConfig(_Section):
     warn_kl: float | None = Field(
         0.05, gt=0.0, description="Warn when the step's sampler-to-learner KL estimate (sampler_kl) passes this.")
     stop_kl: float | None = Field(
-        0.5, gt=0.0, description="Stop the run when sampler_kl passes this (a sync that did not take, a wrong "
-        "chat template); None never stops.")
+        0.5, gt=0.0, description="Skip the step's update and stop the run when sampler_kl of the worst environment "
+        "or rollout worker passes this (a sync that did not take, a wrong chat template); None never stops.")
 
 
 class AlgorithmConfig(_Section):

@@ -268,7 +268,8 @@ class Learner:
             metrics = ppo_update(self.model, self.optimizer, inputs, self.config.algorithm, temperature=temperature,
                                  generator=generator, value_head=self.value_head,
                                  norm_length=self.config.rollout.max_total_tokens, pad_token_id=self.pad_token_id,
-                                 ctx=self.ctx, correction=self.config.off_policy_correction)
+                                 ctx=self.ctx, correction=self.config.off_policy_correction,
+                                 stop_kl=self.config.algorithm.off_policy.stop_kl)
         return metrics
 
     def step_schedule(self) -> None:
