@@ -257,6 +257,11 @@ class VllmEngineBackend:
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Replace the engine's weights in place, in buckets; then drop every cached prefix."""
+        adapters = [name for name in state_dict if ".lora_" in name]
+        if adapters:  # peft's names: vLLM takes adapters as LoRA requests, which this backend does not send yet
+            raise PluginError(f"load_weights got LoRA adapter weights ({adapters[0]}, ...): the vLLM backend loads "
+                              "full weights by Hugging Face name only. Train LoRA with rollout.backend=transformers, "
+                              "or set model.lora.enabled=false")
         bucket_bytes = int(self.config.weight_bucket_mb * 2**20)
         start, buckets, total = time.perf_counter(), 0, 0
         with self._lock:
