@@ -73,7 +73,8 @@ class _Section(BaseModel):
 
 
 class LoraConfig(_Section):
-    """``model.lora``: train low-rank adapters (peft) instead of all weights (CPU-sized runs)."""
+    """``model.lora``: train low-rank adapters (peft) instead of all weights; a rollout side with its own copy
+    (several ranks, asynchronous rollouts) receives only the adapters after each update."""
 
     enabled: bool = Field(False, description="Train LoRA adapters only; the base weights stay frozen.")
     r: int = Field(16, ge=1, description="Adapter rank.")
