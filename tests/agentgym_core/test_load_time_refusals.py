@@ -70,8 +70,7 @@ def test_backend_options_of_another_backend_are_refused_by_name():
     assert "unknown key 'rollout.backend_options.kv_cache_dtype'" in err
 
 
-@pytest.mark.parametrize("setting", ["model.lora.enabled=true", "runtime.optimizer_state_to_disk=true",
-                                     "algorithm.critic.enabled=true"])
+@pytest.mark.parametrize("setting", ["runtime.optimizer_state_to_disk=true", "algorithm.critic.enabled=true"])
 def test_what_sharded_learners_cannot_do_is_refused_by_the_recipe(setting):
     err = refused("train", CPU_RECIPE, "trainer.learners=2", "runtime.optimizer_state_to_disk=false", setting)
     assert f"trainer.learners=2 does not support {setting.split('=')[0]}" in err

@@ -76,7 +76,10 @@ def facts(vllm: Path) -> dict[str, Callable[[], bool]]:
             lambda: all(x in outputs for x in ("finished: bool", "prompt_logprobs", "num_cached_tokens")),
         "EngineArgs fields": lambda: _fields(
             engine_args, "dtype max_model_len gpu_memory_utilization tensor_parallel_size enable_prefix_caching "
-            "enforce_eager seed enable_sleep_mode logprobs_mode worker_extension_cls"),
+            "enforce_eager seed enable_sleep_mode logprobs_mode worker_extension_cls distributed_executor_backend"),
+        "external_launcher executor reads LOCAL_RANK": lambda: "class ExecutorWithExternalLauncher" in _read(
+            vllm / "v1" / "executor" / "uniproc_executor.py") and "LOCAL_RANK" in _read(
+            vllm / "v1" / "executor" / "uniproc_executor.py"),
         "logprobs_mode processed_logprobs": lambda: "processed_logprobs" in _read(vllm / "config" / "model.py"),
         "LLMEngine add_request/step/abort_request(list)": lambda: all(re.search(p, llm_engine) for p in (
             r"def add_request\(\s*self,\s*request_id: str,\s*prompt", r"def step\(self\)",

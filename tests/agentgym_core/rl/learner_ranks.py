@@ -49,6 +49,11 @@ def run(run_dir: str, overrides: list[str], resume: bool = False, stop_after: in
     pm.register(WordPlugin(), "word-test")
     config = load_config(None, [*BASE, f"trainer.run_dir={run_dir}", *overrides])
     model, tokenizer = tiny_chat_model(seed=0)
+    if config.model.lora.enabled:  # as load_policy wraps a loaded model (fresh adapters: rank 0's are broadcast)
+        from agentgym_core.rl.policy import wrap_lora
+
+        torch.manual_seed(0)
+        model = wrap_lora(model, config.model)
     return train(config, plugin_manager=pm, model=model, tokenizer=tokenizer, resume=resume, stop_after=stop_after)
 
 

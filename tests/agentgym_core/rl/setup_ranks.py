@@ -90,3 +90,54 @@ def nccl_world_of_one(out_dir: str) -> None:
     )
     dist.destroy_process_group()
     os.environ.pop("RANK", None)
+
+
+def lora_world_of_one(out_dir: str, device: str) -> None:
+    """LoRA under FSDP2 in a group of one rank (NCCL on ``cuda``, gloo on ``cpu``): gather the adapters alone
+    in bf16 for the rollout engine, score with the adapters off (the KL reference), and merge the gathered
+    weights as the sharded checkpoint does; rank 0 saves what it saw beside peft's own merge."""
+    import copy
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from agentgym_core.rl.config import load_config
+    from agentgym_core.rl.learner import is_adapter_weight
+    from agentgym_core.rl.policy import wrap_lora
+    from agentgym_core.rl.weight_sync import gather_weights
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+    from agentgym_core.training.checkpoint import merged_lora_weights
+
+    on_gpu = device == "cuda"
+    if on_gpu:
+        torch.cuda.set_device(0)
+    dist.init_process_group("nccl" if on_gpu else "gloo", rank=0, world_size=1,
+                            **({"device_id": torch.device("cuda", 0)} if on_gpu else {}))
+    config = load_config(None, ["envs=[{name: word}]", "model.lora.enabled=true", "model.lora.r=4",
+                                "model.lora.target_modules=[q_proj, v_proj]"])
+    model, _ = tiny_chat_model(seed=0)
+    torch.manual_seed(0)
+    model = wrap_lora(model, config.model)
+    with torch.no_grad():  # trained adapters: B is zero when fresh, and merging it would test nothing
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    expected = {k: v for k, v in copy.deepcopy(model).merge_and_unload().state_dict().items()}
+    model.to(device)
+    for layer in model.base_model.model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    adapters = gather_weights(model, dtype=torch.bfloat16, include=is_adapter_weight)
+    ids = torch.tensor([[1, 2, 3, 4]], device=device)
+    with torch.no_grad():
+        with model.disable_adapter():
+            reference = model(input_ids=ids).logits.float().cpu()
+        policy = model(input_ids=ids).logits.float().cpu()
+    merged = merged_lora_weights(model, dict(gather_weights(model, dtype=None)))
+    torch.save({"adapters": {k: (v.dtype, str(v.device)) for k, v in adapters.items()},
+                "merged": {k: v.cpu() for k, v in merged.items()}, "expected": expected,
+                "reference": reference, "policy": policy}, Path(out_dir) / "lora.pt")
+    dist.destroy_process_group()
+    os.environ.pop("RANK", None)

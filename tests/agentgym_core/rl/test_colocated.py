@@ -30,6 +30,9 @@ def test_two_ranks_each_sample_half_of_every_step_and_score_half_of_its_rows(tmp
     for line in lines:  # the step's metrics name what each rank sampled; every rank trained on all of it
         assert line["rollout_episodes/worker0"] == line["rollout_episodes/worker1"] == EPISODES_PER_STEP // 2
         assert line["trajectories"] == EPISODES_PER_STEP
+        # the sampler/learner mismatch of each rank's own engine, so one whose sync failed is not averaged away
+        assert {"sampler_kl/worker0", "sampler_kl/worker1"} <= set(line)
+        assert line["sampler_kl_worst"] >= max(line["sampler_kl/worker0"], line["sampler_kl/worker1"])
     trained = sum(line["trained_trajectories"] for line in lines)
     scored = [c["scored_rows"] for c in counts]
     assert sum(scored) == sum(int(line["trajectories"] - line["infra_failed"]) for line in lines)

@@ -91,3 +91,19 @@ def test_backend_options_are_checked_against_the_declared_schema(plugins):
         bind_plugin_options(recipe("rollout.backend=vllm", "rollout.backend_options.mode=server",
                                    "rollout.backend_options.urls=[http://127.0.0.1:9]",
                                    "rollout.backend_options.kv_cache_dtype=bfloat16"), plugins)
+
+
+def test_lora_on_several_learners_needs_a_backend_that_declares_it_takes_adapters(plugins):
+    """The ranks send only the adapters after an update: a backend that does not declare ``lora_adapters``
+    (vLLM's, and a third party declaring what it declares) is refused when the recipe loads."""
+    lora = ["model.lora.enabled=true", "trainer.learners=2", "runtime.optimizer_state_to_disk=false"]
+    bind_plugin_options(recipe("rollout.backend=transformers", *lora), plugins)  # ours takes them
+    bind_plugin_options(recipe("rollout.backend=like_transformers", *lora), plugins)
+    with pytest.raises(ConfigError, match=r"rollout.backend=like_vllm does not declare it takes \(lora_adapters\)"):
+        bind_plugin_options(recipe("rollout.backend=like_vllm", *lora), plugins)
+    bind_plugin_options(recipe("rollout.backend=like_vllm", "model.lora.enabled=true"), plugins)  # one learner: merged
+
+
+def test_lora_on_ray_is_refused_when_the_recipe_loads():
+    with pytest.raises(ConfigError, match=r"model.lora.enabled with trainer.launcher=ray"):
+        recipe("model.lora.enabled=true", "trainer.launcher=ray")

@@ -156,6 +156,63 @@ def test_a_run_logs_the_mismatch_and_stops_when_the_sampler_disagrees(tmp_path, 
         train(tight, plugin_manager=pm, model=model, tokenizer=tokenizer)
 
 
+@pytest.mark.parametrize("old_logprobs", ["recompute", "current"])
+def test_one_envs_broken_sampler_stops_the_run_before_its_update_and_the_step_is_logged(
+        tmp_path, monkeypatch, tiny_config, old_logprobs):
+    """One env of four tasks samples with log-probs 1 nat too low (a broken chat template does this):
+    its own sampler_kl is e - 2 = 0.72, past stop_kl 0.5, while the batch's mean over every env stays
+    far below. The run stops on the worst env, before any optimizer step, and the step is in the log."""
+    from word_env import TwoWordPlugin
+
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.rollout_worker import RolloutWorker
+    from agentgym_core.rl.trainer import SamplerMismatchError, train
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    pytest.importorskip("agentgym_estimators")
+    pm = PluginManager(autoload=True, allow=["estimators", "transformers"])
+    pm.register(TwoWordPlugin(), "words")
+    collect = RolloutWorker.collect
+
+    def broken_for_word(self, step, sampling_round=0):
+        result = collect(self, step, sampling_round)
+        for t in result.trajectories:
+            if t.env == "word":
+                t.logprobs = [lp - 1.0 if m else lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True)]
+        return result
+
+    monkeypatch.setattr(RolloutWorker, "collect", broken_for_word)
+    overrides = {"envs": "[{name: word, max_concurrency: 1}, {name: word2, max_concurrency: 1, weight: 3}]",
+                 "rollout.tasks_per_step": 4, "rollout.group_size": 2, "trainer.eval_tasks": 0,
+                 "trainer.steps": 2, "algorithm.off_policy.stop_kl": 0.5, "algorithm.off_policy.correction": "tis"}
+    if old_logprobs == "current":
+        overrides.update({"algorithm.kl.coef": 0.0, "algorithm.old_logprobs": "current",
+                          "algorithm.mini_batches": 1, "algorithm.ppo_epochs": 1})
+    model, tokenizer = tiny_chat_model(seed=1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(SamplerMismatchError, match=r"step 1: .*sampler_kl/word 0\.7.*update was skipped"):
+        train(tiny_config(tmp_path / "run", **overrides), plugin_manager=pm, model=model, tokenizer=tokenizer)
+    (line,) = _metrics(tmp_path / "run")  # the step that tripped the check is logged
+    assert line["step"] == 1 and line["mismatch_stopped"] == 1.0
+    assert line["sampler_kl/word"] == pytest.approx(math.e - 2, abs=0.05)
+    assert line["sampler_kl/word2"] < 0.01 and line["sampler_kl"] < 0.5  # the batch mean hides it
+    assert line["sampler_kl_worst"] == line["sampler_kl/word"]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), "the update was applied"
+
+
+def test_mismatch_per_label_by_hand():
+    from agentgym_core.rl.off_policy import mismatch_by_label, mismatch_sums
+
+    learner = torch.tensor([[0.0, LOG(0.5), LOG(0.5)], [0.0, LOG(0.5), LOG(0.5)]])
+    sampler = torch.tensor([[0.0, LOG(0.5), LOG(0.5)], [0.0, LOG(0.25), LOG(0.5)]])  # row 1: r = 2 on one token
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    found = mismatch_by_label(mismatch_sums(learner, sampler, mask, [("a", "worker0"), ("b", "worker0")]))
+    k3 = 2 - 1 - LOG(2)
+    assert found["sampler_kl/a"] == 0.0 and found["sampler_kl/b"] == pytest.approx(k3 / 2)
+    assert found["sampler_kl/worker0"] == pytest.approx(k3 / 4)
+    assert found["sampler_kl_worst"] == found["sampler_kl/b"]
+
+
 def test_truncated_episodes_counted_and_dropped_or_repriced():
     from agentgym_core.rl.batch import apply_truncation_policy
     from agentgym_core.rollout.trajectory import Trajectory, Turn
@@ -186,7 +243,12 @@ def test_an_engine_on_the_learners_gpu_is_refused_where_it_would_sample_at_the_w
         _config(rollout__backend="vllm", rollout__backend_options=colocated, rollout__max_staleness=1)
     with pytest.raises(ValueError, match=r"sleep_level=2 discards .*rollout.rerun_failed > 0, trainer.eval_before"):
         _config(rollout__backend="vllm", rollout__backend_options={**colocated, "sleep_level": 2})
+    # The weight-sync probe (on by default) scores on the engine after each load, and the end of that
+    # scoring batch puts it to sleep at level 2 again: the first rollout would find no weights.
+    with pytest.raises(ValueError, match=r"sleep_level=2 discards .*rollout.sync_check_tolerance"):
+        _config(rollout__backend="vllm", rollout__backend_options={**colocated, "sleep_level": 2},
+                rollout__rerun_failed=0, trainer__eval_before=False)
     quiet = _config(rollout__backend="vllm", rollout__backend_options={**colocated, "sleep_level": 2},
-                    rollout__rerun_failed=0, trainer__eval_before=False)
+                    rollout__rerun_failed=0, trainer__eval_before=False, rollout__sync_check_tolerance=None)
     assert quiet.rollout.backend_options["sleep_level"] == 2
     assert _config(rollout__backend="vllm", rollout__backend_options=colocated).rollout.max_staleness == 0

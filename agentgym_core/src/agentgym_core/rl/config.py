@@ -73,7 +73,8 @@ class _Section(BaseModel):
 
 
 class LoraConfig(_Section):
-    """``model.lora``: train low-rank adapters (peft) instead of all weights (CPU-sized runs)."""
+    """``model.lora``: train low-rank adapters (peft) instead of all weights; a rollout side with its own copy
+    (several ranks, asynchronous rollouts) receives only the adapters after each update."""
 
     enabled: bool = Field(False, description="Train LoRA adapters only; the base weights stay frozen.")
     r: int = Field(16, ge=1, description="Adapter rank.")
@@ -344,8 +345,8 @@ class OffPolicyConfig(_Section):
     warn_kl: float | None = Field(
         0.05, gt=0.0, description="Warn when the step's sampler-to-learner KL estimate (sampler_kl) passes this.")
     stop_kl: float | None = Field(
-        0.5, gt=0.0, description="Stop the run when sampler_kl passes this (a sync that did not take, a wrong "
-        "chat template); None never stops.")
+        0.5, gt=0.0, description="Skip the step's update and stop the run when sampler_kl of the worst environment "
+        "or rollout worker passes this (a sync that did not take, a wrong chat template); None never stops.")
 
 
 class AlgorithmConfig(_Section):
@@ -561,10 +562,16 @@ class TrainConfig(_Section):
         return "none" if own_module else "tis"
 
     @model_validator(mode="after")
+    def _ray_rollout_workers_load_full_weights(self) -> TrainConfig:
+        if self.model.lora.enabled and self.trainer.launcher == "ray":
+            raise ValueError("model.lora.enabled with trainer.launcher=ray: Ray's rollout workers load model.path "
+                             "without the adapters, so the first weight sync would fail; use trainer.launcher=local")
+        return self
+
+    @model_validator(mode="after")
     def _sharded_learners_train_full_weights_in_memory(self) -> TrainConfig:
         if self.trainer.learners > 1:
             refused = [reason for on, reason in [
-                (self.model.lora.enabled, "model.lora.enabled (train LoRA on one learner)"),
                 (self.algorithm.critic.enabled, "algorithm.critic.enabled (use grpo, rloo or reinforce_pp)"),
                 (self.runtime.optimizer_state_to_disk, "runtime.optimizer_state_to_disk (sharded optimizer states "
                  "are not written to disk)"),
@@ -604,6 +611,8 @@ class TrainConfig(_Section):
                 ("rollout.dynamic_sampling", bool(self.rollout.dynamic_sampling.min_mixed_groups)),
                 ("trainer.eval_before", self.trainer.eval_before and bool(self.trainer.eval_tasks)),
                 ("trainer.eval_every", bool(self.trainer.eval_every) and bool(self.trainer.eval_tasks)),
+                # the probe scores on the engine after each load: that batch's end puts it to sleep again
+                ("rollout.sync_check_tolerance (the weight-sync probe)", self.rollout.sync_check_tolerance is not None),
             ] if on]
             if again:
                 raise ValueError(

@@ -128,9 +128,6 @@ class Learner:
         self.config, self.ctx = config, ctx or DistContext(device=next(model.parameters()).device)
         alg = config.algorithm
         if self.ctx.distributed:
-            if config.model.lora.enabled:
-                raise ConfigError("trainer.learners > 1 with model.lora.enabled is not supported yet: "
-                                  "train LoRA on one learner (trainer.learners=1)")
             if alg.critic.enabled:
                 raise ConfigError("trainer.learners > 1 with a critic (GAE) is not supported yet: "
                                   "use grpo/rloo/reinforce_pp, or trainer.learners=1")
@@ -268,7 +265,8 @@ class Learner:
             metrics = ppo_update(self.model, self.optimizer, inputs, self.config.algorithm, temperature=temperature,
                                  generator=generator, value_head=self.value_head,
                                  norm_length=self.config.rollout.max_total_tokens, pad_token_id=self.pad_token_id,
-                                 ctx=self.ctx, correction=self.config.off_policy_correction)
+                                 ctx=self.ctx, correction=self.config.off_policy_correction,
+                                 stop_kl=self.config.algorithm.off_policy.stop_kl)
         return metrics
 
     def step_schedule(self) -> None:
@@ -305,9 +303,14 @@ class Learner:
         return weights
 
     def rollout_weights(self, dtype: torch.dtype | None = None) -> Mapping[str, torch.Tensor]:
-        """The full weights for this rank's own rollout engine: :meth:`policy_state_dict` (every rank gets
-        them, on its device; collective when sharded)."""
-        return self.policy_state_dict(dtype)
+        """The weights for this rank's own rollout engine (every rank gets them, on its device; collective
+        when sharded): :meth:`policy_state_dict`, or with LoRA only the adapters, by the learner's names
+        (the engine holds the frozen base weights since it started). ``weight_sync_bytes`` is their size."""
+        if not self.config.model.lora.enabled:
+            return self.policy_state_dict(dtype)
+        weights = gather_weights(self.model, dtype=dtype, include=is_adapter_weight)
+        self.weight_sync_bytes = weight_bytes(weights)
+        return weights
 
     def close(self) -> None:
         """Delete what the learner keeps on disk between updates (``runtime.optimizer_state_to_disk``); the
@@ -489,6 +492,12 @@ def _unsaved_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             if buffer is not None:
                 out[f"{prefix}.{name}" if prefix else name] = buffer.detach().cpu()
     return out
+
+
+def is_adapter_weight(name: str) -> bool:
+    """A LoRA adapter's tensor (peft names them ``...lora_A.<adapter>.weight``, ``lora_B``, ``lora_embedding_*``,
+    ``lora_magnitude_vector``), as opposed to a frozen base weight."""
+    return ".lora_" in name
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

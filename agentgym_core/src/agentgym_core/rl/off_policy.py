@@ -25,13 +25,15 @@ All functions are pure; tensors are (B, T) with an explicit policy mask.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
 
 from agentgym_core.rl.losses import clamped_log_ratio
 
-__all__ = ["Correction", "MismatchAlarm", "behaviour_weights", "mismatch_alarm", "mismatch_stats"]
+__all__ = ["Correction", "MismatchAlarm", "behaviour_weights", "mismatch_alarm", "mismatch_by_label", "mismatch_stats",
+           "mismatch_sums"]
 
 Correction = Literal["none", "tis", "decoupled"]
 
@@ -92,6 +94,43 @@ def mismatch_stats(
             "sampler_ratio_over_cap": float((r > cap).float().mean()),
             "sampler_kl": float((r - 1.0 - log_r).mean()),
         }
+
+
+def mismatch_sums(
+    learner_logprobs: torch.Tensor,
+    sampler_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    labels: Sequence[Sequence[str]],
+) -> dict[str, float]:
+    """The k3 terms of ``sampler_kl`` summed per label, and their token counts, over rows that carry it:
+    ``sampler_kl_sum/{label}`` and ``sampler_kl_tokens/{label}``. ``labels[i]`` names row i's groups
+    (its environment, the worker that sampled it). Sums add over micro-batches and ranks; see
+    :func:`mismatch_by_label`. A batch mean would let one broken group hide among healthy ones."""
+    with torch.no_grad():
+        m = mask > 0
+        log_r = clamped_log_ratio(learner_logprobs.float(), sampler_logprobs.float())  # (B, T)
+        k3 = ((torch.exp(log_r) - 1.0 - log_r) * m).sum(dim=1).tolist()  # (B,)
+        tokens = m.sum(dim=1).tolist()  # (B,)
+    sums: dict[str, float] = {}
+    for row_labels, row_k3, row_tokens in zip(labels, k3, tokens, strict=True):
+        for label in row_labels:
+            sums[f"sampler_kl_sum/{label}"] = sums.get(f"sampler_kl_sum/{label}", 0.0) + float(row_k3)
+            sums[f"sampler_kl_tokens/{label}"] = sums.get(f"sampler_kl_tokens/{label}", 0.0) + float(row_tokens)
+    return sums
+
+
+def mismatch_by_label(sums: dict[str, float]) -> dict[str, float]:
+    """``sampler_kl/{label}`` for each label of :func:`mismatch_sums`' (summed) output, and
+    ``sampler_kl_worst``, the largest of them (0 without labels); other keys are dropped."""
+    out: dict[str, float] = {}
+    for key, total in sums.items():
+        if key.startswith("sampler_kl_sum/"):
+            label = key.removeprefix("sampler_kl_sum/")
+            tokens = sums.get(f"sampler_kl_tokens/{label}", 0.0)
+            out[f"sampler_kl/{label}"] = total / tokens if tokens > 0 else 0.0
+    # NaN is the worst of all: it means a log-prob was NaN or infinite
+    out["sampler_kl_worst"] = max(out.values(), key=lambda v: math.inf if math.isnan(v) else v, default=0.0)
+    return out
 
 
 MismatchAlarm = Literal["ok", "warn", "stop"]

@@ -126,8 +126,13 @@ def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> T
         raise ConfigError(f"algorithm.estimator={alg.estimator} reads critic values, so it needs "
                           "algorithm.critic.enabled=true (or pick an estimator without a critic, e.g. grpo)")
     check_group_size(config, None, registered.declared("min_group_size"))  # type: ignore[arg-type]
+    capabilities = capabilities_of(backend.declared("capabilities"))
+    if config.model.lora.enabled and config.trainer.learners > 1 and not capabilities.lora_adapters:
+        raise ConfigError(f"model.lora.enabled with trainer.learners={config.trainer.learners}: the ranks send the "
+                          f"rollout backend only the adapters, which rollout.backend={config.rollout.backend} does "
+                          "not declare it takes (lora_adapters); use a backend that does (transformers) or one learner")
     bound = config.model_copy(deep=True)
-    bound._backend_shares_module = capabilities_of(backend.declared("capabilities")).shares_trainer_module
+    bound._backend_shares_module = capabilities.shares_trainer_module
     what = f"estimator {alg.estimator!r}"
     bound.algorithm.advantage = _bind(  # type: ignore[assignment]
         alg.advantage, options_model_of(estimator, AdvantageConfig, what=what), "algorithm.advantage", what)

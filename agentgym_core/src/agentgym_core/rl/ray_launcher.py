@@ -125,6 +125,12 @@ class LearnerRank:
         self.learner.step_schedule()
         return self.learner.lr
 
+    def probe_logprobs(self, token_ids: list[int]) -> list[float]:
+        return self.learner.probe_logprobs(token_ids)  # collective on several ranks
+
+    def get_tokenizer(self) -> Any:
+        return self.tokenizer
+
     def policy_state_dict(self, dtype: Any = None) -> tuple[Any, int]:
         """(rank 0's full weights in ``dtype`` or None, their bytes); called with num_returns=2, so the
         driver can wait for the size without fetching the weights."""
@@ -200,8 +206,14 @@ class RolloutActor:
         finally:
             self.collecting = False
 
-    def load_weights(self, weights: dict[str, Any]) -> None:
-        self.worker.load_weights(weights)
+    def load_weights(self, weights: dict[str, Any], probe: Any = None) -> float | None:
+        """Load ``weights``; with ``probe``, check them as a local worker does and return the gap found."""
+        self.worker.load_weights(weights, probe)
+        return None if probe is None else probe.gap
+
+    def check_weights(self, probe: Any) -> float | None:
+        self.worker.check_weights(probe)
+        return probe.gap
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         return self.worker.evaluate(horizon, step)
@@ -310,6 +322,10 @@ class RayLearnerGroup:
         self.steps_done += 1  # the step's later calls (weights, save) still name it
         self.remote.step = self.steps_done
 
+    def probe_logprobs(self, token_ids: list[int]) -> list[float]:
+        """The learner's side of the weight-sync check (rl/guards.py), from rank 0."""
+        return self._all("probe_logprobs", token_ids)
+
     def rollout_weights(self, dtype: Any = None) -> Any:
         """The weights for the rollout workers, which are remote: :meth:`policy_state_dict`'s reference."""
         return self.policy_state_dict(dtype)
@@ -410,9 +426,20 @@ class RayRolloutGroup:
         result.metrics.update(self.restart_metrics())
         return result
 
-    def load_weights(self, weights: Any) -> None:
+    def load_weights(self, weights: Any, probe: Any = None) -> None:
+        """Every worker loads ``weights``; with ``probe`` each then checks them, as a local worker does, and
+        ``probe.gap`` is the largest gap any found."""
         self.weights = weights
-        self._on_each("load_weights", lambda w: w.load_weights.remote(weights))
+        self._record_gap(probe, self._on_each("load_weights", lambda w: w.load_weights.remote(weights, probe)))
+
+    def check_weights(self, probe: Any) -> None:
+        """Every worker checks the weights it holds against ``probe`` (the check at the start of a run)."""
+        self._record_gap(probe, self._on_each("check_weights", lambda w: w.check_weights.remote(probe)))
+
+    @staticmethod
+    def _record_gap(probe: Any, gaps: list[float | None]) -> None:
+        if probe is not None:
+            probe.gap = max((g for g in gaps if g is not None), default=None)
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         """Held-out evaluation on the first worker (evaluation sets are small and greedy)."""
@@ -438,7 +465,7 @@ class RayRoles:
     """Places the roles as Ray actors (see the module docstring); ``trainer.train`` calls it."""
 
     pipelined = True  # rollouts always go through AsyncRollouts (max_staleness 0: the synchronous schedule)
-    tokenizer = None  # the learner ranks save their own tokenizer with checkpoints
+    tokenizer: Any = None  # rank 0's, once the learner ranks are up (checkpoints: each rank saves its own)
 
     def __init__(self, config: TrainConfig, pm: PluginManager, ctx: DistContext) -> None:
         self.ray = import_ray()
@@ -499,6 +526,8 @@ class RayRoles:
         stack.callback(group.close)
         address, port = self.remote.get(ranks[0].rendezvous_address.remote(), "learner rank 0: start")
         self.remote.get([a.setup.remote(address, port) for a in ranks], "learner ranks: load the model")
+        # the driver's copy of the tokenizer: the weight-sync probe's tokens (the ranks save their own)
+        self.tokenizer = self.remote.get(ranks[0].get_tokenizer.remote(), "learner rank 0: tokenizer")
         return group
 
     def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any,

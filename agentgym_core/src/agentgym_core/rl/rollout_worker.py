@@ -44,6 +44,7 @@ class RolloutResult:
     generation_seconds: float  # wall time inside generation calls
     generation_calls: int
     metrics: dict[str, float] = field(default_factory=dict)  # re-runs and per-server counts of this step
+    workers: list[int] = field(default_factory=list)  # which worker sampled each trajectory (merged slices)
 
 
 class RolloutWorker:
@@ -180,8 +181,10 @@ def build_rollout_worker(stack: contextlib.ExitStack, pm: Any, config: TrainConf
 def merge_slices(parts: list[RolloutResult], env_order: list[str], seconds: float) -> RolloutResult:
     """One step's result from the workers' slices (in slice order): trajectories as one worker orders them
     (environment by environment), counts and rates summed, ``down`` flags and the curriculum's whole-step
-    figures taken once, and ``rollout_episodes/worker{i}``: the episodes each slice sampled."""
+    figures taken once, ``rollout_episodes/worker{i}``: the episodes each slice sampled, and ``workers``: the
+    slice each trajectory came from."""
     trajectories = [t for env in env_order for part in parts for t in part.trajectories if t.env == env]
+    workers = [i for env in env_order for i, part in enumerate(parts) for t in part.trajectories if t.env == env]
     metrics: dict[str, float] = {}
     for part in parts:
         for key, value in part.metrics.items():
@@ -190,7 +193,7 @@ def merge_slices(parts: list[RolloutResult], env_order: list[str], seconds: floa
     for i, part in enumerate(parts):
         metrics[f"rollout_episodes/worker{i}"] = float(len(part.trajectories))
     return RolloutResult(trajectories, seconds, sum(p.generation_seconds for p in parts),
-                         sum(p.generation_calls for p in parts), metrics)
+                         sum(p.generation_calls for p in parts), metrics, workers)
 
 
 def server_metrics(env: str, before: list[ServerCounts], after: list[ServerCounts], seconds: float) -> dict[str, float]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import pickle
 import random
@@ -64,7 +65,7 @@ from agentgym_core.rl.guards import (
 )
 from agentgym_core.rl.learner import Learner
 from agentgym_core.rl.losses import masked_mean
-from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_stats
+from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_by_label, mismatch_stats, mismatch_sums
 from agentgym_core.rl.plugin_options import backend_capabilities, bind_plugin_options
 from agentgym_core.rl.policy import load_policy, load_policy_for_ranks, resolve_device
 from agentgym_core.rl.roles import LearnerRole, Roles, RolloutRole
@@ -184,7 +185,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
             tokenizer = roles.tokenizer
             # A backend with its own copy of the weights must score a fixed probe as the learner does, from the
             # start and after every sync (rl/guards.py).
-            sync_probe = _sync_probe(cfg, tokenizer, worker) if place_roles is None else None
+            sync_probe = _sync_probe(cfg, tokenizer, worker)
             if sync_probe is not None:  # every rank checks its own engine
                 worker.check_weights(sync_probe.expect(learner, start_step))  # collective on several ranks
             final_horizon = scheduler_final_horizon(scheduler, cfg.trainer.steps)  # what evaluations play
@@ -226,6 +227,11 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                 update_peak = PhasePeak().start()  # scoring and the update: stopped after step 5
                 batch = build_batch(trainable, invalid_action_penalty=alg.invalid_action_penalty)
                 scored = learner.score(batch, temperature=cfg.rollout.temperature)
+                # The sampler/learner mismatch per env and per worker, checked before the update: past stop_kl
+                # in any of them the step trains nothing and the run stops once it is logged.
+                labels = _row_labels(batch.trajectories, rollout, logged_as)
+                mismatch = _scoring_metrics(scored, alg.off_policy.cap, labels)
+                stopped = _sampler_mismatch(mismatch, cfg, step, warn=ctx.is_main)
 
                 # ---- 4. advantages from the estimator plugin (every rank: the same scores, the same result)
                 adv = estimate(AdvantageBatch(token_rewards=scored.token_rewards, response_mask=scored.mask > 0,
@@ -233,16 +239,18 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                               values=scored.old.values if scored.old is not None else None,
                                               turn_spans=batch.turn_spans,
                                               turn_states=batch.turn_states), alg.advantage)
-                keep = list(range(len(batch.sequences)))
+                keep = list(range(len(batch.sequences))) if stopped is None else []
                 if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
                     keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
-                inputs = _update_inputs(batch.sequences, scored, adv, keep) if keep else None
+                inputs = _update_inputs(batch.sequences, scored, adv, keep, labels) if keep else None
 
                 # ---- 5. policy (and critic) update --------------------------------------------------------
                 update_metrics: dict[str, float] = {}
                 if inputs is not None:
                     generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, "minibatch", step))
                     update_metrics = learner.update(inputs, temperature=cfg.rollout.temperature, generator=generator)
+                    # without a scoring pass the update measured the mismatch, and skipped its step past stop_kl
+                    stopped = _sampler_mismatch(update_metrics, cfg, step, warn=ctx.is_main)
                 learner.step_schedule()
                 update_peak.stop()
                 release_memory()  # activations and logits of the update, before the next rollout
@@ -264,7 +272,7 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                         "infra_failed": float(infra_failed),
                         "skipped_update": float(not keep),  # every group tied: no advantage, no optimizer step
                         "sampled_tokens": float(scored.mask.sum()),
-                        **_scoring_metrics(scored, alg.off_policy.cap),
+                        **mismatch,
                         "kl": float(masked_mean(scored.token_kl, scored.mask)) if scored.token_kl is not None else 0.0,
                         "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
                         **staleness,
@@ -278,9 +286,13 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     if place_roles is None:  # both roles in this process: its peak memory in each phase
                         metrics.update(**rollout_peak.as_metrics("_rollout"), **update_peak.as_metrics("_update"))
                     scheduler.update(step, metrics)  # every metric but time_step, which ends after step 7
-                # Every rank holds the same scores and update statistics, so every rank stops together.
-                _check_sampler_mismatch({**_scoring_metrics(scored, alg.off_policy.cap), **update_metrics}, cfg, step,
-                                        warn=ctx.is_main)
+                # Every rank holds the same scores and update statistics, so every rank stops together, the
+                # step that tripped the check logged first.
+                if stopped is not None:
+                    if ctx.is_main:
+                        writer.write(step + 1, {**metrics, "mismatch_stopped": 1.0,
+                                                "time_step": time.perf_counter() - t_step})
+                    raise SamplerMismatchError(stopped)
 
                 # ---- 7. weights to the rollout side (every local rank's own engine) ------------------------
                 if worker.receives_weights:
@@ -399,44 +411,66 @@ def _sync_probe(cfg: TrainConfig, tokenizer: Any, worker: Any) -> WeightSyncProb
     return WeightSyncProbe.from_tokenizer(tokenizer, cfg.rollout.sync_check_tolerance)
 
 
-def _scoring_metrics(scored: Any, cap: float) -> dict[str, float]:
-    """Entropy and the sampler-learner log-prob gap and mismatch over the whole batch, from the scoring pass;
-    without one (``algorithm.old_logprobs``) the update reports them over the tokens it trained."""
+def _row_labels(trained: list[Any], rollout: Any, logged_as: dict[int, Any]) -> list[tuple[str, ...]]:
+    """Each trained row's groups for the mismatch statistics: its environment, and ``worker{i}``, the rollout
+    worker (a rank's or a Ray actor's backend) that sampled it, where the step came from several."""
+    workers = rollout.workers if len(rollout.workers) == len(rollout.trajectories) > 0 else []
+    worker_of = {id(t): i for t, i in zip(rollout.trajectories, workers, strict=False)}
+    labels = []
+    for t in trained:
+        worker = worker_of.get(id(logged_as.get(id(t), t)))  # a repriced copy counts as its original
+        labels.append((t.env,) if worker is None else (t.env, f"worker{worker}"))
+    return labels
+
+
+def _scoring_metrics(scored: Any, cap: float, labels: list[tuple[str, ...]]) -> dict[str, float]:
+    """Entropy and the sampler-learner log-prob gap and mismatch over the whole batch, and the mismatch per
+    group of ``labels`` (``sampler_kl/{env}``, ``sampler_kl/worker{i}``, ``sampler_kl_worst``), from the
+    scoring pass; without one (``algorithm.old_logprobs``) the update reports them over the tokens it trained."""
     if scored.old is None:
         return {}
     entropy = float(masked_mean(scored.old.entropy, scored.mask)) if scored.old.entropy is not None else 0.0
     gap = float(masked_mean((scored.old.logprobs - scored.rollout_logprobs).abs(), scored.mask))
     return {"entropy": entropy, "rollout_logprob_gap": gap,
-            **mismatch_stats(scored.old.logprobs, scored.rollout_logprobs, scored.mask, cap=cap)}
+            **mismatch_stats(scored.old.logprobs, scored.rollout_logprobs, scored.mask, cap=cap),
+            **mismatch_by_label(mismatch_sums(scored.old.logprobs, scored.rollout_logprobs, scored.mask, labels))}
 
 
 class SamplerMismatchError(RuntimeError):
     """The sampler's log-probs are too far from the learner's to train on (``algorithm.off_policy.stop_kl``)."""
 
 
-def _check_sampler_mismatch(metrics: dict[str, float], cfg: TrainConfig, step: int, *, warn: bool = True) -> None:
-    """Warn, or stop the run, when the sampler and the learner disagree on the sampled tokens."""
+def _sampler_mismatch(metrics: dict[str, float], cfg: TrainConfig, step: int, *, warn: bool = True) -> str | None:
+    """Why the run must stop, when the sampler and the learner disagree on the sampled tokens past ``stop_kl``
+    in the worst group (environment or worker); warns past ``warn_kl``; None when they agree."""
     if "sampler_kl" not in metrics:
-        return
-    kl, opts = metrics["sampler_kl"], cfg.algorithm.off_policy
+        return None
+    opts = cfg.algorithm.off_policy
+    groups = {k.removeprefix("sampler_kl/"): v for k, v in metrics.items() if k.startswith("sampler_kl/")}
+    kl = metrics.get("sampler_kl_worst", metrics["sampler_kl"])
     alarm = mismatch_alarm(kl, warn=opts.warn_kl, stop=opts.stop_kl)
     if alarm == "ok":
-        return
+        return None
+    worst = max(groups, key=lambda g: math.inf if math.isnan(groups[g]) else groups[g]) if groups else None
+    where = f"sampler_kl/{worst} {kl:.4g}, over the batch " if worst is not None else ""
     summary = (f"step {step + 1}: the sampler's log-probs are far from the learner's on the tokens it sampled "
-               f"(sampler_kl {kl:.4g}, ratio mean {metrics.get('sampler_ratio_mean', float('nan')):.3g}, "
+               f"({where}sampler_kl {metrics['sampler_kl']:.4g}, "
+               f"ratio mean {metrics.get('sampler_ratio_mean', float('nan')):.3g}, "
                f"max {metrics.get('sampler_ratio_max', float('nan')):.3g}, "
                f"{100 * metrics.get('sampler_ratio_over_cap', 0.0):.1f}% of tokens past the cap {opts.cap:g})")
     causes = ("Likely causes: the rollout backend did not receive the latest weights (a weight sync that did "
               "not take), the backend formats the chat differently from the learner (template), or the two run "
               "in different precisions (one in bf16, the other in fp32)")
     if alarm == "stop":
-        raise SamplerMismatchError(f"{summary}, past algorithm.off_policy.stop_kl={opts.stop_kl:g}. {causes}. "
-                                   "Raise stop_kl (or set it to null) only once you know why.")
+        return (f"{summary}, past algorithm.off_policy.stop_kl={opts.stop_kl:g}; this step's update was skipped. "
+                f"{causes}. Raise stop_kl (or set it to null) only once you know why.")
     if warn:
         tqdm.write(f"warning: {summary}, past algorithm.off_policy.warn_kl={opts.warn_kl:g}. {causes}.")
+    return None
 
 
-def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list[int]) -> UpdateInputs:
+def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list[int],
+                   labels: list[tuple[str, ...]]) -> UpdateInputs:
     idx = torch.tensor(keep, device=scored.mask.device)
     old = scored.old
     return UpdateInputs(
@@ -444,7 +478,7 @@ def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list
         returns=adv.returns[idx], old_logprobs=old.logprobs[idx] if old is not None else None,
         ref_logprobs=scored.ref_logprobs[idx] if scored.ref_logprobs is not None else None,
         old_values=old.values[idx] if old is not None and old.values is not None else None,
-        rollout_logprobs=scored.rollout_logprobs[idx])
+        rollout_logprobs=scored.rollout_logprobs[idx], row_labels=[labels[i] for i in keep])
 
 
 def _save_trajectories(run_dir: Path, step: int, trajectories: list[Any], trained: list[Any],

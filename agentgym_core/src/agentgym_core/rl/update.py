@@ -23,7 +23,13 @@ from agentgym_core.rl.critic import SeparateCritic, ValueHead
 from agentgym_core.rl.distributed import DistContext, all_reduce_max, all_reduce_stats, shard_rows
 from agentgym_core.rl.forward import forward_tokens
 from agentgym_core.rl.losses import aggregate, kl_penalty, policy_loss, value_loss
-from agentgym_core.rl.off_policy import behaviour_weights, mismatch_stats
+from agentgym_core.rl.off_policy import (
+    behaviour_weights,
+    mismatch_alarm,
+    mismatch_by_label,
+    mismatch_stats,
+    mismatch_sums,
+)
 
 __all__ = ["UpdateInputs", "ppo_update"]
 
@@ -40,6 +46,7 @@ class UpdateInputs:
     ref_logprobs: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
     rollout_logprobs: torch.Tensor | None = None  # the sampler's (behaviour policy): correction weights, metrics
+    row_labels: list[tuple[str, ...]] | None = None  # each row's groups (env, worker): the mismatch per group
 
 
 def _micro_batches(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
@@ -79,6 +86,7 @@ def ppo_update(
     pad_token_id: int = 0,
     ctx: DistContext | None = None,
     correction: str = "none",
+    stop_kl: float | None = None,
 ) -> dict[str, float]:
     """Run ``ppo_epochs`` x ``mini_batches`` optimizer steps; return averaged metrics.
 
@@ -89,6 +97,10 @@ def ppo_update(
 
     ``correction`` (``none``, ``tis``, ``decoupled``) weighs each token's loss by its behaviour weight
     against ``inputs.rollout_logprobs``; ``is_weight_mean`` reports the mean weight applied.
+
+    Without old log-probs the mismatch is known only here, so it is also checked here, per group of
+    ``inputs.row_labels`` (``sampler_kl/{label}``, ``sampler_kl_worst``): past ``stop_kl`` the optimizer
+    step is skipped (``mismatch_skipped_update`` 1) and the caller stops the run.
     """
     ctx = ctx or DistContext()
     current_old = inputs.old_logprobs is None
@@ -152,6 +164,10 @@ def ppo_update(
                         ratio_max = max(ratio_max, mismatch.pop("sampler_ratio_max"))
                         for k, v in mismatch.items():
                             stats[k] = stats.get(k, 0.0) + v * share
+                        if inputs.row_labels is not None:
+                            labels = [inputs.row_labels[r] for r in micro]
+                            for k, v in mismatch_sums(old_logp, behaviour, mask, labels).items():
+                                stats[k] = stats.get(k, 0.0) + v
                 pg, pg_stats = policy_loss(
                     logp, old_logp, inputs.advantages[micro], mask,
                     clip_low=config.clip_low, clip_high=config.clip_high, clip_ratio_c=config.clip_ratio_c,
@@ -177,6 +193,16 @@ def ppo_update(
                     stats[k] = stats.get(k, 0.0) + v * share
                 tokens += sum(len(s) for s in seqs)
             stats = all_reduce_stats(stats, ctx)
+            if any(k.startswith("sampler_kl_sum/") for k in stats):  # before the (only) optimizer step
+                by_label = mismatch_by_label(stats)
+                stats = {k: v for k, v in stats.items() if not k.startswith(("sampler_kl_sum/", "sampler_kl_tokens/"))}
+                stats.update(by_label)
+                if mismatch_alarm(by_label["sampler_kl_worst"], warn=None, stop=stop_kl) == "stop":
+                    optimizer.zero_grad(set_to_none=True)  # the sampler is too far off to train on
+                    stats["mismatch_skipped_update"] = 1.0
+                    for k, v in stats.items():
+                        sums[k] = sums.get(k, 0.0) + v
+                    continue
             if config.max_grad_norm is not None:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
             else:

@@ -18,7 +18,7 @@ parameters, so :class:`~agentgym_core.rl.async_rollouts.AsyncRollouts` need not 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -48,13 +48,15 @@ def engine_dtype(config: TrainConfig, device: torch.device) -> torch.dtype | Non
 
 
 def gather_weights(
-    model: torch.nn.Module, *, dtype: torch.dtype | None, tied_output: str | None = None
+    model: torch.nn.Module, *, dtype: torch.dtype | None, tied_output: str | None = None,
+    include: Callable[[str], bool] | None = None,
 ) -> Mapping[str, torch.Tensor]:
     """The full weights of ``model`` in ``dtype`` (floating tensors only; None keeps each tensor's own).
 
     A sharded (FSDP2) model is gathered one tensor at a time on its shards' device, cast before the
     all-gather (collective: every rank calls it, in the same order). ``tied_output``: the name of an
     output layer tied to the input embeddings, left out as ``save_pretrained`` leaves it out.
+    ``include``: keep only the names it accepts (LoRA adapters: the rollout side has the base weights).
     Returns a :class:`WeightSnapshot` when the tensors are new, else the module's own state dict.
     """
     from torch.distributed.tensor import DTensor
@@ -62,6 +64,8 @@ def gather_weights(
     state = model.state_dict()
     if tied_output is not None:
         state.pop(tied_output, None)
+    if include is not None:
+        state = {name: tensor for name, tensor in state.items() if include(name)}
     sharded = any(isinstance(t, DTensor) for t in state.values())
     if not sharded and (
         dtype is None or all(t.dtype == dtype or not t.is_floating_point() for t in state.values())

@@ -66,6 +66,9 @@ class BackendCapabilities(BaseModel):
     expandable_segments: bool = Field(
         True, description="Works under PyTorch's CUDA allocator with expandable segments, which the trainer then "
         "turns on; False where the backend's own memory pool refuses them.")
+    lora_adapters: bool = Field(
+        False, description="load_weights takes a LoRA policy's adapter tensors alone (peft's names) and applies "
+        "them to its base model, so several learner ranks training LoRA send only the adapters.")
 
 
 def capabilities_of(declared: Any) -> BackendCapabilities:

@@ -37,7 +37,8 @@ import torch
 
 __all__ = [
     "SHARDED", "check_weights_match", "checkpoint_dir", "commit_checkpoint", "export_model", "is_sharded",
-    "latest_checkpoint", "load_policy_weights", "load_sharded", "load_trainer_state", "pending_dir", "rank_rng_state",
+    "latest_checkpoint", "load_policy_weights", "load_sharded", "load_trainer_state", "merged_lora_weights",
+    "pending_dir", "rank_rng_state",
     "read_model_weights", "rng_state", "save_checkpoint", "save_sharded", "set_rng_state", "start_checkpoint",
 ]
 
@@ -84,7 +85,10 @@ def export_model(model: Any, tokenizer: Any, directory: Path,
 
     ``state_dict``: the full weights of a sharded model (gathered by the caller), saved with its config.
     """
-    if state_dict is not None:
+    if state_dict is not None and hasattr(model, "peft_config"):  # sharded LoRA: merged by hand, adapter beside
+        model.save_pretrained(directory.parent / "adapter", state_dict=state_dict)
+        model.get_base_model().save_pretrained(directory, state_dict=merged_lora_weights(model, state_dict))
+    elif state_dict is not None:
         model.save_pretrained(directory, state_dict=state_dict)
     elif hasattr(model, "peft_config"):
         model.save_pretrained(directory.parent / "adapter")
@@ -94,6 +98,29 @@ def export_model(model: Any, tokenizer: Any, directory: Path,
         model.save_pretrained(directory)
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
+
+
+def merged_lora_weights(model: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """The base model's weights with each LoRA adapter merged in, ``W + scaling * B @ A``, by the base model's
+    names, from the gathered peft ``state_dict`` of ``model`` (what ``merge_and_unload`` computes, for a model
+    too sharded to copy)."""
+    prefix = "base_model.model."
+    scaling = {name.removeprefix(prefix): module.scaling for name, module in model.named_modules()
+               if isinstance(getattr(module, "scaling", None), dict) and hasattr(module, "base_layer")}
+    merged: dict[str, Any] = {}
+    for name, tensor in state_dict.items():
+        if ".lora_" in name:
+            continue
+        plain = name.removeprefix(prefix).replace(".base_layer.", ".")
+        layer = plain.rsplit(".", 1)[0]
+        if plain.endswith(".weight") and layer in scaling:
+            tensor = tensor.clone()
+            for adapter, scale in scaling[layer].items():
+                a = state_dict[f"{prefix}{layer}.lora_A.{adapter}.weight"].to(tensor.dtype)  # (r, in)
+                b = state_dict[f"{prefix}{layer}.lora_B.{adapter}.weight"].to(tensor.dtype)  # (out, r)
+                tensor += scale * (b @ a)
+        merged[plain] = tensor
+    return merged
 
 
 def save_checkpoint(

@@ -11,7 +11,8 @@ from agentgym_core.rollout.backend import BackendCapabilities
 __all__ = ["CAPABILITIES", "TransformersBackendConfig"]
 
 CAPABILITIES = BackendCapabilities(  # what the trainer may rely on (declared where the plugin registers it)
-    shares_trainer_module=True, sessions=True, continuous_batching=True, weight_sync="shared_module")
+    shares_trainer_module=True, sessions=True, continuous_batching=True, weight_sync="shared_module",
+    lora_adapters=True)
 
 
 class TransformersBackendConfig(BaseModel):

@@ -23,6 +23,13 @@ buckets through ``collective_rpc`` to :class:`AgentgymWorkerExtension`, then cal
 GPU (``gpu_sharing: colocate``): the engine sleeps when the last running batch closes (the
 rollout is over, the update is next) and ``load_weights`` wakes it in vLLM's order for weight
 updates: ``wake_up(tags=["weights"])``, the transfer, ``wake_up(tags=["kv_cache"])``.
+
+Placement (:func:`engine_placement`): with several learner ranks (``WORLD_SIZE > 1``) every rank
+builds its own engine with vLLM's ``external_launcher`` executor, which joins the ranks' process
+group (one data-parallel engine per rank) and takes ``cuda:LOCAL_RANK``. That is the rank's own GPU
+under ``torchrun`` (every rank sees every GPU) and under the trainer's own spawning (each rank sees
+only its GPU, as ``cuda:0``, with ``LOCAL_RANK=0``). vLLM's single-process executor would take
+device index 0 in both cases: every torchrun rank's engine on the first GPU.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agentgym_backend_vllm.config import INSTALL_HINT, VllmBackendConfig
@@ -43,7 +51,8 @@ from agentgym_backend_vllm.weights import BEGIN_METHOD, FINISH_METHOD, LOAD_METH
 from agentgym_core.plugins import PluginError
 from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams, generate_with_batch
 
-__all__ = ["EngineBatch", "VllmEngineBackend", "VllmNotInstalledError", "import_vllm"]
+__all__ = ["EngineBatch", "EnginePlacement", "VllmEngineBackend", "VllmNotInstalledError", "engine_placement",
+           "import_vllm"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,28 @@ def import_vllm() -> Any:
     except ImportError as exc:
         raise VllmNotInstalledError(INSTALL_HINT) from exc
     return vllm
+
+
+@dataclass(frozen=True)
+class EnginePlacement:
+    """Where this process's engine runs: the vLLM executor, and the CUDA device index it takes."""
+
+    executor: str | None  # EngineArgs.distributed_executor_backend; None: vLLM's single-process default
+    local_rank: int  # the engine takes cuda:local_rank among the GPUs this process sees
+
+    def gpu(self, cuda_visible_devices: str | None) -> str:
+        """The GPU the engine takes, as a ``CUDA_VISIBLE_DEVICES`` entry (the physical index when unset)."""
+        if cuda_visible_devices is None:
+            return str(self.local_rank)
+        return [g.strip() for g in cuda_visible_devices.split(",") if g.strip()][self.local_rank]
+
+
+def engine_placement(environ: Mapping[str, str]) -> EnginePlacement:
+    """The placement of an engine built in a process with these environment variables (see the module
+    docstring): one engine per learner rank on ``cuda:LOCAL_RANK``, or vLLM's default in one process."""
+    if int(environ.get("WORLD_SIZE", "1")) > 1:
+        return EnginePlacement("external_launcher", int(environ.get("LOCAL_RANK", environ.get("RANK", "0"))))
+    return EnginePlacement(None, 0)
 
 
 class VllmEngineBackend:
@@ -84,6 +115,15 @@ class VllmEngineBackend:
 
     @classmethod
     def from_config(cls, config: VllmBackendConfig) -> VllmEngineBackend:
+        placement = engine_placement(os.environ)
+        if placement.executor is not None and not config.engine_in_this_process:
+            raise PluginError("backend_options.engine_in_this_process=false with several learner ranks: each rank's "
+                              "engine joins the ranks' process group (vLLM's external_launcher executor), which "
+                              "needs the engine core in the rank's own process. Set engine_in_this_process: true")
+        if placement.executor is not None and config.tensor_parallel_size > 1:
+            raise PluginError(f"backend_options.tensor_parallel_size={config.tensor_parallel_size} with several learner "
+                              "ranks: each rank samples its own slice of a step with an engine on its own GPU. Set "
+                              "tensor_parallel_size: 1, or roll out on the Ray launcher's rollout workers")
         vllm = import_vllm()
         if config.engine_in_this_process:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -94,7 +134,10 @@ class VllmEngineBackend:
             enable_prefix_caching=config.enable_prefix_caching, enforce_eager=config.enforce_eager, seed=config.seed,
             enable_sleep_mode=config.gpu_sharing == "colocate", logprobs_mode=config.logprobs_mode,
             worker_extension_cls="agentgym_backend_vllm.weights.AgentgymWorkerExtension",
+            distributed_executor_backend=placement.executor,
         )
+        log.info("vllm: engine on GPU %s (executor %s)", placement.gpu(os.environ.get("CUDA_VISIBLE_DEVICES")),
+                 placement.executor or "single-process")
         return cls(vllm.LLMEngine.from_engine_args(args), tokenizer, config, vllm)
 
     # -- tokenizer side -------------------------------------------------------------------------
@@ -211,6 +254,11 @@ class VllmEngineBackend:
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Replace the engine's weights in place, in buckets; then drop every cached prefix."""
+        adapters = [name for name in state_dict if ".lora_" in name]
+        if adapters:  # peft's names: vLLM takes adapters as LoRA requests, which this backend does not send yet
+            raise PluginError(f"load_weights got LoRA adapter weights ({adapters[0]}, ...): the vLLM backend loads "
+                              "full weights by Hugging Face name only. Train LoRA with rollout.backend=transformers, "
+                              "or set model.lora.enabled=false")
         bucket_bytes = int(self.config.weight_bucket_mb * 2**20)
         start, buckets, total = time.perf_counter(), 0, 0
         with self._lock:

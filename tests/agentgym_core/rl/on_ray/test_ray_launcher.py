@@ -121,3 +121,12 @@ def test_missing_resources_names_what_the_whole_cluster_lacks():
     assert missing_resources(bundles, {"CPU": 8.0, "GPU": 1.0}) == {"GPU": 1.0}
     assert missing_resources(bundles, {"CPU": 2.0}) == {"CPU": 2.0, "GPU": 2.0}
     assert missing_resources(bundles, {"CPU": 4.0, "GPU": 2.0}) == {}
+
+
+def test_rollout_workers_on_ray_check_the_weights_they_hold_as_local_ones_do(ray_cluster, tiny_path, tmp_path):
+    """The workers sample in bfloat16 while the learner scores in float32: the weight-sync probe sees the gap
+    at the start of the run, past a tolerance no bfloat16 copy meets, and stops it naming the check."""
+    bf16 = ("rollout.backend_options={dtype: bfloat16}", "rollout.sync_check_tolerance=1e-6")
+    with pytest.raises(RemoteCallError, match="rollout.sync_check_tolerance=1e-06"):
+        run_training(make_config(tiny_path, tmp_path / "run", *bf16, "trainer.launcher=ray",
+                                 "trainer.ray.rollout_workers=2"))
