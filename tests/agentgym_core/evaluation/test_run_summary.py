@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentgym_core.evaluation.run_summary import format_summary, mcnemar_exact_p, summarize_run
+from agentgym_core.evaluation.run_summary import format_summary, summarize_run
 
 
 def _eval(successes: list[int], invalid: float) -> dict:
@@ -18,13 +18,6 @@ def _eval(successes: list[int], invalid: float) -> dict:
 def _steps(*skipped: bool) -> list[dict]:
     return [{"kind": "train", "step": i + 1, "skipped_update": float(s), "trained_trajectories": 0.0 if s else 32.0}
             for i, s in enumerate(skipped)]
-
-
-def test_mcnemar_is_the_two_sided_binomial_on_the_tasks_that_flipped():
-    assert mcnemar_exact_p(0, 0) == 1.0
-    assert mcnemar_exact_p(5, 0) == pytest.approx(2 / 32)
-    assert mcnemar_exact_p(3, 3) == 1.0
-    assert mcnemar_exact_p(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)
 
 
 def test_an_invalid_action_rise_with_flat_success_is_named():

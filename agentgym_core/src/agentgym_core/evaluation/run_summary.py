@@ -18,27 +18,14 @@ no step updated the policy. :func:`format_summary` prints it; ``agentgym train``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentgym_core.evaluation.paired import paired_difference
 
-__all__ = ["INVALID_RISE", "format_summary", "mcnemar_exact_p", "summarize_run"]
+__all__ = ["INVALID_RISE", "format_summary", "summarize_run"]
 
 INVALID_RISE = 0.05  # a rise of the invalid-action rate past 5 points is named, unless success rose with it
-
-_INTERVAL = "paired t interval over tasks"
-
-
-def mcnemar_exact_p(gained: int, lost: int) -> float:
-    """Two-sided exact McNemar p-value: under no change each of the ``gained + lost`` tasks that flipped
-    is equally likely to flip either way (a binomial with p = 1/2); 1.0 when none flipped."""
-    n = gained + lost
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n
-    return min(1.0, 2 * tail)
 
 
 def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
@@ -61,9 +48,7 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
         "paired": None,
     }
     if first.get("per_task") and last.get("per_task"):
-        paired = paired_difference(first["per_task"], last["per_task"])
-        summary["paired"] = {**paired, "interval": _INTERVAL,
-                             "mcnemar_p": mcnemar_exact_p(paired["gained"], paired["lost"])}
+        summary["paired"] = paired_difference(first["per_task"], last["per_task"])
     summary["updates"] = _updates(train_log)
     summary["warnings"] = _warnings(summary)
     return summary
