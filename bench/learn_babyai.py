@@ -71,7 +71,8 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
         "eval_before": _pick(results.get("eval_before")), "eval_after": _pick(results.get("eval_after")),
         "train": [{k: x.get(k) for k in ("step", "success", "reward", "turns", "horizon", "kl", "time_step",
                                          "time_rollout", "update_seconds", "update_tokens_per_s", "trajectories",
-                                         "trained_trajectories")} for x in curve],
+                                         "trained_trajectories", "skipped_update", "invalid_action_rate")}
+                  for x in curve],
         "env_steps": env_steps(run_dir),
         "config": _repo_relative(run_dir / "config.yaml"),
         "rl_checkpoint": _repo_relative(max((run_dir / "checkpoints").glob("step_*"), default=run_dir)),
@@ -163,7 +164,8 @@ def _pick(evaluation: dict | None) -> dict | None:
     """The evaluation's figures kept in the results JSON."""
     if not evaluation:
         return None
-    return {k: evaluation[k] for k in ("success", "reward", "turns", "tasks", "horizon", "per_task") if k in evaluation}
+    kept = ("success", "invalid_action_rate", "reward", "turns", "tasks", "horizon", "per_task")
+    return {k: evaluation[k] for k in kept if k in evaluation}
 
 
 def _repo_relative(path: Path) -> str:

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from agentgym_core.evaluation.paired import paired_difference, t_quantile_975
+from agentgym_core.evaluation.paired import mcnemar_exact_p, paired_difference, t_quantile_975
 
 
 def test_paired_interval_hand_computed():
@@ -14,6 +14,7 @@ def test_paired_interval_hand_computed():
     assert out["diff"] == pytest.approx(0.3)
     assert out["ci95"] == pytest.approx([0.3 - half, 0.3 + half])
     assert (out["n_tasks"], out["before"], out["after"], out["gained"], out["lost"]) == (10, 0.0, 0.3, 3, 0)
+    assert out["interval"] == "paired t interval over tasks" and out["mcnemar_p"] == pytest.approx(2 / 8)
 
 
 def test_pairing_only_uses_tasks_both_evaluated_and_a_tie_is_a_point():
@@ -28,3 +29,10 @@ def test_t_quantiles_are_conservative_between_table_rows():
     assert t_quantile_975(1000) == 1.96
     with pytest.raises(ValueError):
         t_quantile_975(0)
+
+
+def test_mcnemar_is_the_two_sided_binomial_on_the_tasks_that_flipped():
+    assert mcnemar_exact_p(0, 0) == 1.0
+    assert mcnemar_exact_p(5, 0) == pytest.approx(2 / 32)
+    assert mcnemar_exact_p(3, 3) == 1.0
+    assert mcnemar_exact_p(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)

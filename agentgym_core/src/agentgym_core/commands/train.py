@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
+from pathlib import Path
 
 from agentgym_core.commands._recipe import add_recipe_arguments, resolve_recipe
 
@@ -124,4 +126,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nrun directory: {config.trainer.run_dir}")
     if table:
         print("held-out success and invalid-action rate (greedy):\n" + table)
+    print(_run_summary(results, Path(config.trainer.run_dir)))
     return 0
+
+
+def _run_summary(results: dict, run_dir: Path) -> str:
+    """The paired change, the invalid-action rates, the updates that ran and any warning: printed, and
+    written to ``summary.json`` in the run directory."""
+    from agentgym_core.evaluation.run_summary import format_summary, summarize_run
+
+    log = run_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+    summary = summarize_run(results, rows)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return format_summary(summary)

@@ -1,0 +1,122 @@
+"""The end of an RL run in a few lines: did RL change held-out success, did it keep actions valid, did it update.
+
+:func:`summarize_run` compares the evaluation RL started from (after the warm start's SFT, or before RL)
+with the one after RL, on the same tasks:
+
+* success at both ends, and the paired change over tasks with its 95% interval
+  (:func:`agentgym_core.evaluation.paired.paired_difference`, a t interval on the per-task differences)
+  and McNemar's exact test on the tasks that flipped, which stays valid where few tasks flip and the t
+  interval is shaky;
+* the invalid-action rate at both ends (the share of turns whose action the environment refused);
+* how many RL steps updated the policy (a step whose groups all tied trains nothing).
+
+It names what should not pass unnoticed in ``warnings``: the invalid-action rate rising by more than
+:data:`INVALID_RISE` while success did not rise (its interval does not exclude zero), and a run in which
+no step updated the policy. :func:`format_summary` prints it; ``agentgym train`` writes it to
+``summary.json`` in the run directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agentgym_core.evaluation.paired import paired_difference
+
+__all__ = ["INVALID_RISE", "format_summary", "summarize_run"]
+
+INVALID_RISE = 0.05  # a rise of the invalid-action rate past 5 points is named, unless success rose with it
+
+
+def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The run's summary from ``train``'s (or ``run_rl_recipe``'s) results and its ``metrics.jsonl`` rows.
+
+    Returns ``start`` ("sft" or "before"), ``tasks``, ``success`` and ``invalid_action_rate`` (each
+    ``{start: rate, "after": rate}``, None where not measured), ``paired`` (the paired change with
+    ``ci95``, ``interval`` naming its method and ``mcnemar_p``; None without per-task rows at both ends),
+    ``updates`` (``steps``, ``updated``: steps whose update ran, ``trained_trajectories``) and ``warnings``.
+    """
+    start = "sft" if results.get("eval_sft") else "before"
+    first = results.get("eval_sft") or results.get("eval_before") or {}
+    last = results.get("eval_after") or {}
+    summary: dict[str, Any] = {
+        "start": start,
+        "tasks": int(last.get("tasks") or first.get("tasks") or 0),
+        "horizon": last.get("horizon", first.get("horizon")),
+        "success": {start: first.get("success"), "after": last.get("success")},
+        "invalid_action_rate": {start: first.get("invalid_action_rate"), "after": last.get("invalid_action_rate")},
+        "paired": None,
+    }
+    if first.get("per_task") and last.get("per_task"):
+        summary["paired"] = paired_difference(first["per_task"], last["per_task"])
+    summary["updates"] = _updates(train_log)
+    summary["warnings"] = _warnings(summary)
+    return summary
+
+
+def _updates(train_log: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    by_step = {int(row["step"]): row for row in train_log if row.get("kind", "train") == "train" and "step" in row}
+    return {"steps": len(by_step),  # a step logged twice (killed, then resumed) counts once: its last row
+            "updated": sum(1 for row in by_step.values() if not row.get("skipped_update", 0.0)),
+            "trained_trajectories": int(sum(row.get("trained_trajectories", 0.0) for row in by_step.values()))}
+
+
+def _warnings(summary: dict[str, Any]) -> list[str]:
+    warnings = []
+    start = summary["start"]
+    before, after = summary["invalid_action_rate"][start], summary["invalid_action_rate"]["after"]
+    paired = summary["paired"]
+    success_rose = paired is not None and paired["ci95"][0] > 0
+    if before is not None and after is not None and after - before > INVALID_RISE and not success_rose:
+        change = f" (success {_points(paired['diff'])}, 95% CI {_interval(paired['ci95'])})" if paired else ""
+        warnings.append(f"the invalid-action rate rose from {100 * before:.1f}% to {100 * after:.1f}% while "
+                        f"success did not rise{change}: the policy learned actions the environment refuses "
+                        "(algorithm.invalid_action_penalty charges for them)")
+    updates = summary["updates"]
+    if updates["steps"] and not updates["updated"]:
+        warnings.append(f"no RL step updated the policy: in all {updates['steps']} steps every group's rewards "
+                        "tied (more tasks per step, larger groups or partial credit give groups a signal)")
+    return warnings
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """The summary as the lines ``agentgym train`` prints under its table."""
+    start = summary["start"]
+    name = {"sft": "after SFT", "before": "before RL"}[start]
+    tasks, lines = summary["tasks"], []
+    horizon = f", {summary['horizon']} turns" if summary.get("horizon") else ""
+    lines.append(f"held-out panel: {tasks} tasks, the same at both ends (greedy{horizon})")
+    rows = [("", name, "after RL")]
+    success = summary["success"]
+    rows.append(("success", *(_count(success[k], tasks) for k in (start, "after"))))
+    invalid = summary["invalid_action_rate"]
+    rows.append(("invalid actions (share of turns)", *(_rate(invalid[k]) for k in (start, "after"))))
+    width = max(len(r[0]) for r in rows)
+    lines += [f"  {label:<{width}}  {a:>14}  {b:>14}" for label, a, b in rows]
+    paired = summary.get("paired")
+    if paired is not None:
+        lines.append(f"  RL - {'SFT' if start == 'sft' else 'start'} success: {_points(paired['diff'])}, "
+                     f"95% CI {_interval(paired['ci95'])} ({paired['interval']}; {paired['gained']} tasks gained, "
+                     f"{paired['lost']} lost; McNemar exact p = {paired['mcnemar_p']:.3g})")
+    updates = summary["updates"]
+    if updates["steps"]:
+        lines.append(f"  RL updates: {updates['updated']} of {updates['steps']} steps updated the policy "
+                     f"({updates['trained_trajectories']} episodes trained; a step whose groups all tie trains none)")
+    lines += [f"warning: {w}" for w in summary["warnings"]]
+    return "\n".join(lines)
+
+
+def _points(diff: float) -> str:
+    return f"{100 * diff:+.1f} points"
+
+
+def _interval(ci: list[float]) -> str:
+    return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+
+
+def _count(rate: float | None, tasks: int) -> str:
+    return "-" if rate is None else f"{round(rate * tasks)}/{tasks} ({100 * rate:.1f}%)"
+
+
+def _rate(rate: float | None) -> str:
+    return "-" if rate is None else f"{100 * rate:.1f}%"

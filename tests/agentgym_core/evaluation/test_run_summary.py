@@ -1,0 +1,79 @@
+"""The end-of-run summary: the paired change over tasks, the invalid-action rates, the updates, the warnings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentgym_core.evaluation.run_summary import format_summary, summarize_run
+
+
+def _eval(successes: list[int], invalid: float) -> dict:
+    per_task = {f"babyai:{1804 + i}": s for i, s in enumerate(successes)}
+    return {"tasks": len(successes), "horizon": 8, "success": sum(successes) / len(successes),
+            "invalid_action_rate": invalid, "per_task": per_task}
+
+
+def _steps(*skipped: bool) -> list[dict]:
+    return [{"kind": "train", "step": i + 1, "skipped_update": float(s), "trained_trajectories": 0.0 if s else 32.0}
+            for i, s in enumerate(skipped)]
+
+
+def test_an_invalid_action_rise_with_flat_success_is_named():
+    # The main job of issue #48: 8/40 after SFT, 9/40 after RL, invalid actions 11% -> 63% of turns.
+    sft = _eval([1] * 8 + [0] * 32, 30 / 268)
+    rl = _eval([1] * 7 + [0] + [1, 1] + [0] * 30, 153 / 244)
+    summary = summarize_run({"eval_sft": sft, "eval_after": rl}, _steps(False, True))
+    paired = summary["paired"]
+    assert (paired["n_tasks"], paired["gained"], paired["lost"]) == (40, 2, 1)
+    assert paired["ci95"][0] < 0 < paired["ci95"][1]
+    assert paired["interval"] == "paired t interval over tasks"
+    (warning,) = summary["warnings"]
+    assert "invalid-action rate rose from 11.2% to 62.7%" in warning and "success did not rise" in warning
+    text = format_summary(summary)
+    assert "8/40 (20.0%)" in text and "9/40 (22.5%)" in text and "11.2%" in text and "62.7%" in text
+    assert "RL - SFT success: +2.5 points, 95% CI [" in text and "2 tasks gained, 1 lost" in text
+    assert "1 of 2 steps updated the policy (32 episodes trained" in text
+    assert text.splitlines()[-1].startswith("warning: the invalid-action rate rose")
+
+
+def test_a_real_gain_has_an_interval_above_zero_and_no_warning():
+    sft = _eval([1] * 8 + [0] * 32, 0.12)
+    rl = _eval([1] * 8 + [1] * 10 + [0] * 22, 0.10)
+    summary = summarize_run({"eval_sft": sft, "eval_after": rl}, _steps(False, False))
+    paired = summary["paired"]
+    assert paired["diff"] == pytest.approx(0.25) and paired["ci95"][0] > 0
+    assert paired["mcnemar_p"] == pytest.approx(2 / 1024)
+    assert summary["warnings"] == []
+    assert summary["invalid_action_rate"] == {"sft": 0.12, "after": 0.10}
+
+
+def test_a_small_rise_or_one_that_comes_with_a_real_gain_is_not_a_warning():
+    sft = _eval([0] * 40, 0.10)
+    assert summarize_run({"eval_sft": sft, "eval_after": _eval([0] * 40, 0.14)}, _steps(False))["warnings"] == []
+    gain = _eval([1] * 12 + [0] * 28, 0.30)
+    assert summarize_run({"eval_sft": sft, "eval_after": gain}, _steps(False))["warnings"] == []
+
+
+def test_a_run_whose_updates_never_ran_says_so_and_a_resumed_step_counts_once():
+    before = _eval([0, 0, 0, 0], 0.3)
+    log = _steps(True, True)
+    # step 1 logged, the run killed before its checkpoint, and step 1 run again after the resume: the last row stands
+    log.insert(0, {"kind": "train", "step": 1, "skipped_update": 0.0, "trained_trajectories": 8.0})
+    log.append({"kind": "eval", "step": 2, "success": 0.0})
+    summary = summarize_run({"eval_before": before, "eval_after": _eval([0, 0, 0, 0], 0.3)}, log)
+    assert summary["start"] == "before" and summary["updates"] == {"steps": 2, "updated": 0, "trained_trajectories": 0}
+    (warning,) = summary["warnings"]
+    assert warning.startswith("no RL step updated the policy")
+    assert "RL - start success: +0.0 points" in format_summary(summary)
+
+
+def test_agentgym_train_prints_the_summary_and_writes_it_to_the_run_directory(tmp_path):
+    from agentgym_core.commands.train import _run_summary
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _steps(False, False)))
+    text = _run_summary({"eval_sft": _eval([0, 1, 0, 0], 0.1), "eval_after": _eval([1, 1, 0, 0], 0.05)}, tmp_path)
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["paired"]["gained"] == 1 and written["updates"]["updated"] == 2
+    assert "2 of 2 steps updated the policy" in text

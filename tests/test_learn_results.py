@@ -1,0 +1,104 @@
+"""The learning figures the docs quote come from the JSON they cite, and recompute from its per-task rows.
+
+Every ``bench/results/learn_*.json`` that ``bench/README.md`` names holds success per task for the
+evaluations it compares; its headline (success at both ends, the paired change and its interval) is what
+:func:`agentgym_core.evaluation.paired.paired_difference` gives on those rows, and the results page
+(``docs/results.md``) quotes exactly those figures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from agentgym_core.evaluation.paired import paired_difference
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+BENCH_README = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+RESULTS_PAGE = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+QUOTED = sorted(set(re.findall(r"bench/results/(learn_\w+\.json)", BENCH_README)))
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def _pairs(record: dict) -> list[tuple[str, dict, dict, dict]]:
+    """(label, rows before, rows after, the paired figures stored) for every comparison the JSON states."""
+    if "arms" not in record:  # `agentgym eval` results combined by hand: the rows beside each comparison
+        pairs = [("sft -> rl", record["sft_per_task"], record["rl_per_task"], record["paired"])]
+        if "base_per_task" in record:
+            pairs += [("base -> sft", record["base_per_task"], record["sft_per_task"], record["paired_base_to_sft"]),
+                      ("base -> rl", record["base_per_task"], record["rl_per_task"], record["paired_base_to_rl"])]
+        return pairs
+    pairs = [(f"{arm['arm']}: sft -> rl", arm["eval_sft"]["per_task"], arm["eval_after"]["per_task"],
+              arm["paired_vs_sft"]) for arm in record["arms"]]
+    first = record["arms"][0]
+    pairs += [(f"{arm['arm']} vs {first['arm']}", first["eval_after"]["per_task"], arm["eval_after"]["per_task"],
+               arm["paired_vs_first_arm"]) for arm in record["arms"][1:] if "paired_vs_first_arm" in arm]
+    return pairs
+
+
+def test_the_benchmark_notebook_cites_learning_results():
+    assert len(QUOTED) >= 10, QUOTED
+    assert all((RESULTS / name).exists() for name in QUOTED), [n for n in QUOTED if not (RESULTS / n).exists()]
+
+
+@pytest.mark.parametrize("name", QUOTED)
+def test_every_quoted_figure_recomputes_from_the_per_task_rows(name):
+    record = _load(name)
+    for label, before, after, stored in _pairs(record):
+        assert len(before) >= 2 and set(before) == set(after), f"{name}, {label}: no paired per-task rows"
+        assert all(v in (0, 1, True, False) for v in [*before.values(), *after.values()]), name
+        again = paired_difference(before, after)
+        for key in ("n_tasks", "gained", "lost"):
+            assert again[key] == stored[key], (name, label, key)
+        for key in ("before", "after", "diff"):
+            assert again[key] == pytest.approx(stored[key]), (name, label, key)
+        assert again["ci95"] == pytest.approx(stored["ci95"]), (name, label)
+    for arm in record.get("arms", []):
+        for which in ("eval_base", "eval_sft", "eval_after"):
+            evaluation = arm.get(which)
+            if evaluation and "per_task" in evaluation:  # the success rate is the mean of its rows
+                rows = evaluation["per_task"]
+                assert evaluation["success"] == pytest.approx(sum(rows.values()) / len(rows)), (name, which)
+    if "arms" in record:  # the headline is the arm it names
+        arm = next(a for a in record["arms"] if a["arm"] == record["arm"])
+        paired = arm["paired_vs_sft"]
+        assert (record["n_tasks"], record["diff"], record["diff_ci95"]) == \
+            (paired["n_tasks"], pytest.approx(paired["diff"]), pytest.approx(paired["ci95"]))
+        assert (record["sft_success"], record["rl_success"]) == \
+            (pytest.approx(paired["before"]), pytest.approx(paired["after"]))
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:+.1f}".replace("-", "\N{MINUS SIGN}")
+
+
+# (JSON, which comparison, how the results page writes success at both ends)
+RESULTS_PAGE_ROWS = [
+    ("learn_babyai.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_babyai_fixed.json", "fixed: sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_babyai_vs_fixed.json", "fixed vs scaling_inter", "{b}/{n} vs {a}/{n}"),
+    ("learn_textcraft_partial_20.json", "partial_credit_scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_textcraft.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_textworld_short.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_textworld_short_all100.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_textworld.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_reasoning_gym.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
+]
+
+
+@pytest.mark.parametrize(("name", "label", "counts"), RESULTS_PAGE_ROWS, ids=[r[0] for r in RESULTS_PAGE_ROWS])
+def test_the_results_page_quotes_what_the_rows_give(name, label, counts):
+    before, after, _ = next((b, a, s) for lab, b, a, s in _pairs(_load(name)) if lab == label)
+    paired = paired_difference(before, after)
+    n = paired["n_tasks"]
+    success = counts.format(b=round(paired["before"] * n), a=round(paired["after"] * n), n=n)
+    change = f"{_points(paired['diff'])} points, [{_points(paired['ci95'][0])}, {_points(paired['ci95'][1])}]"
+    assert success in RESULTS_PAGE, (name, success)
+    assert change in RESULTS_PAGE, (name, change)
