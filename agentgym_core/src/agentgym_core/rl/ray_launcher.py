@@ -40,6 +40,8 @@ from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import ActorResources, TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
 from agentgym_core.rl.distributed import DistContext
+from agentgym_core.rl.guards import SyncExpectation
+from agentgym_core.rl.roles import Unmeasured
 from agentgym_core.rl.rollout_worker import RolloutResult, merge_slices
 from agentgym_core.training.memory import HeapTrimmer, prefer_expandable_cuda_segments
 
@@ -199,8 +201,11 @@ class RolloutActor:
         finally:
             self.collecting = False
 
-    def load_weights(self, weights: dict[str, Any]) -> None:
-        self.worker.load_weights(weights)
+    def load_weights(self, weights: dict[str, Any], probe: SyncExpectation | None = None) -> None:
+        self.worker.load_weights(weights, probe)
+
+    def check_weights(self, probe: SyncExpectation) -> None:
+        self.worker.check_weights(probe)
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         return self.worker.evaluate(horizon, step)
@@ -405,9 +410,14 @@ class RayRolloutGroup:
         result.metrics.update(self.restart_metrics())
         return result
 
-    def load_weights(self, weights: Any) -> None:
+    def load_weights(self, weights: Any, probe: SyncExpectation | None = None) -> None:
+        """Every worker loads ``weights`` (an object-store reference); with ``probe``, then checks them."""
         self.weights = weights
-        self._on_each("load_weights", lambda w: w.load_weights.remote(weights))
+        self._on_each("load_weights", lambda w: w.load_weights.remote(weights, probe))
+
+    def check_weights(self, probe: SyncExpectation) -> None:
+        """The sync check on every worker's engine."""
+        self._on_each("check_weights", lambda w: w.check_weights.remote(probe))
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         """Held-out evaluation on the first worker (evaluation sets are small and greedy)."""
@@ -495,6 +505,10 @@ class RayRoles:
         address, port = self.remote.get(ranks[0].rendezvous_address.remote(), "learner rank 0: start")
         self.remote.get([a.setup.remote(address, port) for a in ranks], "learner ranks: load the model")
         return group
+
+    def phase_meter(self) -> Unmeasured:
+        """The driver holds neither role: its own memory says nothing of the phases."""
+        return Unmeasured()
 
     def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any,
                        curriculum: TaskCurriculum | None = None) -> RayRolloutGroup:
