@@ -109,8 +109,8 @@ def train(
         from agentgym_core.rl.ray_launcher import RayRoles
 
         pm = plugin_manager or get_plugin_manager()
-        return _train(bind_plugin_options(config, pm), pm, resume=resume, model=None, tokenizer=None,
-                      stop_after=stop_after, eval_before=eval_before, place_roles=RayRoles)
+        return _train(bind_plugin_options(config, pm), pm, RayRoles, resume=resume, stop_after=stop_after,
+                      eval_before=eval_before)
     if config.trainer.learners > 1 and not ranks_running:
         if model is not None or plugin_manager is not None:
             raise ValueError("trainer.learners > 1 spawns fresh processes: they load config.model.path and installed "
@@ -119,15 +119,17 @@ def train(
         return _spawn_learners(config, resume=resume, stop_after=stop_after, eval_before=eval_before)
     pm = plugin_manager or get_plugin_manager()
     config = bind_plugin_options(config, pm)  # estimator/scheduler plugins get their own typed options
-    return _train(config, pm, resume=resume, model=model, tokenizer=tokenizer, stop_after=stop_after,
+    return _train(config, pm, _LocalRoles.with_model(model, tokenizer), resume=resume, stop_after=stop_after,
                   eval_before=eval_before)
 
 
-def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, tokenizer: Any,
-           stop_after: int | None, eval_before: dict[str, Any] | None,
-           place_roles: Callable[[TrainConfig, PluginManager, DistContext], Roles] | None = None) -> dict[str, Any]:
-    """The loop, the same on every rank. ``place_roles(config, pm, ctx)`` puts the learner and the rollout
-    worker somewhere else (the Ray launcher: actors with the same calls); by default both live in this process."""
+PlaceRoles = Callable[[TrainConfig, PluginManager, DistContext], Roles]
+
+
+def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, resume: bool, stop_after: int | None,
+           eval_before: dict[str, Any] | None) -> dict[str, Any]:
+    """The loop, the same on every rank; ``place_roles(config, pm, ctx)`` says where the learner and the rollout
+    worker live (:class:`_LocalRoles`: in this process; the Ray launcher: actors answering the same calls)."""
     cfg, alg = config, config.algorithm
     run_dir = Path(cfg.trainer.run_dir)
     ctx = init_from_environment(resolve_device(cfg.model.device), timeout_s=cfg.trainer.collective_timeout_s)
@@ -145,33 +147,23 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
         check_group_size(cfg, estimate, registered.declared("min_group_size"))
         scheduler = pm.get("round_scheduler", alg.rounds_ctrl.type)(alg.rounds_ctrl)
         curriculum = curriculum_for(cfg.rollout)  # None unless rollout.curriculum draws tasks by pass rate
-        checkpoint = latest_checkpoint(run_dir) if resume else None
-        if resume and checkpoint is None:
-            raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints; "
-                                    "start without --resume")
+        checkpoint = _checkpoint_to_resume(run_dir) if resume else None
         random.seed(cfg.trainer.seed)
         torch.manual_seed(cfg.trainer.seed)
-        roles = place_roles(cfg, pm, ctx) if place_roles is not None else _LocalRoles(cfg, pm, ctx, model, tokenizer)
+        roles = place_roles(cfg, pm, ctx)
         results: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
             stack.enter_context(HeapTrimmer(cfg.runtime.heap_trim_interval_s))  # RSS follows what phases hold
             learner = roles.learner(stack)  # the KL reference: these initial weights
-            start_step = 0
-            if checkpoint is not None:
-                state = learner.load(checkpoint)  # also each rank's RNG state, where that rank lives
-                scheduler.load_state_dict(state["round_scheduler"])
-                if curriculum is not None and state.get("curriculum") is not None:
-                    curriculum.load_state_dict(state["curriculum"])
-                start_step = int(state["step"])
+            start_step = _restore(checkpoint, learner, scheduler, curriculum) if checkpoint is not None else 0
             placed = roles.rollout_worker(stack, scheduler, curriculum)  # on every local rank
             sync_dtype = engine_dtype(cfg, ctx.device)  # what the rollout engine holds: what the learner sends
             if checkpoint is not None and placed.receives_weights:  # sample from the restored weights
                 placed.load_weights(learner.rollout_weights(sync_dtype))
             driver.open(stack, placed, start_step=start_step, resume=resume)
-            tokenizer = roles.tokenizer
             # A backend with its own copy of the weights must score a fixed probe as the learner does, from the
             # start and after every sync (rl/guards.py). The Ray driver holds no tokenizer, and checks nothing.
-            sync_probe = _sync_probe(cfg, tokenizer, placed)
+            sync_probe = _sync_probe(cfg, roles.tokenizer, placed)
             if sync_probe is not None:  # every rank checks its own engine
                 placed.check_weights(sync_probe.expect(learner, start_step))  # collective on several ranks
             final_horizon = scheduler_final_horizon(scheduler, cfg.trainer.steps)  # what evaluations play
@@ -181,15 +173,8 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                                                   horizon=final_horizon, known=eval_before))
 
             last_step = cfg.trainer.steps if stop_after is None else min(cfg.trainer.steps, start_step + stop_after)
-            worker: RolloutRole = placed
-            if cfg.rollout.dynamic_sampling.min_mixed_groups:
-                worker = SignalSampling(placed, cfg.rollout.dynamic_sampling)  # rounds until enough groups have signal
-            if cfg.rollout.max_staleness > 0 or roles.pipelined:
-                # Sampling runs ahead of the learner in a thread, at most max_staleness versions behind.
-                ahead = AsyncRollouts(worker, max_staleness=cfg.rollout.max_staleness, first_step=start_step,
-                                      last_step=last_step)
-                stack.callback(ahead.stop)
-                worker = ahead
+            worker = _sampling(stack, placed, cfg, pipelined=roles.pipelined, first_step=start_step,
+                               last_step=last_step)
             for step in driver.steps(start_step, last_step):
                 t_step = time.perf_counter()
                 # ---- 1-2. rollouts: group_size samples per task, per env, horizon from the scheduler --
@@ -262,13 +247,12 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
 
                 # ---- 9. periodic evaluation on held-out tasks (the driver; the others wait on the host group) ---
                 done = step + 1
-                if cfg.trainer.eval_every and cfg.trainer.eval_tasks and done % cfg.trainer.eval_every == 0 \
-                        and done < cfg.trainer.steps:
+                if cfg.trainer.eval_tasks and done < cfg.trainer.steps and _every(cfg.trainer.eval_every, done):
                     driver.evaluate(worker, roles.phase_meter(), horizon=final_horizon, step=done)
                     barrier(ctx)  # not inside the checkpoint's device collectives, where NCCL's watchdog counts
 
                 # ---- 10. checkpoint (atomic; "step" counts completed steps) ----------------------------------
-                _checkpoint_if_due(cfg, learner, tokenizer, scheduler, curriculum, done, run_dir)
+                _checkpoint_if_due(cfg, learner, roles.tokenizer, scheduler, curriculum, done, run_dir)
 
             # ---- evaluation after training (the driver) -----------------------------------------------------
             if last_step == cfg.trainer.steps and cfg.trainer.eval_tasks:
@@ -281,6 +265,45 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
         raise
     finally:
         driver.end(metrics, error)  # also when the run failed: observers learn why
+
+
+def _checkpoint_to_resume(run_dir: Path) -> Path:
+    """``--resume``: the newest complete checkpoint under ``run_dir``."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints; start without --resume")
+    return checkpoint
+
+
+def _restore(checkpoint: Path, learner: LearnerRole, scheduler: Any, curriculum: TaskCurriculum | None) -> int:
+    """Load ``checkpoint`` into the learner (also each rank's RNG state, where that rank lives), the round
+    scheduler and the curriculum; the steps it had completed."""
+    state = learner.load(checkpoint)
+    scheduler.load_state_dict(state["round_scheduler"])
+    if curriculum is not None and state.get("curriculum") is not None:
+        curriculum.load_state_dict(state["curriculum"])
+    return int(state["step"])
+
+
+def _sampling(stack: contextlib.ExitStack, placed: PlacedRollouts, cfg: TrainConfig, *, pipelined: bool,
+              first_step: int, last_step: int) -> RolloutRole:
+    """The rollout side the loop samples from: with dynamic sampling, rounds until enough groups have signal;
+    with ``rollout.max_staleness > 0`` (or a pipelined placement), ahead of the learner in a thread, at most
+    max_staleness versions behind."""
+    worker: RolloutRole = placed
+    if cfg.rollout.dynamic_sampling.min_mixed_groups:
+        worker = SignalSampling(placed, cfg.rollout.dynamic_sampling)
+    if cfg.rollout.max_staleness > 0 or pipelined:
+        ahead = AsyncRollouts(worker, max_staleness=cfg.rollout.max_staleness, first_step=first_step,
+                              last_step=last_step)
+        stack.callback(ahead.stop)
+        worker = ahead
+    return worker
+
+
+def _every(interval: int, done: int) -> bool:
+    """Whether ``done`` completed steps end a period of ``interval`` steps (0: never)."""
+    return bool(interval) and done % interval == 0
 
 
 def _episodes_to_train(trajectories: list[Any], cfg: TrainConfig, step: int) -> tuple[list[Any], int, dict[int, Any]]:
@@ -411,6 +434,11 @@ class _LocalRoles:
 
     pipelined = False  # rollouts run ahead of the learner only when rollout.max_staleness > 0
 
+    @classmethod
+    def with_model(cls, model: Any, tokenizer: Any) -> PlaceRoles:
+        """The placement for :func:`_train`: a ``model``/``tokenizer`` handed in, or None to load ``model.path``."""
+        return lambda config, pm, ctx: cls(config, pm, ctx, model, tokenizer)
+
     def __init__(self, config: TrainConfig, pm: PluginManager, ctx: DistContext, model: Any, tokenizer: Any) -> None:
         self.config, self.pm, self.ctx, self.model, self.tokenizer = config, pm, ctx, model, tokenizer
         self.samples_module = capabilities_of(
@@ -459,7 +487,7 @@ def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_b
     if gpus is not None:  # before anything starts CUDA in this process
         pin_one_gpu(gpus, int(os.environ["RANK"]))
     pm = get_plugin_manager()
-    results = _train(bind_plugin_options(config, pm), pm, resume=resume, model=None, tokenizer=None,
+    results = _train(bind_plugin_options(config, pm), pm, _LocalRoles.with_model(None, None), resume=resume,
                      stop_after=stop_after, eval_before=eval_before)
     if int(os.environ["RANK"]) == 0:
         Path(result_path).write_bytes(pickle.dumps(results))
