@@ -536,7 +536,7 @@ class TrainConfig(_Section):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Process and memory knobs.")
 
     @property
-    def off_policy_correction(self) -> str:
+    def off_policy_correction(self) -> Literal["none", "tis", "decoupled"]:
         """``algorithm.off_policy.correction`` with ``auto`` resolved (see its help)."""
         chosen = self.algorithm.off_policy.correction
         if chosen != "auto":

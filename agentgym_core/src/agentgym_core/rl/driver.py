@@ -71,7 +71,7 @@ class Driver:
         """The steps of this call, behind a progress bar (``trainer.progress``)."""
         self.bar = tqdm(range(start_step, last_step), initial=start_step, total=self.config.trainer.steps,
                         disable=not self.config.trainer.progress, desc="train", dynamic_ncols=True)
-        return self.bar  # type: ignore[no-any-return]
+        return self.bar
 
     def evaluate_before(self, worker: RolloutRole, meter: PhaseMeter, *, start_step: int, horizon: int,
                         known: dict[str, Any] | None) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 
-def mixed_precision(mode: str, model: torch.nn.Module, cache: bool = True) -> contextlib.AbstractContextManager:
+def mixed_precision(mode: str, model: torch.nn.Module, cache: bool = True) -> contextlib.AbstractContextManager[Any]:
     """The autocast context of ``model.mixed_precision`` (``no``, ``bf16`` or ``auto``) on the model's device.
 
     Weights, gradients and optimizer state keep their dtype; matmuls run in bfloat16. ``auto``
@@ -225,6 +226,7 @@ def forward_tokens(
                     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
                         entropy[i, local[part]] = entropy_from_logits(chunk)
             if values is not None:
+                assert value_head is not None and value_hidden is not None  # values are made only with a value head
                 hidden = value_hidden[row, cols - 1]  # (n, H): state before token t
                 values[i, local] = value_head(hidden)
     return TokenStats(logprobs=logprobs, entropy=entropy, values=values)

@@ -136,7 +136,7 @@ class LearnerRank:
             return None, 0
         # Only the engine's dtype goes into the object store (bfloat16 for vLLM: half the float32 masters).
         snapshot = WeightSnapshot((k, v.detach().cpu()) for k, v in weights.items())
-        return snapshot, int(self.learner.weight_sync_bytes)
+        return snapshot, int(self.learner.weight_sync_bytes or 0)
 
     def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any],
              hf_weights: bool = True) -> None:
@@ -223,7 +223,7 @@ def _to_cpu(scored: Any) -> Any:
     def move(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return value.cpu()
-        if dataclasses.is_dataclass(value):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return dataclasses.replace(value, **{f.name: move(getattr(value, f.name))
                                                  for f in dataclasses.fields(value)})
         return value
