@@ -38,7 +38,7 @@ lazy_exports(__name__, {
     "AdvantageBatch": "agentgym_core.rl.estimator_api",
     "AdvantageConfig": "agentgym_core.rl.estimator_api",
     "AdvantageOutput": "agentgym_core.rl.estimator_api",
-    "ConfigError": "agentgym_core.rl.config",
+    "ConfigError": "agentgym_core.recipes",
     "Estimator": "agentgym_core.rl.estimator_api",
     "EstimatorCheckError": "agentgym_core.rl.checks",
     "TrainConfig": "agentgym_core.rl.config",

@@ -37,8 +37,9 @@ from typing import Any
 
 import torch
 
+from agentgym_core.recipes import ConfigError
 from agentgym_core.rl.batch import RLBatch
-from agentgym_core.rl.config import ConfigError, TrainConfig
+from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.critic import build_critic
 from agentgym_core.rl.distributed import DistContext, barrier, broadcast_object, gather_object
 from agentgym_core.rl.forward import (

@@ -31,7 +31,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agentgym_core.plugins import PluginError, PluginManager, get_plugin_manager
-from agentgym_core.rl.config import ConfigError, TrainConfig
+from agentgym_core.recipes import ConfigError
+from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.estimator_api import AdvantageConfig
 from agentgym_core.schedulers import RoundsConfig, final_horizon
 

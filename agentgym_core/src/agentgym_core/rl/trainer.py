@@ -11,8 +11,10 @@ The roles live next to this file, behind the interfaces of :mod:`agentgym_core.r
 ``trainer.learners`` ranks) and :class:`~agentgym_core.rl.rollout_worker.RolloutWorker` (backend,
 engines, environment clients). With several learner ranks every rank runs this same loop: it
 samples its share of each step's episodes and scores its share of the rows, and receives the
-whole step (:mod:`agentgym_core.rl.colocated`), so every rank computes the same advantages; rank 0
-is the driver that also logs, evaluates and writes the checkpoint files. Everything else (losses,
+whole step (:mod:`agentgym_core.rl.colocated`), so every rank computes the same advantages. Rank 0
+drives: its :class:`~agentgym_core.rl.driver.Driver` writes the log, tells observers and evaluates, while
+the other ranks' :class:`~agentgym_core.rl.driver.NullDriver` does nothing, so the loop asks which rank
+it runs on only where the driver advances the round schedule. Everything else (losses,
 estimators, schedulers, batching) lives in small modules next to this one; this file is the order
 in which they are used.
 
