@@ -15,7 +15,8 @@ import pytest
 
 from agentgym_core.pipeline import run_rl_recipe as train
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rl.config import load_config, recipe_kind
+from agentgym_core.recipes import recipe_kind
+from agentgym_core.rl.config import load_config
 from agentgym_core.testing.tiny_model import tiny_chat_model
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

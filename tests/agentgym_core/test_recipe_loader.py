@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from agentgym_core.finetune.config import load_finetune_config
-from agentgym_core.recipes import MOVED_KEYS, ConfigError, recipe_kind
+from agentgym_core.recipes import MOVED_KEYS, MOVED_KEYS_REMOVED_IN, ConfigError, recipe_kind
 from agentgym_core.rl.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,6 +108,7 @@ def test_a_recipe_in_the_old_layout_loads_the_same_with_one_warning_per_moved_ke
     assert len(warnings) == len(MOVED_KEYS)
     for (old_key, new_key), message in zip(MOVED_KEYS.items(), warnings, strict=True):
         assert f"{old_key} has moved to {new_key}" in message and "\n" not in message
+        assert message.endswith(f"works until agentgym-core {MOVED_KEYS_REMOVED_IN}")
     caplog.clear()
     assert old == load_config(tmp_path / "new.yaml")
     assert not caplog.records  # the new layout loads silently
@@ -122,6 +123,19 @@ def test_an_old_key_as_an_override_is_moved_too(caplog):
     assert config.trainer.ray.learner_resources.num_gpus == 1 and config.trainer.ray.rollout_workers == 2
     assert any("trainer.learner_resources has moved to trainer.ray.learner_resources" in r.getMessage()
                for r in caplog.records)
+
+
+@pytest.mark.parametrize("installed", [MOVED_KEYS_REMOVED_IN, "9.0.0.dev1"])
+def test_from_the_removal_version_on_an_old_key_is_an_error_naming_the_new_one(tmp_path, monkeypatch, installed):
+    import agentgym_core.recipes as recipes
+
+    monkeypatch.setattr(recipes.importlib.metadata, "version", lambda name: installed)
+    (tmp_path / "old.yaml").write_text("envs: [{name: guess}]\nmodel: {threads: 2}\n")
+    with pytest.raises(ConfigError, match=rf"model.threads is no longer read \(removed in agentgym-core "
+                                          rf"{re.escape(MOVED_KEYS_REMOVED_IN)}\); write it as runtime.threads"):
+        load_config(tmp_path / "old.yaml")
+    with pytest.raises(ConfigError, match=r"override: trainer.rollout_workers is no longer read .*trainer.ray"):
+        load_config(None, ["envs=[{name: guess}]", "trainer.rollout_workers=2"])
 
 
 def test_a_key_at_both_places_is_an_error_naming_both(tmp_path):
@@ -165,6 +179,7 @@ def test_print_config_shows_the_stated_keys_first_and_loads_back_to_the_same_con
 
 def test_the_recipe_reference_lists_every_moved_key():
     page = (ROOT / "docs" / "reference" / "recipe.md").read_text()
+    assert f"until agentgym-core {MOVED_KEYS_REMOVED_IN}" in page
     for old, new in MOVED_KEYS.items():
         assert f"| `{old}` | `{new}` |" in page, old
 

@@ -30,9 +30,7 @@ examples:
   agentgym view runs/my_run                                 replay a run in the browser
 
 CPU threads: torch uses half the CPUs this process may run on (at least 1) unless you set
-OMP_NUM_THREADS, --threads N (eval, collect, serve-model) or runtime.threads: N (train). On a
-2-core machine with another CPU-bound job, 1 thread generated x8.2 faster than 2 (x2.3 on a
-busier machine); without it, x1.5 faster and x1.3 slower in two runs (bench/threads.py).
+OMP_NUM_THREADS, --threads N (eval, collect, serve-model) or runtime.threads: N (train).
 """
 
 
@@ -40,8 +38,7 @@ def default_threads() -> int:
     """torch's CPU threads when nothing sets them: half the CPUs this process may use, at least 1.
 
     torch's own default is one thread per core; when another job holds a core, those threads wait
-    for each other at every operator (bench/threads.py, SmolLM2 on a 2-core machine with one
-    competing job: 3.8 tokens/s at 2 threads, 31.4 at 1).
+    for each other at every operator (measured in bench/README.md, "CPU threads").
     """
     try:
         cpus = len(os.sched_getaffinity(0))

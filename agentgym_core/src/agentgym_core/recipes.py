@@ -3,7 +3,8 @@
     config = load_recipe(TrainConfig, "examples/babyai_grpo_cpu.yaml", ["trainer.steps=5"])
 
 A recipe is read (:func:`read_recipe`), keys from an older layout are moved to their place
-(:data:`MOVED_KEYS`, with a one-line deprecation warning each), ``a.b=value`` overrides are applied,
+(:data:`MOVED_KEYS`, with a one-line deprecation warning each, until :data:`MOVED_KEYS_REMOVED_IN`; from
+that version on the old place is an error naming the new one), ``a.b=value`` overrides are applied,
 unknown keys are refused naming the closest valid one, and the schema validates the rest. Every
 failure is a :class:`ConfigError` whose message says what was wrong and how to fix it.
 
@@ -13,6 +14,7 @@ This module imports neither torch nor the training code, so a bad recipe is repo
 from __future__ import annotations
 
 import difflib
+import importlib.metadata
 import logging
 import re
 from pathlib import Path
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 __all__ = [
     "MOVED_KEYS",
+    "MOVED_KEYS_REMOVED_IN",
     "RECIPE_KINDS",
     "ConfigError",
     "apply_overrides",
@@ -57,6 +60,25 @@ MOVED_KEYS: dict[str, str] = {
     "model.autocast_cache": "runtime.autocast_cache",
     "trainer.optimizer_state_to_disk": "runtime.optimizer_state_to_disk",
 }
+
+MOVED_KEYS_REMOVED_IN = "0.2.0"
+"""The agentgym-core version from which a key of :data:`MOVED_KEYS` at its old place is an error, not a warning."""
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """``"0.2.0"`` -> ``(0, 2, 0)``; a pre-release or local suffix (``0.2.0.dev1``, ``0.2.0+g1234``) counts as that
+    release."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _moved(old: str, new: str, where: str) -> None:
+    """Warn that ``old`` moved to ``new`` and until when it works; from :data:`MOVED_KEYS_REMOVED_IN` on, refuse it."""
+    installed = importlib.metadata.version("agentgym-core")
+    if _version_tuple(installed) >= _version_tuple(MOVED_KEYS_REMOVED_IN):
+        raise ConfigError(f"{where}: {old} is no longer read (removed in agentgym-core {MOVED_KEYS_REMOVED_IN}); "
+                          f"write it as {new}")
+    log.warning("%s: %s has moved to %s; the old place works until agentgym-core %s", where, old, new,
+                MOVED_KEYS_REMOVED_IN)
 
 
 class ConfigError(ValueError):
@@ -122,8 +144,8 @@ def move_old_keys(data: dict[str, Any], where: str = "the recipe") -> dict[str, 
         new_parent, new_key = _parent(data, new, create=True)
         if new_key in new_parent:
             raise ConfigError(f"{where} sets both {old} (the old place) and {new}; keep only {new}")
+        _moved(old, new, where)
         new_parent[new_key] = old_parent.pop(old_key)
-        log.warning("%s: %s has moved to %s; the old place still works for now", where, old, new)
     return data
 
 
@@ -144,7 +166,7 @@ def _moved_override(dotted: str) -> str:
     """An override's dotted key with a moved key's old place replaced by its new one (warning once)."""
     for old, new in MOVED_KEYS.items():
         if dotted == old or dotted.startswith(old + "."):
-            log.warning("override: %s has moved to %s; the old place still works for now", old, new)
+            _moved(old, new, "override")
             return new + dotted[len(old):]
     return dotted
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agentgym_core import hookimpl
+
 BASE = [
     "envs=[{name: word, max_concurrency: 1}]", "trainer.steps=2", "trainer.save_every=1", "trainer.eval_tasks=0",
     "trainer.progress=false", "trainer.tensorboard=false", "trainer.save_trajectories=false",
@@ -27,8 +29,10 @@ BASE = [
 RANKS_LR = ["optim.lr=0.001"]
 
 
-def run(run_dir: str, overrides: list[str], resume: bool = False, stop_after: int | None = None) -> dict:
-    """One trainer process (a rank when WORLD_SIZE is set): the word env, the tiny model, seed 0."""
+def run(run_dir: str, overrides: list[str], resume: bool = False, stop_after: int | None = None,
+        observer: object = None) -> dict:
+    """One trainer process (a rank when WORLD_SIZE is set): the word env, the tiny model, seed 0; ``observer``:
+    a plugin to register too."""
     import os
 
     import torch
@@ -47,6 +51,8 @@ def run(run_dir: str, overrides: list[str], resume: bool = False, stop_after: in
     torch.set_num_threads(1)
     pm = PluginManager(autoload=True, allow=["estimators", "transformers"])
     pm.register(WordPlugin(), "word-test")
+    if observer is not None:
+        pm.register(observer, "observer-test")
     config = load_config(None, [*BASE, f"trainer.run_dir={run_dir}", *overrides])
     model, tokenizer = tiny_chat_model(seed=0)
     if config.model.lora.enabled:  # as load_policy wraps a loaded model (fresh adapters: rank 0's are broadcast)
@@ -58,11 +64,11 @@ def run(run_dir: str, overrides: list[str], resume: bool = False, stop_after: in
 
 
 def run_ranks(world_size: int, run_dir: str, overrides: list[str], resume: bool = False,
-              stop_after: int | None = None) -> None:
+              stop_after: int | None = None, observer: object = None) -> None:
     """``world_size`` gloo ranks on loopback, each calling :func:`run` (as torchrun would start them)."""
     from agentgym_core.rl.distributed import spawn
 
-    spawn(run, world_size, run_dir, [*overrides, f"trainer.learners={world_size}"], resume, stop_after)
+    spawn(run, world_size, run_dir, [*overrides, f"trainer.learners={world_size}"], resume, stop_after, observer)
 
 
 def train_lines(run_dir: str | Path) -> list[dict]:
@@ -110,3 +116,37 @@ def counted_run(run_dir: str, counts_dir: str, overrides: list[str]) -> None:
     learner_module.Learner.__init__ = remember_policy
     run(run_dir, overrides)
     Path(counts_dir, f"rank{os.environ.get('RANK', '0')}.json").write_text(json.dumps(counts))
+
+
+
+class EventLog:
+    """An observer plugin that writes down every event it hears, one file per rank (``rank0.log``, ...)."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+
+    def _write(self, event: str) -> None:
+        import os
+
+        with Path(self.log_dir, f"rank{os.environ.get('RANK', '0')}.log").open("a") as f:
+            f.write(event + "\n")
+
+    @hookimpl
+    def agentgym_observe_run_start(self) -> None:
+        self._write("run_start")
+
+    @hookimpl
+    def agentgym_observe_rollout(self, step: int) -> None:
+        self._write(f"rollout {step}")
+
+    @hookimpl
+    def agentgym_observe_update(self, step: int) -> None:
+        self._write(f"update {step}")
+
+    @hookimpl
+    def agentgym_observe_evaluation(self, step: int) -> None:
+        self._write(f"evaluation {step}")
+
+    @hookimpl
+    def agentgym_observe_run_end(self, error: str | None) -> None:
+        self._write(f"run_end {error}")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentgym_core.rl.config import load_config, recipe_kind
+from agentgym_core.recipes import recipe_kind
+from agentgym_core.rl.config import load_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

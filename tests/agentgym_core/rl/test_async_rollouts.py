@@ -24,7 +24,7 @@ class CountingWorker:
         self.sampled_with[step] = self.weights
         return RolloutResult([Trajectory(env="count", task_id=step)], 0.0, 0.0, 0)
 
-    def load_weights(self, weights: dict) -> None:
+    def load_weights(self, weights: dict, probe: object = None) -> None:
         self.weights = weights["version"]
 
     def evaluate(self, horizon: int, step: int) -> dict:

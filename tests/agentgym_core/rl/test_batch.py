@@ -9,8 +9,9 @@ import time
 import pytest
 
 from agentgym_core import hookimpl
+from agentgym_core.recipes import ConfigError
 from agentgym_core.rl.batch import trainable_trajectories
-from agentgym_core.rl.config import ConfigError, load_config
+from agentgym_core.rl.config import load_config
 from agentgym_core.rollout.trajectory import Trajectory
 
 

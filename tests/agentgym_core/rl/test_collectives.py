@@ -51,7 +51,8 @@ def test_a_rank_that_never_joins_fails_the_collective_within_the_configured_time
 
 
 def test_collective_timeout_is_a_recipe_key_with_help():
-    from agentgym_core.rl.config import ConfigError, TrainerConfig, load_config
+    from agentgym_core.recipes import ConfigError
+    from agentgym_core.rl.config import TrainerConfig, load_config
 
     field = TrainerConfig.model_fields["collective_timeout_s"]
     assert field.description

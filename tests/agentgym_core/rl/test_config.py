@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentgym_core.rl.config import ConfigError, load_config, save_config
+from agentgym_core.recipes import ConfigError
+from agentgym_core.rl.config import load_config, save_config
 
 
 def test_yaml_plus_overrides(tmp_path):
@@ -43,7 +44,7 @@ def test_recipes_in_examples_validate():
     from pathlib import Path
 
     from agentgym_core.finetune.config import load_finetune_config
-    from agentgym_core.rl.config import recipe_kind
+    from agentgym_core.recipes import recipe_kind
 
     recipes = sorted((Path(__file__).parents[3] / "examples").glob("*.yaml"))
     assert recipes

@@ -64,7 +64,8 @@ def test_shared_trunk_value_loss_moves_the_policy():
 def test_separate_critic_and_shared_head_agree_on_packed_and_padded_rows():
     from agentgym_core.rl.config import CriticConfig
     from agentgym_core.rl.critic import build_critic
-    from agentgym_core.rl.forward import forward_tokens, installed_version, packing_support_problem
+    from agentgym_core.rl.forward import forward_tokens
+    from agentgym_core.rl.packing_support import installed_version, packing_support_problem
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     model, _ = tiny_chat_model(seed=0)

@@ -20,7 +20,8 @@ from agentgym_core import hookimpl
 from agentgym_core.env import StepResult, TaskCatalog
 from agentgym_core.http.client import ServerUnreachableError
 from agentgym_core.http.pool import EnvPool, NoHealthyServerError
-from agentgym_core.rl.config import ConfigError, load_config
+from agentgym_core.recipes import ConfigError
+from agentgym_core.rl.config import load_config
 from agentgym_core.rl.trainer import train
 from agentgym_core.testing import serve_env
 

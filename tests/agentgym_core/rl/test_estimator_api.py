@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentgym_core.rl.config import AlgorithmConfig, ConfigError
+from agentgym_core.recipes import ConfigError
+from agentgym_core.rl.config import AlgorithmConfig
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo"])

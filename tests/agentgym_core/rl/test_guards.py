@@ -9,13 +9,8 @@ import pytest
 from word_env import WordEnv
 
 from agentgym_core import hookimpl
-from agentgym_core.rl.guards import (
-    EnvFailureBudgetExceeded,
-    WeightSyncError,
-    check_env_failures,
-    evaluation_panel,
-    panel_hash,
-)
+from agentgym_core.evaluation.panel import evaluation_panel, panel_hash
+from agentgym_core.rl.guards import EnvFailureBudgetExceeded, WeightSyncError, check_env_failures
 from agentgym_core.rl.trainer import train
 from agentgym_core.rollout.trajectory import Trajectory
 

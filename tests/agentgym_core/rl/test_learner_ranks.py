@@ -5,9 +5,11 @@ Ranks are real processes with a gloo process group on loopback (FSDP2 ``fully_sh
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
-from learner_ranks import final_weights, run, run_ranks, train_lines
+from learner_ranks import EventLog, final_weights, run, run_ranks, train_lines
 
 KEYS = ("pg_loss", "kl", "grad_norm", "kl_loss", "sampled_tokens", "trained_trajectories")
 
@@ -76,6 +78,21 @@ def test_two_fsdp_ranks_compute_what_one_process_computes(tmp_path, one_process)
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=5e-5, rtol=0), k
+
+
+@pytest.mark.slow
+def test_only_the_driving_rank_tells_observers_and_writes_the_log(tmp_path):
+    """Both ranks run the same loop; rank 0 drives. Observers hear every event once, from rank 0, and
+    metrics.jsonl has one line per step and evaluation (the other rank's driver is a NullDriver)."""
+    (tmp_path / "events").mkdir()
+    run_ranks(2, str(tmp_path / "run"), [*RANKS, "trainer.eval_tasks=2", "trainer.eval_every=1"],
+              observer=EventLog(str(tmp_path / "events")))
+    heard = (tmp_path / "events" / "rank0.log").read_text().splitlines()
+    assert heard == ["run_start", "evaluation 0", "rollout 0", "update 0", "evaluation 1", "rollout 1", "update 1",
+                     "evaluation 2", "run_end None"]
+    assert not (tmp_path / "events" / "rank1.log").exists()
+    logged = [(x["kind"], x["step"]) for x in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())]
+    assert logged == [("eval", 0), ("train", 1), ("eval", 1), ("train", 2), ("eval", 2)]
 
 
 @pytest.mark.slow

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from agentgym_core.rl.config import AlgorithmConfig, ConfigError, load_config
+from agentgym_core.recipes import ConfigError
+from agentgym_core.rl.config import AlgorithmConfig, load_config
 from agentgym_core.rl.losses import (
     LOG_RATIO_BOUND,
     aggregate,

@@ -224,7 +224,7 @@ def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_th
 
 
 def test_several_learner_ranks_refuse_the_state_on_disk(tmp_path, tiny_config):
-    from agentgym_core.rl.config import ConfigError
+    from agentgym_core.recipes import ConfigError
     from agentgym_core.rl.distributed import DistContext
     from agentgym_core.rl.learner import Learner
     from agentgym_core.testing.tiny_model import tiny_chat_model

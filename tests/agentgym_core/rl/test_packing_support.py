@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentgym_core.rl.config import ConfigError, load_config
+from agentgym_core.recipes import ConfigError
+from agentgym_core.rl.config import load_config
 
 
 def test_packing_support_problem_versions():
-    from agentgym_core.rl.forward import packing_support_problem
+    from agentgym_core.rl.packing_support import packing_support_problem
 
     assert packing_support_problem("4.53.1", "2.6.0") is None
     assert packing_support_problem("5.23.0", "2.13.0+cpu") is None
@@ -32,7 +33,8 @@ def test_config_refuses_packing_on_an_old_transformers(monkeypatch):
 
 
 def test_packed_rows_do_not_attend_across_sequences_on_the_installed_transformers():
-    from agentgym_core.rl.forward import forward_tokens, installed_version, pack_bins, packing_support_problem
+    from agentgym_core.rl.forward import forward_tokens, pack_bins
+    from agentgym_core.rl.packing_support import installed_version, packing_support_problem
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     if packing_support_problem(installed_version("transformers"), installed_version("torch")):

@@ -14,8 +14,9 @@ from pydantic import Field
 
 from agentgym_core import hookimpl
 from agentgym_core.plugins import PluginError
+from agentgym_core.recipes import ConfigError
 from agentgym_core.rl.checks import check_estimator
-from agentgym_core.rl.config import ConfigError, load_config
+from agentgym_core.rl.config import load_config
 from agentgym_core.rl.estimator_api import AdvantageConfig, AdvantageOutput
 from agentgym_core.rl.plugin_options import bind_plugin_options
 from agentgym_core.rl.trainer import train

@@ -119,7 +119,8 @@ def test_the_heap_trimmer_returns_free_heap_pages_while_the_phase_runs():
 
 
 def test_a_trim_interval_that_would_trim_continuously_is_refused_with_what_to_use():
-    from agentgym_core.rl.config import ConfigError, load_config
+    from agentgym_core.recipes import ConfigError
+    from agentgym_core.rl.config import load_config
 
     envs = "envs=[{name: babyai}]"
     assert load_config(None, [envs, "runtime.heap_trim_interval_s=0"]).runtime.heap_trim_interval_s == 0

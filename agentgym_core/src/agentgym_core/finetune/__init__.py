@@ -23,7 +23,7 @@ _WHERE = {
     "RejectionOptions": "agentgym_core.finetune_options", "SFTOptions": "agentgym_core.finetune_options",
     "WarmStartConfig": "agentgym_core.finetune_options",
     "DataFormatError": "data", "Example": "data", "TokenizerChat": "data", "agenttraj_messages": "data",
-    "load_examples": "data", "load_tokenizer": "data", "tokenize_messages": "data",
+    "load_examples": "data", "load_tokenizer": "agentgym_core.models", "tokenize_messages": "data",
     "ExpertSpec": "experts", "NoExpertError": "experts", "get_expert": "experts",
     "CollectResult": "collect", "collect": "collect",
     "FinetuneResult": "common",

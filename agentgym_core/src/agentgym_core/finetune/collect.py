@@ -21,8 +21,9 @@ from typing import Any
 
 from agentgym_core.env import Env
 from agentgym_core.finetune.config import CollectConfig
-from agentgym_core.finetune.data import TokenizerChat, load_tokenizer
+from agentgym_core.finetune.data import TokenizerChat
 from agentgym_core.finetune.experts import RecordingEnv, expert_trajectory, get_expert, play_expert
+from agentgym_core.models import load_tokenizer
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.chat import ChatFormat

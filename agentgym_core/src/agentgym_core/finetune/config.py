@@ -84,26 +84,6 @@ class FinetuneConfig(_Section):
             raise ValueError("kind=rejection_sampling samples from environments: set envs: [{name: ...}]")
         return self
 
-    @classmethod
-    def from_train_config(cls, config: Any, kind: str | None = None) -> FinetuneConfig:
-        """The fine-tuning view of an RL ``TrainConfig`` that carries ``data``/``sft``/``dpo``/``rejection_sampling``.
-
-        Shared sections are passed through; ``trainer`` keeps the fields both trainers have.
-        """
-        trainer = {k: v for k, v in config.trainer.model_dump().items() if k in FinetuneTrainerConfig.model_fields}
-        if getattr(config, "algorithm", None) is not None and "eval_max_turns" not in trainer:
-            from agentgym_core.rl.plugin_options import final_horizon_of
-
-            trainer["eval_max_turns"] = final_horizon_of(config)  # evaluate at the RL recipe's final horizon
-        data: dict[str, Any] = {
-            "kind": kind or config.trainer.kind, "model": config.model, "envs": config.envs,
-            "rollout": config.rollout, "optim": config.optim, "trainer": trainer, "runtime": config.runtime,
-        }
-        for section in ("data", "sft", "dpo", "rejection_sampling"):
-            if getattr(config, section, None) is not None:
-                data[section] = getattr(config, section)
-        return cls.model_validate(data)
-
 
 class CollectConfig(_Section):
     """What `agentgym collect` does: play tasks with an expert or a model, write a rollout log."""

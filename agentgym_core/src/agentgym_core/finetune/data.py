@@ -42,7 +42,6 @@ __all__ = [
     "TokenizerChat",
     "agenttraj_messages",
     "load_examples",
-    "load_tokenizer",
     "tokenize_messages",
 ]
 
@@ -116,19 +115,6 @@ class TokenizerChat:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
-
-
-def load_tokenizer(spec: str) -> Any:
-    """The tokenizer (with chat template) of a named model, .gguf file or HF directory, without the weights."""
-    from transformers import AutoTokenizer
-
-    from agentgym_core.models import resolve_model
-
-    resolved = resolve_model(spec)
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    if resolved.gguf_file:
-        kwargs["gguf_file"] = resolved.gguf_file
-    return AutoTokenizer.from_pretrained(resolved.directory, **kwargs)
 
 
 def _end_of_turn_id(chat: ChatFormat, with_system: bool) -> int | None:

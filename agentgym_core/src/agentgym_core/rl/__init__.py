@@ -3,7 +3,9 @@
     from agentgym_core.rl import load_config, train
     results = train(load_config("examples/babyai_grpo_cpu.yaml", ["trainer.steps=10"]))
 
-Where things are: ``trainer.train`` (the loop, one function), ``losses`` (PPO clip, KL, entropy,
+Where things are: ``trainer.train`` (the loop, one function, the same on every rank), ``roles`` (the
+Protocols of what it drives) and ``driver`` (rank 0's log, observers and evaluations; a do-nothing
+stand-in elsewhere), ``losses`` (PPO clip, KL, entropy,
 value loss), ``estimator_api`` + ``checks`` (the estimator plugin contract and its checker),
 ``forward`` (packed/padded per-token forward), ``critic`` (GAE's value model: separate or on the
 policy's trunk), ``update`` (epochs x mini-batches),
@@ -38,7 +40,7 @@ lazy_exports(__name__, {
     "AdvantageBatch": "agentgym_core.rl.estimator_api",
     "AdvantageConfig": "agentgym_core.rl.estimator_api",
     "AdvantageOutput": "agentgym_core.rl.estimator_api",
-    "ConfigError": "agentgym_core.rl.config",
+    "ConfigError": "agentgym_core.recipes",
     "Estimator": "agentgym_core.rl.estimator_api",
     "EstimatorCheckError": "agentgym_core.rl.checks",
     "TrainConfig": "agentgym_core.rl.config",

@@ -23,12 +23,17 @@ arrived, which is the synchronous schedule: the same batches from the same weigh
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from agentgym_core.rl.weight_sync import WeightSnapshot
 from agentgym_core.rollout.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentgym_core.rl.guards import SyncExpectation
+    from agentgym_core.rl.roles import RolloutRole
+    from agentgym_core.rl.rollout_worker import RolloutResult
 
 __all__ = ["AsyncRollouts", "StalenessError", "staleness_metrics"]
 
@@ -65,7 +70,7 @@ class AsyncRollouts:
 
     receives_weights = True  # the loop must publish every update, even with a backend sharing the module
 
-    def __init__(self, worker: Any, *, max_staleness: int, first_step: int, last_step: int,
+    def __init__(self, worker: RolloutRole, *, max_staleness: int, first_step: int, last_step: int,
                  stop_timeout_s: float = 60.0) -> None:
         self.worker, self.max_staleness = worker, max_staleness
         self._last_step, self._stop_timeout_s = last_step, stop_timeout_s
@@ -82,7 +87,7 @@ class AsyncRollouts:
         self._thread.start()
 
     # ---- the loop's calls ---------------------------------------------------------------------------
-    def collect(self, step: int) -> Any:
+    def collect(self, step: int) -> RolloutResult:
         """The batch of ``step``, each trajectory stamped with its policy version."""
         with self._cond:
             self._cond.wait_for(lambda: step in self._results or not self._thread.is_alive())
@@ -97,7 +102,7 @@ class AsyncRollouts:
                                  f"rollout.max_staleness={self.max_staleness}")
         return result
 
-    def load_weights(self, weights: Any, probe: Any = None) -> None:
+    def load_weights(self, weights: Any, probe: SyncExpectation | None = None) -> None:
         """The learner's weights after one more update (the next policy version); ``probe`` (the sync check,
         :mod:`agentgym_core.rl.guards`) is checked when the sampling thread loads them."""
         weights = _private_copy(weights)
@@ -129,7 +134,7 @@ class AsyncRollouts:
             weights, version, probe = self._pending, self._published, self._pending_probe
             self._pending = self._pending_probe = None
         if weights is not None:
-            self.worker.load_weights(weights, **({"probe": probe} if probe is not None else {}))
+            self.worker.load_weights(weights, probe)
         self._loaded = version
 
     def _run(self) -> None:

@@ -20,16 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validat
 
 import agentgym_core.rl.packing_support as packing
 from agentgym_core.finetune_options import WarmStartConfig
-from agentgym_core.recipes import (  # the loader's names, re-exported where RL code has always found them
-    RECIPE_KINDS,
-    ConfigError,
-    apply_overrides,
-    load_recipe,
-    read_recipe,
-    recipe_kind,
-    save_recipe,
-    validation_message,
-)
+from agentgym_core.recipes import ConfigError, load_recipe, save_recipe
 from agentgym_core.rl.estimator_api import AdvantageConfig, Estimator, min_group_size
 from agentgym_core.schedulers import RoundsConfig
 
@@ -37,7 +28,6 @@ __all__ = [
     "ActorResources",
     "Aggregation",
     "AlgorithmConfig",
-    "ConfigError",
     "CriticConfig",
     "CurriculumConfig",
     "DynamicSamplingConfig",
@@ -47,19 +37,14 @@ __all__ = [
     "LoraConfig",
     "ModelConfig",
     "OptimConfig",
-    "RECIPE_KINDS",
     "RayConfig",
     "RolloutConfig",
     "RuntimeConfig",
     "TrainConfig",
     "TrainerConfig",
-    "apply_overrides",
     "check_group_size",
     "load_config",
-    "read_recipe",
-    "recipe_kind",
     "save_config",
-    "validation_message",
 ]
 
 
@@ -550,7 +535,7 @@ class TrainConfig(_Section):
     _backend_shares_module: bool | None = None
 
     @property
-    def off_policy_correction(self) -> str:
+    def off_policy_correction(self) -> Literal["none", "tis", "decoupled"]:
         """``algorithm.off_policy.correction`` with ``auto`` resolved (see its help) from what the backend
         declares; a config not yet bound to its plugins counts as sampling elsewhere (tis)."""
         chosen = self.algorithm.off_policy.correction

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgym_core.rl.config import DynamicSamplingConfig
 from agentgym_core.rl.rollout_worker import RolloutResult
 from agentgym_core.rollout.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentgym_core.rl.guards import SyncExpectation
+    from agentgym_core.rl.roles import PlacedRollouts
 
 __all__ = ["SignalSampling", "collect_with_signal", "count_mixed_groups", "mixed_groups_only"]
 
@@ -93,11 +97,21 @@ class SignalSampling:
     rounds then run in the sampling thread, ahead of the learner like the rest.
     """
 
-    def __init__(self, worker: Any, config: DynamicSamplingConfig) -> None:
+    def __init__(self, worker: PlacedRollouts, config: DynamicSamplingConfig) -> None:
         self.worker, self.config = worker, config
+
+    @property
+    def receives_weights(self) -> bool:
+        return self.worker.receives_weights
 
     def collect(self, step: int) -> RolloutResult:
         return collect_with_signal(lambda sampling_round: self.worker.collect(step, sampling_round), self.config)
+
+    def load_weights(self, weights: Any, probe: SyncExpectation | None = None) -> None:
+        self.worker.load_weights(weights, probe)
+
+    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
+        return self.worker.evaluate(horizon, step)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.worker, name)

@@ -10,7 +10,7 @@ Both layouts give the same numbers; they differ in cost:
 * **padded**: one sequence per row, right-padded to the longest of its forward, with an
   attention mask. This is the plain baseline ``bench/train_step.py`` measures against.
 
-Packing needs transformers >= 4.53.1 and torch >= 2.6 (:func:`packing_support_problem`): older
+Packing needs transformers >= 4.53.1 and torch >= 2.6 (:func:`agentgym_core.rl.packing_support.packing_support_problem`): older
 transformers build a plain causal mask from ``position_ids`` for the eager and SDPA attention used
 here, and with torch < 2.6 transformers drops the packed mask, so tokens would silently attend to
 the sequences packed before them. The config refuses ``algorithm.packing: true`` there.
@@ -31,35 +31,26 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from agentgym_core.rl.critic import SeparateCritic, ValueHead
 from agentgym_core.rl.losses import entropy_from_logits
-from agentgym_core.rl.packing_support import (  # re-exported: the forward pass's version gate
-    PACKING_MIN_TORCH,
-    PACKING_MIN_TRANSFORMERS,
-    installed_version,
-    packing_support_problem,
-)
 from agentgym_core.training.activation_checkpointing import checkpointing_for_forward
 
 __all__ = [
-    "PACKING_MIN_TORCH",
-    "PACKING_MIN_TRANSFORMERS",
     "TokenStats",
     "ValueHead",
     "bf16_autocast",
     "count_forwards",
     "forward_tokens",
-    "installed_version",
     "mixed_precision",
     "pack_bins",
-    "packing_support_problem",
 ]
 
 
-def mixed_precision(mode: str, model: torch.nn.Module, cache: bool = True) -> contextlib.AbstractContextManager:
+def mixed_precision(mode: str, model: torch.nn.Module, cache: bool = True) -> contextlib.AbstractContextManager[Any]:
     """The autocast context of ``model.mixed_precision`` (``no``, ``bf16`` or ``auto``) on the model's device.
 
     Weights, gradients and optimizer state keep their dtype; matmuls run in bfloat16. ``auto``
@@ -225,6 +216,7 @@ def forward_tokens(
                     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
                         entropy[i, local[part]] = entropy_from_logits(chunk)
             if values is not None:
+                assert value_head is not None and value_hidden is not None  # values are made only with a value head
                 hidden = value_hidden[row, cols - 1]  # (n, H): state before token t
                 values[i, local] = value_head(hidden)
     return TokenStats(logprobs=logprobs, entropy=entropy, values=values)

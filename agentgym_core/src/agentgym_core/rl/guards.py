@@ -8,10 +8,9 @@
   sequence as the weights are published, the rollout backend scores it again once it has loaded them;
   a mean per-token log-prob gap above ``rollout.sync_check_tolerance`` stops the run (a sync that
   silently did not take, wrong parameter names, a backend that kept its old weights).
-* :func:`evaluation_panel` / :func:`panel_hash`, the fixed evaluation panels: the task ids each
-  evaluation plays, per environment, and a short hash of them, logged at the start of every run, so two
-  runs (or a run and an ``agentgym eval``) can be seen to evaluate the same tasks. The ids depend only on
-  the catalog and the recipe, never on how many workers, ranks or servers play them.
+
+The fixed evaluation panels (the task ids each evaluation plays, and their hash, logged at the start of
+every run) are :mod:`agentgym_core.evaluation.panel`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym_core.evaluation.panel import describe_panel, evaluation_panel, panel_hash, panel_record
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = [
@@ -34,10 +32,6 @@ __all__ = [
     "WeightSyncError",
     "WeightSyncProbe",
     "check_env_failures",
-    "describe_panel",
-    "evaluation_panel",
-    "panel_hash",
-    "panel_record",
 ]
 
 

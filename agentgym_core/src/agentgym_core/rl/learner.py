@@ -37,8 +37,9 @@ from typing import Any
 
 import torch
 
+from agentgym_core.recipes import ConfigError
 from agentgym_core.rl.batch import RLBatch
-from agentgym_core.rl.config import ConfigError, TrainConfig
+from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.critic import build_critic
 from agentgym_core.rl.distributed import DistContext, barrier, broadcast_object, gather_object
 from agentgym_core.rl.forward import (
@@ -202,7 +203,7 @@ class Learner:
                     module.get_buffer(name).copy_(value)
 
     @property
-    def precision(self) -> contextlib.AbstractContextManager:
+    def precision(self) -> contextlib.AbstractContextManager[Any]:
         """Autocast on one process; under FSDP2 the mixed-precision policy casts instead."""
         if self.ctx.distributed:
             return contextlib.nullcontext()
@@ -220,7 +221,7 @@ class Learner:
         alg = self.config.algorithm
         device = self.device
         mask = batch.mask.to(device)
-        kw = {"temperature": temperature, "packing": alg.packing, "max_tokens": alg.micro_batch_tokens,
+        kw: dict[str, Any] = {"temperature": temperature, "packing": alg.packing, "max_tokens": alg.micro_batch_tokens,
               "pad_token_id": self.pad_token_id}
         if not alg.recomputes_old_logprobs:  # one optimizer step: the update's own log-probs are the old ones
             return ScoredBatch(mask=mask, token_rewards=batch.token_rewards.to(device),
@@ -231,7 +232,7 @@ class Learner:
         sequences, rows_mask, idle = batch.sequences, mask, 0
         if self.ctx.distributed:
             sequences, rows_mask = [batch.sequences[i] for i in mine], mask[mine]
-            plan = {"packing": alg.packing, "max_tokens": alg.micro_batch_tokens}
+            plan: dict[str, Any] = {"packing": alg.packing, "max_tokens": alg.micro_batch_tokens}
             busiest = max(count_forwards([batch.sequences[i] for i in s], mask[s], **plan) for s in shares)
             idle = busiest - count_forwards(sequences, rows_mask, **plan)
         with self.precision:
@@ -333,7 +334,7 @@ class Learner:
         with self.state_on_disk.paused() if self.state_on_disk is not None else contextlib.nullcontext():
             found = get_optimizer_state_dict(self._trainable(), self.optimizer,
                                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if stored:
+        if stored and self.state_on_disk is not None:
             self.state_on_disk.store()  # the file still holds it: nothing written
         return found
 

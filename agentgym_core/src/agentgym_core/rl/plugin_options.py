@@ -38,7 +38,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agentgym_core.plugins import PluginError, PluginManager, Registration, get_plugin_manager
-from agentgym_core.rl.config import ConfigError, TrainConfig, check_group_size
+from agentgym_core.recipes import ConfigError
+from agentgym_core.rl.config import TrainConfig, check_group_size
 from agentgym_core.rl.estimator_api import AdvantageConfig
 from agentgym_core.rollout.backend import BackendCapabilities, capabilities_of
 from agentgym_core.schedulers import RoundsConfig, final_horizon
@@ -125,7 +126,7 @@ def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> T
     if registered.declared("critic") and not alg.critic.enabled:
         raise ConfigError(f"algorithm.estimator={alg.estimator} reads critic values, so it needs "
                           "algorithm.critic.enabled=true (or pick an estimator without a critic, e.g. grpo)")
-    check_group_size(config, None, registered.declared("min_group_size"))  # type: ignore[arg-type]
+    check_group_size(config, None, registered.declared("min_group_size"))
     capabilities = capabilities_of(backend.declared("capabilities"))
     if config.model.lora.enabled and config.trainer.learners > 1 and not capabilities.lora_adapters:
         raise ConfigError(f"model.lora.enabled with trainer.learners={config.trainer.learners}: the ranks send the "

@@ -40,11 +40,11 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None, *
 
     if runtime is not None:
         apply_runtime(runtime)
-    device = resolve_device(config.device) if device is None else torch.device(device)
-    if device.type == "meta":
+    where = resolve_device(config.device) if device is None else torch.device(device)
+    if where.type == "meta":
         model, tokenizer = _model_structure(config)
     else:
-        model, tokenizer = load_pretrained(config.path, device=str(device), dtype=config.dtype)
+        model, tokenizer = load_pretrained(config.path, device=str(where), dtype=config.dtype)
     if config.gradient_checkpointing:  # transformers 5 renamed it; 4.x has only the old name
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()

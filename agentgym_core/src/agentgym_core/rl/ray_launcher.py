@@ -40,7 +40,9 @@ from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import ActorResources, TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
 from agentgym_core.rl.distributed import DistContext
+from agentgym_core.rl.guards import SyncExpectation
 from agentgym_core.rl.plugin_options import backend_capabilities
+from agentgym_core.rl.roles import Unmeasured
 from agentgym_core.rl.rollout_worker import RolloutResult, merge_slices
 from agentgym_core.training.memory import HeapTrimmer, prefer_expandable_cuda_segments
 
@@ -141,7 +143,7 @@ class LearnerRank:
             return None, 0
         # Only the engine's dtype goes into the object store (bfloat16 for vLLM: half the float32 masters).
         snapshot = WeightSnapshot((k, v.detach().cpu()) for k, v in weights.items())
-        return snapshot, int(self.learner.weight_sync_bytes)
+        return snapshot, int(self.learner.weight_sync_bytes or 0)
 
     def save(self, run_dir: str, step: int, keep: int, extra_state: dict[str, Any],
              hf_weights: bool = True) -> None:
@@ -206,12 +208,12 @@ class RolloutActor:
         finally:
             self.collecting = False
 
-    def load_weights(self, weights: dict[str, Any], probe: Any = None) -> float | None:
+    def load_weights(self, weights: dict[str, Any], probe: SyncExpectation | None = None) -> float | None:
         """Load ``weights``; with ``probe``, check them as a local worker does and return the gap found."""
         self.worker.load_weights(weights, probe)
         return None if probe is None else probe.gap
 
-    def check_weights(self, probe: Any) -> float | None:
+    def check_weights(self, probe: SyncExpectation) -> float | None:
         self.worker.check_weights(probe)
         return probe.gap
 
@@ -231,7 +233,7 @@ def _to_cpu(scored: Any) -> Any:
     def move(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return value.cpu()
-        if dataclasses.is_dataclass(value):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return dataclasses.replace(value, **{f.name: move(getattr(value, f.name))
                                                  for f in dataclasses.fields(value)})
         return value
@@ -426,18 +428,18 @@ class RayRolloutGroup:
         result.metrics.update(self.restart_metrics())
         return result
 
-    def load_weights(self, weights: Any, probe: Any = None) -> None:
-        """Every worker loads ``weights``; with ``probe`` each then checks them, as a local worker does, and
-        ``probe.gap`` is the largest gap any found."""
+    def load_weights(self, weights: Any, probe: SyncExpectation | None = None) -> None:
+        """Every worker loads ``weights`` (an object-store reference); with ``probe`` each then checks them, as
+        a local worker does, and ``probe.gap`` is the largest gap any found."""
         self.weights = weights
         self._record_gap(probe, self._on_each("load_weights", lambda w: w.load_weights.remote(weights, probe)))
 
-    def check_weights(self, probe: Any) -> None:
+    def check_weights(self, probe: SyncExpectation) -> None:
         """Every worker checks the weights it holds against ``probe`` (the check at the start of a run)."""
         self._record_gap(probe, self._on_each("check_weights", lambda w: w.check_weights.remote(probe)))
 
     @staticmethod
-    def _record_gap(probe: Any, gaps: list[float | None]) -> None:
+    def _record_gap(probe: SyncExpectation | None, gaps: list[float | None]) -> None:
         if probe is not None:
             probe.gap = max((g for g in gaps if g is not None), default=None)
 
@@ -529,6 +531,10 @@ class RayRoles:
         # the driver's copy of the tokenizer: the weight-sync probe's tokens (the ranks save their own)
         self.tokenizer = self.remote.get(ranks[0].get_tokenizer.remote(), "learner rank 0: tokenizer")
         return group
+
+    def phase_meter(self) -> Unmeasured:
+        """The driver holds neither role: its own memory says nothing of the phases."""
+        return Unmeasured()
 
     def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any,
                        curriculum: TaskCurriculum | None = None) -> RayRolloutGroup:

@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from agentgym_core.rl.batch import RLBatch
-from agentgym_core.rl.curriculum import TaskCurriculum
-from agentgym_core.rl.rollout_worker import RolloutResult
-from agentgym_core.rl.update import UpdateInputs
+if TYPE_CHECKING:  # the loop's types only: a launcher that places the roles elsewhere imports no torch here
+    import torch
 
-__all__ = ["LearnerRole", "Roles", "RolloutRole"]
+    from agentgym_core.rl.batch import RLBatch
+    from agentgym_core.rl.curriculum import TaskCurriculum
+    from agentgym_core.rl.guards import SyncExpectation
+    from agentgym_core.rl.learner import ScoredBatch
+    from agentgym_core.rl.rollout_worker import RolloutResult
+    from agentgym_core.rl.update import UpdateInputs
+
+__all__ = ["LearnerRole", "PhaseMeter", "PlacedRollouts", "Roles", "RolloutRole", "Unmeasured"]
 
 
 class LearnerRole(Protocol):
@@ -39,11 +44,16 @@ class LearnerRole(Protocol):
         """The learning rate of the next optimizer step."""
         ...
 
-    def score(self, batch: RLBatch, *, temperature: float) -> Any:
-        """Old and reference log-probs of ``batch`` (a :class:`~agentgym_core.rl.learner.ScoredBatch`)."""
+    @property
+    def weight_sync_bytes(self) -> int | None:
+        """Bytes of the weights the last :meth:`rollout_weights` sent (None before the first)."""
         ...
 
-    def update(self, inputs: UpdateInputs, *, temperature: float, generator: Any) -> dict[str, float]:
+    def score(self, batch: RLBatch, *, temperature: float) -> ScoredBatch:
+        """Old and reference log-probs of ``batch``."""
+        ...
+
+    def update(self, inputs: UpdateInputs, *, temperature: float, generator: torch.Generator) -> dict[str, float]:
         """One step's PPO update; its metrics."""
         ...
 
@@ -51,14 +61,15 @@ class LearnerRole(Protocol):
         """Advance the learning-rate schedule by one training step."""
         ...
 
-    def rollout_weights(self) -> Any:
-        """The weights the rollout side loads after an update (what :meth:`RolloutRole.load_weights` takes)."""
+    def rollout_weights(self, dtype: torch.dtype | None = None) -> Any:
+        """The weights the rollout side loads after an update, in ``dtype`` (what the rollout engine holds;
+        what :meth:`RolloutRole.load_weights` takes)."""
         ...
 
-    def save(
-        self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int
-    ) -> None:
-        """Checkpoint ``step`` under ``run_dir``."""
+    def save(self, run_dir: Path, step: int, *, tokenizer: Any, extra_state: dict[str, Any], keep: int,
+             hf_weights: bool = True) -> None:
+        """Checkpoint ``step`` under ``run_dir``; sharded learners gather Hugging Face weights only with
+        ``hf_weights``."""
         ...
 
     def load(self, checkpoint: Path) -> dict[str, Any]:
@@ -67,24 +78,74 @@ class LearnerRole(Protocol):
 
 
 class RolloutRole(Protocol):
-    """Samples each step's trajectories, evaluates, takes weights."""
+    """What the loop samples from: each step's trajectories, evaluations, new weights."""
 
     @property
     def receives_weights(self) -> bool:
         """Whether the loop must hand it weights after every update (False: it samples the learner's module)."""
         ...
 
-    def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
+    def collect(self, step: int) -> RolloutResult:
         """Step ``step``'s trajectories (all of them, wherever they were sampled)."""
         ...
 
-    def load_weights(self, weights: Any, probe: Any = None) -> None:
+    def load_weights(self, weights: Any, probe: SyncExpectation | None = None) -> None:
         """New weights after an update; ``probe``: the sync check to run once they are loaded (rl/guards.py)."""
         ...
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         """A held-out evaluation of the current weights."""
         ...
+
+
+class PlacedRollouts(RolloutRole, Protocol):
+    """The rollout side as a launcher places it, before the loop wraps it for dynamic sampling
+    (:class:`~agentgym_core.rl.dynamic_sampling.SignalSampling`) or asynchronous rollouts
+    (:class:`~agentgym_core.rl.async_rollouts.AsyncRollouts`)."""
+
+    def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
+        """Round ``sampling_round`` of step ``step`` (dynamic sampling asks for more rounds)."""
+        ...
+
+    def check_weights(self, probe: SyncExpectation) -> None:
+        """The sync check on the weights it holds now (at the start of a run)."""
+        ...
+
+
+class PhaseMeter(Protocol):
+    """Peak memory of one phase of a step (:class:`~agentgym_core.training.memory.PhasePeak`)."""
+
+    def start(self) -> PhaseMeter: ...
+
+    def stop(self) -> None: ...
+
+    def __enter__(self) -> PhaseMeter: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def as_metrics(self, suffix: str = "") -> dict[str, float]:
+        """The phase's peaks as metrics named with ``suffix``."""
+        ...
+
+
+class Unmeasured:
+    """The meter of a process that holds neither role (the Ray driver): its memory says nothing of the phases."""
+
+    def start(self) -> Unmeasured:
+        return self
+
+    def stop(self) -> None:
+        """Nothing was measured."""
+
+    def __enter__(self) -> Unmeasured:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Nothing was measured."""
+
+    def as_metrics(self, suffix: str = "") -> dict[str, float]:
+        """No metrics."""
+        return {}
 
 
 class Roles(Protocol):
@@ -99,6 +160,11 @@ class Roles(Protocol):
 
     def rollout_worker(
         self, stack: contextlib.ExitStack, scheduler: Any, curriculum: TaskCurriculum | None
-    ) -> RolloutRole:
+    ) -> PlacedRollouts:
         """This process's rollout side, closed by ``stack``."""
+        ...
+
+    def phase_meter(self) -> PhaseMeter:
+        """A meter of this process's peak memory in one phase (:class:`Unmeasured` where the roles run
+        elsewhere)."""
         ...

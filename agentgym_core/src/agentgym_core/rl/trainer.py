@@ -11,8 +11,10 @@ The roles live next to this file, behind the interfaces of :mod:`agentgym_core.r
 ``trainer.learners`` ranks) and :class:`~agentgym_core.rl.rollout_worker.RolloutWorker` (backend,
 engines, environment clients). With several learner ranks every rank runs this same loop: it
 samples its share of each step's episodes and scores its share of the rows, and receives the
-whole step (:mod:`agentgym_core.rl.colocated`), so every rank computes the same advantages; rank 0
-is the driver that also logs, evaluates and writes the checkpoint files. Everything else (losses,
+whole step (:mod:`agentgym_core.rl.colocated`), so every rank computes the same advantages. Rank 0
+drives: its :class:`~agentgym_core.rl.driver.Driver` writes the log, tells observers and evaluates, while
+the other ranks' :class:`~agentgym_core.rl.driver.NullDriver` does nothing, so the loop asks which rank
+it runs on only where the driver advances the round schedule. Everything else (losses,
 estimators, schedulers, batching) lives in small modules next to this one; this file is the order
 in which they are used.
 
@@ -25,13 +27,13 @@ actors answering the same calls (:mod:`agentgym_core.rl.ray_launcher`). ``rollou
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import pickle
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,7 @@ from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.async_rollouts import AsyncRollouts, staleness_metrics
 from agentgym_core.rl.batch import apply_truncation_policy, build_batch, step_seed, trainable_trajectories
 from agentgym_core.rl.colocated import RankRollouts, rollout_copy
-from agentgym_core.rl.config import TrainConfig, check_group_size, save_config
+from agentgym_core.rl.config import TrainConfig, check_group_size
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
 from agentgym_core.rl.distributed import (
     DistContext,
@@ -53,23 +55,17 @@ from agentgym_core.rl.distributed import (
     spawn,
     visible_gpus,
 )
+from agentgym_core.rl.driver import Driver, NullDriver
 from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
-from agentgym_core.rl.envs import eval_conditions
-from agentgym_core.rl.estimator_api import AdvantageBatch
-from agentgym_core.rl.guards import (
-    WeightSyncProbe,
-    check_env_failures,
-    describe_panel,
-    evaluation_panel,
-    panel_record,
-)
-from agentgym_core.rl.learner import Learner
+from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageOutput
+from agentgym_core.rl.guards import WeightSyncProbe, check_env_failures
+from agentgym_core.rl.learner import Learner, ScoredBatch
 from agentgym_core.rl.losses import masked_mean
 from agentgym_core.rl.off_policy import mismatch_alarm, mismatch_by_label, mismatch_stats, mismatch_sums
 from agentgym_core.rl.plugin_options import backend_capabilities, bind_plugin_options
 from agentgym_core.rl.policy import load_policy, load_policy_for_ranks, resolve_device
-from agentgym_core.rl.roles import LearnerRole, Roles, RolloutRole
-from agentgym_core.rl.rollout_worker import build_rollout_worker
+from agentgym_core.rl.roles import LearnerRole, PlacedRollouts, Roles, RolloutRole
+from agentgym_core.rl.rollout_worker import RolloutResult, build_rollout_worker
 from agentgym_core.rl.update import UpdateInputs
 from agentgym_core.rl.weight_sync import engine_dtype, weight_sync_metrics
 from agentgym_core.rollout.backend import capabilities_of
@@ -81,7 +77,6 @@ from agentgym_core.training.memory import (
     prefer_expandable_cuda_segments,
     release_memory,
 )
-from agentgym_core.training.tracking import MetricsWriter
 
 __all__ = ["train"]
 
@@ -117,8 +112,8 @@ def train(
         from agentgym_core.rl.ray_launcher import RayRoles
 
         pm = plugin_manager or get_plugin_manager()
-        return _train(bind_plugin_options(config, pm), pm, resume=resume, model=None, tokenizer=None,
-                      stop_after=stop_after, eval_before=eval_before, place_roles=RayRoles)
+        return _train(bind_plugin_options(config, pm), pm, RayRoles, resume=resume, stop_after=stop_after,
+                      eval_before=eval_before)
     if config.trainer.learners > 1 and not ranks_running:
         if model is not None or plugin_manager is not None:
             raise ValueError("trainer.learners > 1 spawns fresh processes: they load config.model.path and installed "
@@ -127,19 +122,24 @@ def train(
         return _spawn_learners(config, resume=resume, stop_after=stop_after, eval_before=eval_before)
     pm = plugin_manager or get_plugin_manager()
     config = bind_plugin_options(config, pm)  # estimator/scheduler plugins get their own typed options
-    return _train(config, pm, resume=resume, model=model, tokenizer=tokenizer, stop_after=stop_after,
+    return _train(config, pm, _LocalRoles.with_model(model, tokenizer), resume=resume, stop_after=stop_after,
                   eval_before=eval_before)
 
 
-def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, tokenizer: Any,
-           stop_after: int | None, eval_before: dict[str, Any] | None, place_roles: Any = None) -> dict[str, Any]:
-    """The loop. ``place_roles(config, pm, ctx)`` puts the learner and the rollout worker somewhere else
-    (the Ray launcher: actors with the same calls); by default both live in this process."""
+PlaceRoles = Callable[[TrainConfig, PluginManager, DistContext], Roles]
+
+
+def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, resume: bool, stop_after: int | None,
+           eval_before: dict[str, Any] | None) -> dict[str, Any]:
+    """The loop, the same on every rank; ``place_roles(config, pm, ctx)`` says where the learner and the rollout
+    worker live (:class:`_LocalRoles`: in this process; the Ray launcher: actors answering the same calls)."""
     cfg, alg = config, config.algorithm
     run_dir = Path(cfg.trainer.run_dir)
     ctx = init_from_environment(resolve_device(cfg.model.device), timeout_s=cfg.trainer.collective_timeout_s)
     if ctx.distributed and ctx.world_size != cfg.trainer.learners:
         raise ValueError(f"trainer.learners={cfg.trainer.learners} but {ctx.world_size} ranks were started")
+    # Rank 0 drives: it writes the run directory, tells observers and evaluates; other ranks' driver does nothing.
+    driver: Driver | NullDriver = Driver(cfg, pm) if ctx.is_main else NullDriver()
     error: BaseException | None = None
     metrics: dict[str, float] = {}
     try:
@@ -150,95 +150,55 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
         check_group_size(cfg, estimate, registered.declared("min_group_size"))
         scheduler = pm.get("round_scheduler", alg.rounds_ctrl.type)(alg.rounds_ctrl)
         curriculum = curriculum_for(cfg.rollout)  # None unless rollout.curriculum draws tasks by pass rate
-        checkpoint = latest_checkpoint(run_dir) if resume else None
-        if resume and checkpoint is None:
-            raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints; "
-                                    "start without --resume")
+        checkpoint = _checkpoint_to_resume(run_dir) if resume else None
         random.seed(cfg.trainer.seed)
         torch.manual_seed(cfg.trainer.seed)
-        roles: Roles = place_roles(cfg, pm, ctx) if place_roles is not None else \
-            _LocalRoles(cfg, pm, ctx, model, tokenizer)
+        roles = place_roles(cfg, pm, ctx)
         results: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
             stack.enter_context(HeapTrimmer(cfg.runtime.heap_trim_interval_s))  # RSS follows what phases hold
-            learner: LearnerRole = roles.learner(stack)  # the KL reference: these initial weights
-            start_step = 0
-            if checkpoint is not None:
-                state = learner.load(checkpoint)  # also each rank's RNG state, where that rank lives
-                scheduler.load_state_dict(state["round_scheduler"])
-                if curriculum is not None and state.get("curriculum") is not None:
-                    curriculum.load_state_dict(state["curriculum"])
-                start_step = int(state["step"])
-            worker: RolloutRole = roles.rollout_worker(stack, scheduler, curriculum)  # on every local rank
+            learner = roles.learner(stack)  # the KL reference: these initial weights
+            start_step = _restore(checkpoint, learner, scheduler, curriculum) if checkpoint is not None else 0
+            placed = roles.rollout_worker(stack, scheduler, curriculum)  # on every local rank
             sync_dtype = engine_dtype(cfg, ctx.device)  # what the rollout engine holds: what the learner sends
-            if checkpoint is not None and worker.receives_weights:  # sample from the restored weights
-                worker.load_weights(learner.rollout_weights(sync_dtype))
-            writer = None
-            if ctx.is_main:
-                run_dir.mkdir(parents=True, exist_ok=True)
-                save_config(cfg, run_dir / "config.yaml")
-                writer = MetricsWriter(run_dir, tensorboard=cfg.trainer.tensorboard,
-                                       wandb_project=cfg.trainer.wandb_project, config=cfg.model_dump(mode="json"),
-                                       resume_step=start_step if resume else None)
-                stack.callback(writer.close)
-                pm.hook.agentgym_observe_run_start(run_dir=str(run_dir), config=cfg.model_dump(mode="json"))
-            tokenizer = roles.tokenizer
+            if checkpoint is not None and placed.receives_weights:  # sample from the restored weights
+                placed.load_weights(learner.rollout_weights(sync_dtype))
+            driver.open(stack, placed, start_step=start_step, resume=resume)
             # A backend with its own copy of the weights must score a fixed probe as the learner does, from the
-            # start and after every sync (rl/guards.py).
-            sync_probe = _sync_probe(cfg, tokenizer, worker)
+            # start and after every sync (rl/guards.py). The Ray driver holds no tokenizer, and checks nothing.
+            sync_probe = _sync_probe(cfg, roles.tokenizer, placed)
             if sync_probe is not None:  # every rank checks its own engine
-                worker.check_weights(sync_probe.expect(learner, start_step))  # collective on several ranks
+                placed.check_weights(sync_probe.expect(learner, start_step))  # collective on several ranks
             final_horizon = scheduler_final_horizon(scheduler, cfg.trainer.steps)  # what evaluations play
-            if ctx.is_main:
-                _log_panel(cfg, worker, run_dir, final_horizon)  # the tasks every evaluation plays, how, and the hash
+            driver.log_panel(placed, final_horizon)  # the tasks every evaluation plays, how, and the hash
 
-            # ---- evaluation before training (rank 0; a resumed run reads it back from its log) --------
-            if ctx.is_main:
-                results.update(_evaluate_before(cfg, worker, writer, pm, start_step, final_horizon, eval_before,
-                                                measure=place_roles is None))
+            # ---- evaluation before training (the driver; a resumed run reads it back from its log) --------
+            results.update(driver.evaluate_before(placed, roles.phase_meter(), start_step=start_step,
+                                                  horizon=final_horizon, known=eval_before))
 
             last_step = cfg.trainer.steps if stop_after is None else min(cfg.trainer.steps, start_step + stop_after)
-            if cfg.rollout.dynamic_sampling.min_mixed_groups:
-                worker = SignalSampling(worker, cfg.rollout.dynamic_sampling)  # rounds until enough groups have signal
-            if cfg.rollout.max_staleness > 0 or roles.pipelined:
-                # Sampling runs ahead of the learner in a thread, at most max_staleness versions behind.
-                worker = AsyncRollouts(worker, max_staleness=cfg.rollout.max_staleness, first_step=start_step,
-                                       last_step=last_step)
-                stack.callback(worker.stop)
-            bar = tqdm(range(start_step, last_step), initial=start_step, total=cfg.trainer.steps,
-                       disable=not (cfg.trainer.progress and ctx.is_main), desc="train", dynamic_ncols=True)
-            for step in bar:
+            worker = _sampling(stack, placed, cfg, pipelined=roles.pipelined, first_step=start_step,
+                               last_step=last_step)
+            for step in driver.steps(start_step, last_step):
                 t_step = time.perf_counter()
                 # ---- 1-2. rollouts: group_size samples per task, per env, horizon from the scheduler --
                 # With several local ranks each samples its slice; every rank receives the whole step.
-                with PhasePeak() as rollout_peak:
+                with roles.phase_meter() as rollout_peak:
                     rollout = worker.collect(step)
                 release_memory()  # the rollout's KV caches, before the learner's largest allocations
-                if ctx.is_main:
-                    if curriculum is not None:
-                        # Now, before the new weights are published: a pipelined rollout side (Ray) draws the
-                        # next step's tasks as soon as they are, and must see this step's outcomes.
-                        curriculum.update(rollout.trajectories)
-                    pm.hook.agentgym_observe_rollout(step=step, trajectories=rollout.trajectories, metrics={})
+                driver.observe_rollout(step, rollout.trajectories)
                 staleness = staleness_metrics(rollout.trajectories, step)  # synchronous samples: version `step`
                 trainable, infra_failed, logged_as = _episodes_to_train(rollout.trajectories, cfg, step)
 
                 # ---- 3. rewards on policy tokens, old and reference log-probs (each rank its share) ---
-                update_peak = PhasePeak().start()  # scoring and the update: stopped after step 5
+                update_peak = roles.phase_meter().start()  # scoring and the update: stopped after step 5
                 batch = build_batch(trainable, invalid_action_penalty=alg.invalid_action_penalty)
                 scored = learner.score(batch, temperature=cfg.rollout.temperature)
-                # The sampler/learner mismatch per env and per worker, checked before the update: past stop_kl
-                # in any of them the step trains nothing and the run stops once it is logged.
-                labels = _row_labels(batch.trajectories, rollout, logged_as)
-                mismatch = _scoring_metrics(scored, alg.off_policy.cap, labels)
-                stopped = _sampler_mismatch(mismatch, cfg, step, warn=ctx.is_main)
+                # the sampler/learner mismatch per env and worker, before the update: past stop_kl it trains nothing
+                labels, mismatch, stopped = _mismatch_before_update(batch, rollout, logged_as, scored, cfg, step, driver)
 
                 # ---- 4. advantages from the estimator plugin (every rank: the same scores, the same result)
-                adv = estimate(AdvantageBatch(token_rewards=scored.token_rewards, response_mask=scored.mask > 0,
-                                              group_ids=batch.group_ids.to(scored.mask.device),
-                                              values=scored.old.values if scored.old is not None else None,
-                                              turn_spans=batch.turn_spans,
-                                              turn_states=batch.turn_states), alg.advantage)
+                adv = estimate(_advantage_batch(batch, scored), alg.advantage)
                 keep = list(range(len(batch.sequences))) if stopped is None else []
                 if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
                     keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
@@ -250,48 +210,26 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, "minibatch", step))
                     update_metrics = learner.update(inputs, temperature=cfg.rollout.temperature, generator=generator)
                     # without a scoring pass the update measured the mismatch, and skipped its step past stop_kl
-                    stopped = _sampler_mismatch(update_metrics, cfg, step, warn=ctx.is_main)
+                    stopped = _sampler_mismatch(update_metrics, cfg, step, warn=driver.warns)
                 learner.step_schedule()
                 update_peak.stop()
                 release_memory()  # activations and logits of the update, before the next rollout
 
                 # ---- 6. metrics, and the round schedule advanced on them ----------------------------------
-                # Before the new weights are published: a pipelined rollout side (Ray, max_staleness)
-                # starts the next step as soon as they are, and reads the schedule's state then.
+                driver.observe_update(step, update_metrics)
+                metrics = {**_step_metrics(rollout, scored, adv, update_metrics, staleness, mismatch,
+                                           horizon=scheduler.horizon(step), lr=learner.lr, trained=len(keep),
+                                           infra_failed=infra_failed),
+                           **rollout_peak.as_metrics("_rollout"), **update_peak.as_metrics("_update")}
+                # Before the new weights are published: a pipelined rollout side (Ray, max_staleness) starts the
+                # next step as soon as they are, and reads the schedule's state then. The driver decides the
+                # schedule; the other ranks receive its state with their next collect (rl/colocated.py).
                 if ctx.is_main:
-                    pm.hook.agentgym_observe_update(step=step, metrics=update_metrics)
-                    horizon = scheduler.horizon(step)
-                    trajectories = rollout.trajectories
-                    metrics = {
-                        **metric_record(trajectories),
-                        **update_metrics,
-                        "horizon": float(horizon),
-                        "lr": learner.lr,
-                        "trajectories": float(len(trajectories)),
-                        "trained_trajectories": float(len(keep)),
-                        "infra_failed": float(infra_failed),
-                        "skipped_update": float(not keep),  # every group tied: no advantage, no optimizer step
-                        "sampled_tokens": float(scored.mask.sum()),
-                        **mismatch,
-                        "kl": float(masked_mean(scored.token_kl, scored.mask)) if scored.token_kl is not None else 0.0,
-                        "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
-                        **staleness,
-                        "time_rollout": rollout.seconds,
-                        # Wall time in generation calls, and env time summed over (concurrent) trajectories.
-                        "time_generation": rollout.generation_seconds,
-                        "time_env": sum(t.env_seconds for t in trajectories),
-                        "generation_calls": float(rollout.generation_calls),
-                        **rollout.metrics,  # sampling rounds; re-runs of failed episodes; per-server throughput, errors
-                    }
-                    if place_roles is None:  # both roles in this process: its peak memory in each phase
-                        metrics.update(**rollout_peak.as_metrics("_rollout"), **update_peak.as_metrics("_update"))
+                    if curriculum is not None:
+                        curriculum.update(rollout.trajectories)
                     scheduler.update(step, metrics)  # every metric but time_step, which ends after step 7
-                # Every rank holds the same scores and update statistics, so every rank stops together, the
-                # step that tripped the check logged first.
-                if stopped is not None:
-                    if ctx.is_main:
-                        writer.write(step + 1, {**metrics, "mismatch_stopped": 1.0,
-                                                "time_step": time.perf_counter() - t_step})
+                if stopped is not None:  # every rank holds the same statistics: all stop, the tripping step logged
+                    driver.log(step + 1, {**metrics, "mismatch_stopped": 1.0, "time_step": time.perf_counter() - t_step})
                     raise SamplerMismatchError(stopped)
 
                 # ---- 7. weights to the rollout side (every local rank's own engine) ------------------------
@@ -299,52 +237,77 @@ def _train(config: TrainConfig, pm: PluginManager, *, resume: bool, model: Any, 
                     t_sync = time.perf_counter()
                     weights = learner.rollout_weights(sync_dtype)  # cast, then gathered tensor by tensor
                     probe = sync_probe.expect(learner, step + 1) if sync_probe is not None else None
-                    worker.load_weights(weights, **({"probe": probe} if probe is not None else {}))
-                    if ctx.is_main:
-                        metrics.update(weight_sync_metrics(learner, time.perf_counter() - t_sync))
-                        if probe is not None and probe.gap is not None:  # checked now (synchronous)
-                            metrics["weight_sync_gap"] = probe.gap
+                    worker.load_weights(weights, probe)
+                    metrics.update(weight_sync_metrics(learner, time.perf_counter() - t_sync))
+                    if probe is not None and probe.gap is not None:  # checked now (synchronous)
+                        metrics["weight_sync_gap"] = probe.gap
                     del weights
 
-                # ---- 8. log (rank 0) --------------------------------------------------------------------------
-                if ctx.is_main:
-                    metrics["time_step"] = time.perf_counter() - t_step
-                    writer.write(step + 1, metrics)
-                    bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
-                                    turns=f"{metrics['turns']:.1f}", horizon=horizon,
-                                    **({"update": "skipped (groups tied)"} if not keep else {}))
-                    if cfg.trainer.save_trajectories:
-                        trained_originals = [logged_as.get(id(t), t) for t in batch.trajectories]
-                        _save_trajectories(run_dir, step, trajectories, trained_originals, adv.advantages)
+                # ---- 8. log (the driver) ---------------------------------------------------------------------
+                metrics["time_step"] = time.perf_counter() - t_step
+                driver.log(step + 1, metrics)
+                driver.save_trajectories(step, rollout.trajectories,
+                                         [logged_as.get(id(t), t) for t in batch.trajectories], adv.advantages)
 
-                # ---- 9. periodic evaluation on held-out tasks (rank 0; the others wait on the host group) ---
+                # ---- 9. periodic evaluation on held-out tasks (the driver; the others wait on the host group) ---
                 done = step + 1
-                if cfg.trainer.eval_every and cfg.trainer.eval_tasks and done % cfg.trainer.eval_every == 0 \
-                        and done < cfg.trainer.steps:
-                    if ctx.is_main:
-                        ev = _evaluate(worker, final_horizon, done, measure=place_roles is None)
-                        writer.write(done, ev, kind="eval")
-                        pm.hook.agentgym_observe_evaluation(step=done, results=ev)
+                if cfg.trainer.eval_tasks and done < cfg.trainer.steps and _every(cfg.trainer.eval_every, done):
+                    driver.evaluate(worker, roles.phase_meter(), horizon=final_horizon, step=done)
                     barrier(ctx)  # not inside the checkpoint's device collectives, where NCCL's watchdog counts
 
                 # ---- 10. checkpoint (atomic; "step" counts completed steps) ----------------------------------
-                _checkpoint_if_due(cfg, learner, tokenizer, scheduler, curriculum, done, run_dir)
-            bar.close()
+                _checkpoint_if_due(cfg, learner, roles.tokenizer, scheduler, curriculum, done, run_dir)
 
-            # ---- evaluation after training ------------------------------------------------------------------
-            if ctx.is_main and last_step == cfg.trainer.steps and cfg.trainer.eval_tasks:
-                results["eval_after"] = _evaluate(worker, final_horizon, cfg.trainer.steps, measure=place_roles is None)
-                writer.write(cfg.trainer.steps, results["eval_after"], kind="eval")
-                pm.hook.agentgym_observe_evaluation(step=cfg.trainer.steps, results=results["eval_after"])
+            # ---- evaluation after training (the driver) -----------------------------------------------------
+            if last_step == cfg.trainer.steps and cfg.trainer.eval_tasks:
+                results["eval_after"] = driver.evaluate(worker, roles.phase_meter(), horizon=final_horizon,
+                                                        step=cfg.trainer.steps)
         results["final"] = metrics
         return results
     except BaseException as exc:
         error = exc
         raise
     finally:
-        if ctx.is_main:  # also when the run failed: observers learn why
-            pm.hook.agentgym_observe_run_end(run_dir=str(run_dir), metrics=metrics,
-                                             error=None if error is None else f"{type(error).__name__}: {error}")
+        driver.end(metrics, error)  # also when the run failed: observers learn why
+
+
+def _checkpoint_to_resume(run_dir: Path) -> Path:
+    """``--resume``: the newest complete checkpoint under ``run_dir``."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints; start without --resume")
+    return checkpoint
+
+
+def _restore(checkpoint: Path, learner: LearnerRole, scheduler: Any, curriculum: TaskCurriculum | None) -> int:
+    """Load ``checkpoint`` into the learner (also each rank's RNG state, where that rank lives), the round
+    scheduler and the curriculum; the steps it had completed."""
+    state = learner.load(checkpoint)
+    scheduler.load_state_dict(state["round_scheduler"])
+    if curriculum is not None and state.get("curriculum") is not None:
+        curriculum.load_state_dict(state["curriculum"])
+    return int(state["step"])
+
+
+def _sampling(stack: contextlib.ExitStack, placed: PlacedRollouts, cfg: TrainConfig, *, pipelined: bool,
+              first_step: int, last_step: int) -> RolloutRole:
+    """The rollout side the loop samples from: with dynamic sampling, rounds until enough groups have signal;
+    with ``rollout.max_staleness > 0`` (or a pipelined placement), ahead of the learner in a thread, at most
+    max_staleness versions behind."""
+    worker: RolloutRole = placed
+    if cfg.rollout.dynamic_sampling.min_mixed_groups:
+        worker = SignalSampling(placed, cfg.rollout.dynamic_sampling)
+    if cfg.rollout.max_staleness > 0 or pipelined:
+        ahead = AsyncRollouts(worker, max_staleness=cfg.rollout.max_staleness, first_step=first_step,
+                              last_step=last_step)
+        stack.callback(ahead.stop)
+        worker = ahead
+    return worker
+
+
+def _every(interval: int, done: int) -> bool:
+    """Whether ``done`` completed steps end a period of ``interval`` steps (0: never)."""
+    return bool(interval) and done % interval == 0
 
 
 def _episodes_to_train(trajectories: list[Any], cfg: TrainConfig, step: int) -> tuple[list[Any], int, dict[int, Any]]:
@@ -365,41 +328,32 @@ def _episodes_to_train(trajectories: list[Any], cfg: TrainConfig, step: int) -> 
     return trainable, infra_failed, logged_as
 
 
-def _evaluate_before(cfg: TrainConfig, worker: RolloutRole, writer: MetricsWriter, pm: PluginManager,
-                     start_step: int, horizon: int, known: dict[str, Any] | None, *, measure: bool) -> dict[str, Any]:
-    """The held-out evaluation at step 0: read back on resume, reused from a warm start, or run now."""
-    if start_step > 0 and writer.path.exists():
-        logged = [json.loads(x) for x in writer.path.read_text().splitlines() if x.strip()]
-        before = [x for x in logged if x.get("kind") == "eval" and x.get("step") == 0]
-        return {"eval_before": before[-1]} if before else {}
-    if not (cfg.trainer.eval_before and cfg.trainer.eval_tasks and start_step == 0):
-        return {}
-    # After a warm start, RL starts from the model SFT just evaluated on the same tasks and horizon.
-    result = {**known, "step": 0} if known else _evaluate(worker, horizon, 0, measure=measure)
-    writer.write(0, result, kind="eval")
-    pm.hook.agentgym_observe_evaluation(step=0, results=result)
-    return {"eval_before": result}
-
-
-def _evaluate(worker: Any, horizon: int, step: int, *, measure: bool) -> dict[str, Any]:
-    """A held-out evaluation; with ``measure``, its peak memory as ``peak_rss_gb`` (and ``peak_gpu_gb`` on CUDA)."""
-    with PhasePeak() as peak:
-        result = worker.evaluate(horizon, step=step)
-    return {**result, **peak.as_metrics()} if measure else result
-
-
-def _log_panel(cfg: TrainConfig, worker: Any, run_dir: Path, horizon: int) -> None:
-    """Write the evaluation panel (task ids and hash) to ``evaluation_panel.json`` and say it on the console;
-    every evaluation line of metrics.jsonl carries the hash too. A Ray rollout group holds no environments
-    here, and writes none."""
-    envs = getattr(worker, "envs", None)
-    if envs is None or not cfg.trainer.eval_tasks:
-        return
-    panel, conditions = evaluation_panel(envs, cfg.trainer.eval_tasks), eval_conditions(cfg, horizon)
-    (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel, conditions)) + "\n",
-                                                   encoding="utf-8")
-    if cfg.trainer.progress:
-        tqdm.write(describe_panel(panel, conditions))
+def _step_metrics(rollout: RolloutResult, scored: ScoredBatch, adv: AdvantageOutput, update_metrics: dict[str, float],
+                  staleness: dict[str, float], mismatch: dict[str, float], *, horizon: int, lr: float, trained: int,
+                  infra_failed: int) -> dict[str, float]:
+    """One step's metrics (every rank computes them; the driver logs them)."""
+    trajectories = rollout.trajectories
+    return {
+        **metric_record(trajectories),
+        **update_metrics,
+        "horizon": float(horizon),
+        "lr": lr,
+        "trajectories": float(len(trajectories)),
+        "trained_trajectories": float(trained),
+        "infra_failed": float(infra_failed),
+        "skipped_update": float(not trained),  # every group tied: no advantage, no optimizer step
+        "sampled_tokens": float(scored.mask.sum()),
+        **mismatch,  # the scoring pass's entropy and sampler-learner gap, per env and worker too
+        "kl": float(masked_mean(scored.token_kl, scored.mask)) if scored.token_kl is not None else 0.0,
+        "advantage_abs_mean": float(masked_mean(adv.advantages.abs(), scored.mask)),
+        **staleness,
+        "time_rollout": rollout.seconds,
+        # Wall time in generation calls, and env time summed over (concurrent) trajectories.
+        "time_generation": rollout.generation_seconds,
+        "time_env": sum(t.env_seconds for t in trajectories),
+        "generation_calls": float(rollout.generation_calls),
+        **rollout.metrics,  # sampling rounds; re-runs of failed episodes; per-server throughput, errors
+    }
 
 
 def _sync_probe(cfg: TrainConfig, tokenizer: Any, worker: Any) -> WeightSyncProbe | None:
@@ -411,12 +365,30 @@ def _sync_probe(cfg: TrainConfig, tokenizer: Any, worker: Any) -> WeightSyncProb
     return WeightSyncProbe.from_tokenizer(tokenizer, cfg.rollout.sync_check_tolerance)
 
 
+def _advantage_batch(batch: Any, scored: ScoredBatch) -> AdvantageBatch:
+    """What the estimator reads: rewards on the policy's tokens, groups, values, turn spans and states."""
+    return AdvantageBatch(token_rewards=scored.token_rewards, response_mask=scored.mask > 0,
+                          group_ids=batch.group_ids.to(scored.mask.device),
+                          values=scored.old.values if scored.old is not None else None,
+                          turn_spans=batch.turn_spans, turn_states=batch.turn_states)
+
+
+def _mismatch_before_update(batch: Any, rollout: RolloutResult, logged_as: dict[int, Any], scored: ScoredBatch,
+                            cfg: TrainConfig, step: int, driver: Driver | NullDriver,
+                            ) -> tuple[list[tuple[str, ...]], dict[str, float], str | None]:
+    """Each trained row's labels (env, worker), the scoring pass's mismatch statistics over the batch and per
+    label, and why the run must stop (None: train on)."""
+    labels = _row_labels(batch.trajectories, rollout, logged_as)
+    mismatch = _scoring_metrics(scored, cfg.algorithm.off_policy.cap, labels)
+    return labels, mismatch, _sampler_mismatch(mismatch, cfg, step, warn=driver.warns)
+
+
 def _row_labels(trained: list[Any], rollout: Any, logged_as: dict[int, Any]) -> list[tuple[str, ...]]:
     """Each trained row's groups for the mismatch statistics: its environment, and ``worker{i}``, the rollout
     worker (a rank's or a Ray actor's backend) that sampled it, where the step came from several."""
     workers = rollout.workers if len(rollout.workers) == len(rollout.trajectories) > 0 else []
     worker_of = {id(t): i for t, i in zip(rollout.trajectories, workers, strict=False)}
-    labels = []
+    labels: list[tuple[str, ...]] = []
     for t in trained:
         worker = worker_of.get(id(logged_as.get(id(t), t)))  # a repriced copy counts as its original
         labels.append((t.env,) if worker is None else (t.env, f"worker{worker}"))
@@ -481,22 +453,6 @@ def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list
         rollout_logprobs=scored.rollout_logprobs[idx], row_labels=[labels[i] for i in keep])
 
 
-def _save_trajectories(run_dir: Path, step: int, trajectories: list[Any], trained: list[Any],
-                       advantages: torch.Tensor) -> None:
-    """Each line is the Trajectory plus the per-token advantages it was trained with (0 off the loss
-    mask), so the viewer shows what was reinforced and with what sign."""
-    traj_dir = run_dir / "trajectories"
-    traj_dir.mkdir(exist_ok=True)
-    rows = advantages.cpu().tolist()  # one device-to-host copy, not one per token
-    by_id = {id(t): rows[i][: len(t.token_ids)] for i, t in enumerate(trained)}
-    with (traj_dir / f"step_{step + 1:06d}.jsonl").open("w") as f:
-        for t in trajectories:
-            record = t.model_dump(mode="json")
-            if id(t) in by_id:
-                record["advantages"] = [round(a, 5) for a in by_id[id(t)]]
-            f.write(json.dumps(record) + "\n")
-
-
 def _checkpoint_if_due(cfg: TrainConfig, learner: LearnerRole, tokenizer: Any, scheduler: Any,
                        curriculum: TaskCurriculum | None, done: int, run_dir: Path) -> None:
     """Every ``save_every`` steps and after the last (collective on several ranks; rank 0 writes)."""
@@ -521,6 +477,11 @@ class _LocalRoles:
     """
 
     pipelined = False  # rollouts run ahead of the learner only when rollout.max_staleness > 0
+
+    @classmethod
+    def with_model(cls, model: Any, tokenizer: Any) -> PlaceRoles:
+        """The placement for :func:`_train`: a ``model``/``tokenizer`` handed in, or None to load ``model.path``."""
+        return lambda config, pm, ctx: cls(config, pm, ctx, model, tokenizer)
 
     def __init__(self, config: TrainConfig, pm: PluginManager, ctx: DistContext, model: Any, tokenizer: Any) -> None:
         self.config, self.pm, self.ctx, self.model, self.tokenizer = config, pm, ctx, model, tokenizer
@@ -548,7 +509,7 @@ class _LocalRoles:
         return learner
 
     def rollout_worker(self, stack: contextlib.ExitStack, scheduler: Any,
-                       curriculum: TaskCurriculum | None) -> RolloutRole:
+                       curriculum: TaskCurriculum | None) -> PlacedRollouts:
         ctx = self.ctx
         worker = build_rollout_worker(stack, self.pm, self.config, scheduler=scheduler, curriculum=curriculum,
                                       shard=(ctx.rank, ctx.world_size), model=self.rollout_model,
@@ -559,6 +520,10 @@ class _LocalRoles:
         return RankRollouts(worker, ctx, scheduler=scheduler, curriculum=curriculum,
                             env_order=[env.name for env in self.config.envs])
 
+    def phase_meter(self) -> PhasePeak:
+        """Both roles run in this process: its peak memory is theirs."""
+        return PhasePeak()
+
 
 # ---- several learner ranks on this machine --------------------------------------------------------------
 def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_before: dict[str, Any] | None,
@@ -566,7 +531,7 @@ def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_b
     if gpus is not None:  # before anything starts CUDA in this process
         pin_one_gpu(gpus, int(os.environ["RANK"]))
     pm = get_plugin_manager()
-    results = _train(bind_plugin_options(config, pm), pm, resume=resume, model=None, tokenizer=None,
+    results = _train(bind_plugin_options(config, pm), pm, _LocalRoles.with_model(None, None), resume=resume,
                      stop_after=stop_after, eval_before=eval_before)
     if int(os.environ["RANK"]) == 0:
         Path(result_path).write_bytes(pickle.dumps(results))

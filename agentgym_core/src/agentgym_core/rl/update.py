@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Literal, cast
 
 import torch
 
@@ -85,7 +86,7 @@ def ppo_update(
     norm_length: int | None = None,
     pad_token_id: int = 0,
     ctx: DistContext | None = None,
-    correction: str = "none",
+    correction: Literal["none", "tis", "decoupled"] = "none",
     stop_kl: float | None = None,
 ) -> dict[str, float]:
     """Run ``ppo_epochs`` x ``mini_batches`` optimizer steps; return averaged metrics.
@@ -143,7 +144,7 @@ def ppo_update(
                     entropy_grad=config.entropy_coef > 0, value_head=value_head, pad_token_id=pad_token_id,
                 )
                 logp = out.logprobs[:, : mask.shape[1]]
-                old_logp = logp.detach() if current_old else inputs.old_logprobs[micro]
+                old_logp = logp.detach() if current_old else cast(torch.Tensor, inputs.old_logprobs)[micro]
                 if current_old:  # what the scoring pass would have reported, over these tokens
                     with torch.no_grad():
                         if out.entropy is not None:

@@ -30,7 +30,7 @@ __all__ = ["WeightSnapshot", "engine_dtype", "gather_weights", "weight_bytes", "
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class WeightSnapshot(dict):
+class WeightSnapshot(dict[str, Any]):
     """Full policy weights by Hugging Face name, in tensors no module shares (safe to keep as they are)."""
 
 
