@@ -61,10 +61,12 @@ class TransformersBackend:
         self, model: Any, tokenizer: Any, *, max_batch_size: int = 64, session_cache_mb: float = 1024.0,
         share_prefixes: bool = True, prefill: str = "auto", kv_cache_dtype: str = "model",
         prefill_chunk_tokens: int | None = 16384, dtype: str = "model", decode_engine: str = "auto",
+        owns_model: bool = False,
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat_template; the backend renders turns with the model's own template")
         self.source = model  # the module lent (or loaded); sampled from directly unless dtype asks for a copy
+        self.owns_model = owns_model  # loaded by the backend itself (from_config), never the trainer's
         self.model = sampling_copy(model, dtype)
         self._source_version = _version(model) if self.model is not model else None
         self.tokenizer = tokenizer
@@ -90,15 +92,23 @@ class TransformersBackend:
         self.allow_cudnn_attention = False  # True: let torch pick cuDNN's attention while sampling (decode_attention)
         if self.kv_dtype is not None:
             allow_reduced_precision_kv()
-        self.decode_engine = pick_decode_engine(decode_engine, self.device)  # "own" (decoding.py) or "library"
-        # The fastest attention this machine has for the engine that runs: the library engine switches a module
-        # of its own (not the trainer's) to FA3/FA2 when installed; otherwise sdpa without cuDNN (decode_attention).
-        self.attention = pick_attention(self.device, flash_allowed=self.decode_engine == "library"
-                                        and self.model is not model)
-        self.library_engine_options: dict[str, Any] = {"auto_switch_to_flash": self.attention.startswith("flash")}
+        self._library: LibraryEngine | None = None  # the library engine's manager, kept between batches
+        self.library_engine_options: dict[str, Any] = {}  # extra ContinuousBatchingConfig fields
         if self.device.type == "cpu":  # the library sizes its cache from GPU memory; a CPU needs a size
             self.library_engine_options.update(num_blocks=256, max_batch_tokens=2048)
-        self._library: LibraryEngine | None = None  # the library engine's manager, kept between batches
+        self.set_decode_engine(decode_engine)
+
+    def set_decode_engine(self, decode_engine: str) -> None:
+        """Choose who runs the decode batch (``auto``, ``own`` or ``library``, see :func:`pick_decode_engine`)
+        and the fastest attention kernel for it (:func:`pick_attention`), and say so in the log."""
+        self.decode_engine = pick_decode_engine(decode_engine, self.device)
+        # The library engine switches a module of the backend's own (never the trainer's) to FA3/FA2 when
+        # installed; everything else runs sdpa without cuDNN's kernel (decode_attention).
+        self.attention = pick_attention(self.device, flash_allowed=self.decode_engine == "library"
+                                        and (self.owns_model or self.model is not self.source))
+        self.library_engine_options["auto_switch_to_flash"] = self.attention.startswith("flash")
+        if self._library is not None and self.decode_engine != "library":
+            self._library.shutdown()
         log.info("sampling on %s (%s weights): decode engine %s, attention %s", self.device,
                  str(next(self.model.parameters()).dtype).removeprefix("torch."), self.decode_engine, self.attention)
 
@@ -110,7 +120,7 @@ class TransformersBackend:
         return cls(
             model, tokenizer, max_batch_size=config.max_batch_size, session_cache_mb=config.session_cache_mb,
             share_prefixes=config.share_prefixes, prefill=config.prefill, kv_cache_dtype=config.kv_cache_dtype,
-            prefill_chunk_tokens=config.prefill_chunk_tokens, decode_engine=config.decode_engine,
+            prefill_chunk_tokens=config.prefill_chunk_tokens, decode_engine=config.decode_engine, owns_model=True,
         )
 
     @property
