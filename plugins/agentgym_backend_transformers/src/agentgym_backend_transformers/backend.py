@@ -96,6 +96,8 @@ class TransformersBackend:
         self.library_engine_options: dict[str, Any] = {}  # extra ContinuousBatchingConfig fields
         if self.device.type == "cpu":  # the library sizes its cache from GPU memory; a CPU needs a size
             self.library_engine_options.update(num_blocks=256, max_batch_tokens=2048)
+        else:  # the library's default takes 90% of the free memory, which the learner on the same GPU needs
+            self.library_engine_options.update(max_memory_percent=0.3)
         self.set_decode_engine(decode_engine)
 
     def set_decode_engine(self, decode_engine: str) -> None:
