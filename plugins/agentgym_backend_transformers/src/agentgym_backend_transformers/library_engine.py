@@ -23,10 +23,10 @@ so the two are interchangeable under the trainer:
   text contains a stop string is cancelled and returned up to and including the token that completed it.
 * **Sessions** need no bookkeeping: a turn's prompt starts with the previous turn's prompt and reply,
   and the paged cache shares every full page a finished request left behind with a later request that
-  starts with the same tokens. The manager (:class:`LibraryEngine`) is kept from one batch to the next
-  while the weights and sampling settings stay the same, and rebuilt when they change, so a weight
-  update can never leave pages of old keys behind; the weights are the backend's module itself, so an
-  update in place needs no reload.
+  starts with the same tokens. The manager (:class:`LibraryEngine`) is kept from one batch to the next;
+  when the weights changed in between, its cache is emptied first (its buffers and CUDA graphs stay:
+  they read the weights in place), so a weight update can never leave pages of old keys behind and
+  needs no reload; new sampling settings rebuild it (they are part of its captured sampling step).
 
 Requests are never lost silently: a request the library fails, or a manager thread that dies, raises
 from ``step``; ``close`` cancels what was still decoding, and request ids never repeat, so a cancelled
@@ -170,9 +170,9 @@ def _manager_class() -> type:
 
 
 class LibraryEngine:
-    """One running ``ContinuousBatchingManager`` for a backend, kept from one batch to the next while the
-    sampling settings and the weights stay the same (its paged cache then still holds the pages of earlier
-    requests); rebuilt when either changes, so no page computed by old weights is ever read."""
+    """One running ``ContinuousBatchingManager`` for a backend, kept from one batch to the next (its paged
+    cache then still holds the pages of earlier requests); emptied when the weights change, so no page
+    computed by old weights is ever read, and rebuilt when the sampling settings change."""
 
     def __init__(self, backend: TransformersBackend) -> None:
         self.backend = backend
@@ -183,12 +183,27 @@ class LibraryEngine:
     def manager_for(self, params: SamplingParams, weights_version: int) -> Any:
         """The running manager for ``params`` on the current weights (built and started when needed)."""
         key = (params.temperature, params.top_k, params.top_p, weights_version)
-        if self.manager is not None and key == self._key and self.manager.is_running():
+        running = self.manager is not None and self.manager.is_running()
+        if running and key == self._key:
+            return self.manager
+        if running and self._key is not None and key[:3] == self._key[:3] and self._forget_pages():
+            self._key = key  # new weights, same sampling: the same manager, its cache emptied
             return self.manager
         self.shutdown()
         self.manager = self._build(params)
         self._key = key
         return self.manager
+
+    def _forget_pages(self) -> bool:
+        """Empty the paged cache of an idle manager, so that no page of keys computed by old weights is
+        shared with a new request; its buffers and CUDA graphs stay (they read the weights in place).
+        False when a request is still in it (a cancelled one not yet cleared): then the manager is rebuilt."""
+        with self.manager.pause():
+            processor = self.manager.batch_processor
+            if processor is None or processor.has_pending_requests() or not self.manager.input_queue.empty():
+                return False
+            processor.cache.reset()
+        return True
 
     def next_request_id(self) -> str:
         self._requests += 1
