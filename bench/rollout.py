@@ -27,6 +27,8 @@ baseline, with the 1-minute load average, and writes bench/results/rollout.json.
 
     python bench/rollout.py --threads 1                       # SmolLM2-135M on BabyAI, P = 1, 8, 32, 4 turns
     python bench/rollout.py --model tiny --parallel 1 8       # a quick smoke run with a tiny random model
+    python bench/rollout.py --threads 1 --parallel 4 --max-rounds 3 --max-new-tokens 32 \
+        --modes engine library round-sync-reread generate     # the four decode modes (bench/README.md)
 
 On a GPU (no model hub there): ``--model qwen2.5-1.5b-shape`` builds a random model of that shape
 (bench/gpu_rl_step.py's), and ``--lend-float32`` samples the way the trainer's rollouts do when
@@ -35,7 +37,7 @@ bfloat16 copy of it on a GPU). The JSON records the device's name, the sampling 
 mode's peak GPU memory:
 
     python bench/rollout.py --device cuda --model qwen2.5-1.5b-shape --lend-float32 \
-        --parallel 32 --max-rounds 6 --max-new-tokens 96 --modes engine round-sync-reread
+        --parallel 32 --max-rounds 6 --max-new-tokens 96 --modes engine library round-sync-reread generate
 
 ``--allow-cudnn-attention`` samples as the backend did before it ruled cuDNN's attention out (the
 baseline of that change: run the same command with and without it), and ``--profile DIR`` writes a
