@@ -238,7 +238,8 @@ class LibraryEngine:
             processors.supported_keys[name] = int
         processors.do_processing = True
         if backend.device.type == "cuda":
-            manager.warmup()  # CUDA graphs captured now, not inside the first rollout
+            with backend.sampling_kernels():  # graphs capture the kernels chosen here: the ones sampling uses
+                manager.warmup()  # CUDA graphs captured now, not inside the first rollout
         manager.start()
         log.info("continuous-batching manager ready in %.2fs (attention %s)", time.perf_counter() - start,
                  backend.model.config._attn_implementation)
