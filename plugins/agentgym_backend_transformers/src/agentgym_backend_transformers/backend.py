@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -28,12 +29,15 @@ import torch
 from agentgym_backend_transformers.config import CAPABILITIES, TransformersBackendConfig
 from agentgym_backend_transformers.decoding import DecodeBatch
 from agentgym_backend_transformers.kv_cache import allow_reduced_precision_kv
+from agentgym_backend_transformers.library_engine import LibraryBatch, LibraryEngine, library_engine_available
 from agentgym_backend_transformers.sessions import SessionStore
 from agentgym_core.models import load_pretrained
 from agentgym_core.rollout.backend import Sample, SamplingParams
 
-__all__ = ["CAPABILITIES", "TransformersBackend", "decode_attention", "kv_storage_dtype", "make_backend", "pick_device",
-           "sampling_copy"]
+__all__ = ["CAPABILITIES", "TransformersBackend", "decode_attention", "kv_storage_dtype", "make_backend",
+           "pick_attention", "pick_decode_engine", "pick_device", "sampling_copy"]
+
+log = logging.getLogger(__name__)
 
 
 def pick_device(device: str = "auto") -> str:
@@ -56,11 +60,13 @@ class TransformersBackend:
     def __init__(
         self, model: Any, tokenizer: Any, *, max_batch_size: int = 64, session_cache_mb: float = 1024.0,
         share_prefixes: bool = True, prefill: str = "auto", kv_cache_dtype: str = "model",
-        prefill_chunk_tokens: int | None = 16384, dtype: str = "model",
+        prefill_chunk_tokens: int | None = 16384, dtype: str = "model", decode_engine: str = "auto",
+        owns_model: bool = False,
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat_template; the backend renders turns with the model's own template")
         self.source = model  # the module lent (or loaded); sampled from directly unless dtype asks for a copy
+        self.owns_model = owns_model  # loaded by the backend itself (from_config), never the trainer's
         self.model = sampling_copy(model, dtype)
         self._source_version = _version(model) if self.model is not model else None
         self.tokenizer = tokenizer
@@ -86,6 +92,27 @@ class TransformersBackend:
         self.allow_cudnn_attention = False  # True: let torch pick cuDNN's attention while sampling (decode_attention)
         if self.kv_dtype is not None:
             allow_reduced_precision_kv()
+        self._library: LibraryEngine | None = None  # the library engine's manager, kept between batches
+        self.library_engine_options: dict[str, Any] = {}  # extra ContinuousBatchingConfig fields
+        if self.device.type == "cpu":  # the library sizes its cache from GPU memory; a CPU needs a size
+            self.library_engine_options.update(num_blocks=256, max_batch_tokens=2048)
+        else:  # the library's default takes 90% of the free memory, which the learner on the same GPU needs
+            self.library_engine_options.update(max_memory_percent=0.3)
+        self.set_decode_engine(decode_engine)
+
+    def set_decode_engine(self, decode_engine: str) -> None:
+        """Choose who runs the decode batch (``auto``, ``own`` or ``library``, see :func:`pick_decode_engine`)
+        and the fastest attention kernel for it (:func:`pick_attention`), and say so in the log."""
+        self.decode_engine = pick_decode_engine(decode_engine, self.device)
+        # The library engine switches a module of the backend's own (never the trainer's) to FA3/FA2 when
+        # installed; everything else runs sdpa without cuDNN's kernel (decode_attention).
+        self.attention = pick_attention(self.device, flash_allowed=self.decode_engine == "library"
+                                        and (self.owns_model or self.model is not self.source))
+        self.library_engine_options["auto_switch_to_flash"] = self.attention.startswith("flash")
+        if self._library is not None and self.decode_engine != "library":
+            self._library.shutdown()
+        log.info("sampling on %s (%s weights): decode engine %s, attention %s", self.device,
+                 str(next(self.model.parameters()).dtype).removeprefix("torch."), self.decode_engine, self.attention)
 
     @classmethod
     def from_config(cls, config: TransformersBackendConfig) -> TransformersBackend:
@@ -95,12 +122,18 @@ class TransformersBackend:
         return cls(
             model, tokenizer, max_batch_size=config.max_batch_size, session_cache_mb=config.session_cache_mb,
             share_prefixes=config.share_prefixes, prefill=config.prefill, kv_cache_dtype=config.kv_cache_dtype,
-            prefill_chunk_tokens=config.prefill_chunk_tokens,
+            prefill_chunk_tokens=config.prefill_chunk_tokens, decode_engine=config.decode_engine, owns_model=True,
         )
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def sampling_setup(self) -> dict[str, str]:
+        """What sampling runs on, for a run's metrics: device, weights dtype, decode engine, attention kernel."""
+        return {"device": str(self.device), "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch."),
+                "decode_engine": self.decode_engine, "attention": self.attention}
 
     def refresh(self) -> None:
         """Copy the lent module's weights into the sampling copy if they changed since the last copy
@@ -177,11 +210,14 @@ class TransformersBackend:
         if len(set(named)) != len(named):
             raise ValueError("generate: a session key appears twice in one call; use one key per trajectory")
         batch = self.open_batch(params)
-        for i, (prompt, cap, key) in enumerate(zip(prompts, caps, keys, strict=True)):
-            batch.add(i, prompt, max_new_tokens=cap, session=key)
-        out: dict[Any, Sample] = {}
-        while batch.active:
-            out.update(batch.step())
+        try:
+            for i, (prompt, cap, key) in enumerate(zip(prompts, caps, keys, strict=True)):
+                batch.add(i, prompt, max_new_tokens=cap, session=key)
+            out: dict[Any, Sample] = {}
+            while batch.active:
+                out.update(batch.step())
+        finally:
+            batch.close()
         return [out[i] for i in range(len(prompts))]
 
     def reuses_sessions(self, cache: Any) -> bool:
@@ -190,9 +226,14 @@ class TransformersBackend:
 
         return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
-    def open_batch(self, params: SamplingParams) -> DecodeBatch:
-        """A running decode batch the caller feeds between steps (continuous batching; see decoding.py)."""
+    def open_batch(self, params: SamplingParams) -> DecodeBatch | LibraryBatch:
+        """A running decode batch the caller feeds between steps: the own engine's (decoding.py) or one on
+        transformers' continuous batching (library_engine.py), as ``decode_engine`` says."""
         self.refresh()  # one engine run, one set of weights
+        if self.decode_engine == "library":
+            if self._library is None:
+                self._library = LibraryEngine(self)
+            return LibraryBatch(self._library, params, weights_version=_version(self.model))
         return DecodeBatch(self, params, max_rows=self.max_batch_size)
 
     @torch.inference_mode()
@@ -209,6 +250,43 @@ class TransformersBackend:
             lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
             out.append([0.0, *lp.tolist()])
         return out
+
+
+def pick_decode_engine(decode_engine: str, device: torch.device) -> str:
+    """``own`` (decoding.py) or ``library`` (transformers' continuous batching, library_engine.py).
+
+    ``auto`` is ``own`` on every device for now: on a CPU it is faster in the same run (bench/README.md,
+    "Decode engines"); on a GPU the library engine is expected to win but has no measurement yet
+    (``scripts/gpu_check.sh`` takes it), so the default changes only once one shows it.
+    """
+    if decode_engine not in ("auto", "own", "library"):
+        raise ValueError(f"decode_engine={decode_engine!r}: use 'auto', 'own' or 'library'")
+    if decode_engine == "library" and not library_engine_available():
+        import transformers
+
+        raise ValueError(f"decode_engine='library' needs transformers' continuous batching with per-request "
+                         f"arguments (transformers>=5.24; installed: {transformers.__version__}); "
+                         f"pip install 'transformers>=5.24' or use decode_engine='own'")
+    return "own" if decode_engine == "auto" else decode_engine
+
+
+def pick_attention(device: torch.device, *, flash_allowed: bool) -> str:
+    """The attention kernel sampling runs on, by name: ``flash_attention_3`` or ``flash_attention_2`` on a
+    GPU that has the package installed (when ``flash_allowed``: a module of the backend's own, read by the
+    library engine), else ``sdpa``, which on a GPU runs torch's flash or memory-efficient kernel (never
+    cuDNN's, which plans per key length: :func:`decode_attention`)."""
+    if device.type == "cuda" and flash_allowed:
+        from transformers.utils import is_flash_attn_2_available
+
+        try:
+            from transformers.utils import is_flash_attn_3_available
+        except ImportError:  # older transformers
+            is_flash_attn_3_available = None
+        if is_flash_attn_3_available is not None and is_flash_attn_3_available():
+            return "flash_attention_3"
+        if is_flash_attn_2_available():
+            return "flash_attention_2"
+    return "sdpa"
 
 
 def sampling_copy(model: Any, dtype: str) -> Any:
@@ -285,7 +363,7 @@ def kv_storage_dtype(model: Any, kv_cache_dtype: str) -> torch.dtype | None:
 
 
 LIVE_MODULE_OPTIONS = ("max_batch_size", "session_cache_mb", "share_prefixes", "prefill", "prefill_chunk_tokens",
-                       "kv_cache_dtype", "dtype")
+                       "kv_cache_dtype", "dtype", "decode_engine")
 """Options that apply to a module the trainer lends (the others say how to load one)."""
 
 

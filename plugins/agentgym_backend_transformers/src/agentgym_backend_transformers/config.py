@@ -61,4 +61,9 @@ class TransformersBackendConfig(BaseModel):
         "rollout's); attention then reads them in bfloat16 (sdpa attention only). Sampled log-probs move by "
         "about what bf16 autocast moves the learner's.",
     )
+    decode_engine: Literal["auto", "own", "library"] = Field(
+        default="auto",
+        description="Who runs the decode batch: 'own' (this package's engine), 'library' (transformers' continuous "
+        "batching: paged KV cache, CUDA graphs; needs transformers>=5.24), 'auto' = own until a GPU run says otherwise.",
+    )
     threads: int | None = Field(default=None, ge=1, description="torch CPU threads (None: torch's default).")
