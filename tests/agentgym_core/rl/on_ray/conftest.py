@@ -29,6 +29,9 @@ def ray_cluster(tmp_path_factory):
         mp.setenv("AGENTGYM_DISABLE_PLUGIN_AUTOLOAD", "0")  # the actors discover the installed plugins
         mp.setenv("AGENTGYM_PLUGINS", ",".join(PLUGINS))
         mp.setenv("RAY_memory_monitor_refresh_ms", "0")  # a busy shared machine's memory is not these tests'
+        # Ray renices its workers to 15: beside any CPU-bound job at 0 the actors then starve past the calls'
+        # timeouts (an actor took minutes to import transformers beside a training run). Run them as the test runs.
+        mp.setenv("RAY_worker_niceness", "0")
         mp.setenv("AGENTGYM_STRICT_COLLECTIVES", "cuda")  # learner ranks refuse what NCCL would (actors inherit it)
         short = tmp_path_factory.getbasetemp() / "r"  # unix socket paths must stay under ~107 characters
         ray.init(address="local", num_cpus=4, include_dashboard=False, _temp_dir=str(short), log_to_driver=False)
