@@ -35,6 +35,7 @@ import re
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -95,31 +96,17 @@ def quest_length_of(task_id: int) -> int:
 def game_file(task_id: int, cache_dir: Path | None = None) -> Path:
     """The compiled game of ``task_id``, generated into ``cache_dir`` first if it is not there yet."""
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = folder / f"task_{task_id:05d}.z8"
-    if path.is_file():
-        return path
-    import textworld
-    from textworld.generator import compile_game, make_game
 
-    with _TEXTWORLD_LOCK:
-        if path.is_file():
-            return path
-        folder.mkdir(parents=True, exist_ok=True)
+    def make(options: Any) -> Any:
+        from textworld.generator import make_game
+
         length = quest_length_of(task_id)
-        options = textworld.GameOptions()
-        options.seeds = task_id
         options.nb_rooms = length + 2
         options.nb_objects = 2 * length + 2
         options.quest_length = length
-        options.file_ext = ".z8"
-        # Compile into a private folder, then move into place: another process may be generating the
-        # same game, and a reader must never see half a file.
-        with tempfile.TemporaryDirectory(dir=folder, prefix=".gen-") as scratch:
-            options.path = str(Path(scratch) / path.name)
-            compiled = Path(compile_game(make_game(options), options))
-            os.replace(compiled.with_suffix(".json"), path.with_suffix(".json"))
-            os.replace(compiled, path)
-    return path
+        return make_game(options)
+
+    return _compiled_once(folder / f"task_{task_id:05d}.z8", task_id, make)
 
 
 def challenge_game_file(
@@ -131,24 +118,34 @@ def challenge_game_file(
 
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / challenge / key
-    path = folder / f"task_{task_id:05d}.z8"
+
+    def make(options: Any) -> Any:
+        import textworld.challenges
+
+        return textworld.challenges.CHALLENGES[challenge][1](dict(settings), options)
+
+    return _compiled_once(folder / f"task_{task_id:05d}.z8", task_id, make)
+
+
+def _compiled_once(path: Path, seed: int, make: Callable[[Any], Any]) -> Path:
+    """``path``, the game ``make(options)`` builds from ``seed`` compiled there unless it already is."""
     if path.is_file():
         return path
     import textworld
-    import textworld.challenges
     from textworld.generator import compile_game
 
     with _TEXTWORLD_LOCK:
         if path.is_file():
             return path
-        folder.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         options = textworld.GameOptions()
-        options.seeds = task_id
+        options.seeds = seed
         options.file_ext = ".z8"
-        with tempfile.TemporaryDirectory(dir=folder, prefix=".gen-") as scratch:
+        # Compile into a private folder, then move into place: another process may be generating the
+        # same game, and a reader must never see half a file.
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".gen-") as scratch:
             options.path = str(Path(scratch) / path.name)
-            game = textworld.challenges.CHALLENGES[challenge][1](dict(settings), options)
-            compiled = Path(compile_game(game, options))
+            compiled = Path(compile_game(make(options), options))
             os.replace(compiled.with_suffix(".json"), path.with_suffix(".json"))
             os.replace(compiled, path)
     return path
