@@ -432,6 +432,8 @@ _SECTION_TITLES = {
     "rollout": ("Rollouts", "Sampling: how many trajectories, how many carried signal, what failed."),
     "loss": ("The update", "What the policy update is judged by: its losses, clipping, KL, entropy and the "
              "sampler-learner mismatch."),
+    "sampler_kl": ("Sampler mismatch by group", "`sampler_kl` per environment (`<env>` is its name) and per "
+                   "rollout worker (`worker0`, `worker1`, ...); the mismatch stop reads the worst."),
     "optimizer": ("Optimizer", ""),
     "timing": ("Time and memory", ""),
     "eval": ("Evaluation only", "Keys only evaluation lines have."),

@@ -77,3 +77,11 @@ def test_agentgym_train_prints_the_summary_and_writes_it_to_the_run_directory(tm
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written["paired"]["gained"] == 1 and written["updates"]["updated"] == 2
     assert "2 of 2 steps updated the policy" in text
+
+
+def test_a_one_task_panel_gives_both_rates_and_no_interval():
+    """A panel of one task (a shrunk recipe, `trainer.eval_tasks=1`) has no paired interval; the run still ends."""
+    summary = summarize_run({"eval_sft": _eval([0], 0.5), "eval_after": _eval([1], 0.0)}, _steps(False))
+    assert summary["paired"] is None
+    text = format_summary(summary)
+    assert "0/1" in text and "1/1" in text and "95% CI" not in text

@@ -33,7 +33,7 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
 
     Returns ``start`` ("sft" or "before"), ``tasks``, ``success`` and ``invalid_action_rate`` (each
     ``{start: rate, "after": rate}``, None where not measured), ``paired`` (the paired change with
-    ``ci95``, ``interval`` naming its method and ``mcnemar_p``; None without per-task rows at both ends),
+    ``ci95``, ``interval`` naming its method and ``mcnemar_p``; None unless both ends share 2+ tasks),
     ``updates`` (``steps``, ``updated``: steps whose update ran, ``trained_trajectories``) and ``warnings``.
     """
     start = "sft" if results.get("eval_sft") else "before"
@@ -47,7 +47,8 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
         "invalid_action_rate": {start: first.get("invalid_action_rate"), "after": last.get("invalid_action_rate")},
         "paired": None,
     }
-    if first.get("per_task") and last.get("per_task"):
+    both = set(first.get("per_task") or {}) & set(last.get("per_task") or {})
+    if len(both) >= 2:  # one shared task has no interval: the table still gives both rates
         summary["paired"] = paired_difference(first["per_task"], last["per_task"])
     summary["updates"] = _updates(train_log)
     summary["warnings"] = _warnings(summary)

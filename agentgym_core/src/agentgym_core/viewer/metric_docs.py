@@ -125,6 +125,21 @@ METRICS: tuple[MetricDoc, ...] = (
               "tokens.", "Below algorithm.off_policy.warn_kl (0.05); the run stops past stop_kl (0.5).",
               "Above warn_kl: check the weight sync (weight_sync_gap), the chat template and the backends' "
               "precisions; raise stop_kl only once you know why (how-to: off-policy)."),
+    MetricDoc("sampler_kl/<env>", "sampler_kl over the tokens of one environment's trajectories, or of one "
+              "rollout worker's (sampler_kl/worker0, worker1: a learner rank's or a Ray actor's backend).",
+              "Below warn_kl, like sampler_kl.",
+              "One group far above the others: that environment's chat template, or that worker's weight sync, "
+              "differs from the learner's."),
+    MetricDoc("sampler_kl_worst", "The largest of the step's sampler_kl/<env> and sampler_kl/worker<i>; the "
+              "mismatch stop reads it, so one broken environment is not diluted by the others.",
+              "Below warn_kl (0.05); the run stops past stop_kl (0.5).",
+              "Past stop_kl: the step trained nothing and the run stopped; see sampler_kl/<env> for where."),
+    MetricDoc("mismatch_stopped", "1 on the step whose sampler/learner mismatch passed stop_kl: its update "
+              "was skipped and the run stopped after writing this line.", "Absent.",
+              "See sampler_kl_worst and the run's last message for the group and the likely causes."),
+    MetricDoc("mismatch_skipped_update", "1 when the update measured the mismatch itself "
+              "(algorithm.old_logprobs=current) and skipped its optimizer step past stop_kl.", "Absent or 0.",
+              "As mismatch_stopped."),
     MetricDoc("sampler_ratio_mean", "Mean importance ratio learner / sampler over the sampled tokens.",
               "1.", "Far from 1: see sampler_kl."),
     MetricDoc("sampler_ratio_max", "Largest such ratio.", "Below algorithm.off_policy.cap.",
