@@ -138,7 +138,7 @@ ALLOWED: dict[str, set[str]] = {
     "http": {"env", "plugins"},
     "model_server": {"http", "plugins", "rollout"},  # http: auth, one reading of the Authorization header for every server
     "rollout": {"env", "schedulers"},
-    "text_gym": {"env", "http"},
+    "text_gym": {"env"},  # serving any Env class from a script is http.serving.serve_forever
     "viewer": set(),
     "testing": {"env", "http", "rollout"},
     "training": set(),  # the kit rl and finetune share: it knows neither
@@ -149,7 +149,9 @@ ALLOWED: dict[str, set[str]] = {
     "evaluation": {"env", "http", "plugins", "rollout"},
     "finetune": {"env", "experts", "finetune_options", "http", "models", "plugins", "recipes", "rl", "rollout",
                  "training"},
-    "pipeline": {"finetune", "plugins", "rl", "training"},  # where rl and finetune meet (warm start, then RL)
+    # where rl and finetune meet (warm start, then RL); the warm start hands back its model fine-tuned
+    # and the memory SFT freed, so the pipeline needs nothing of the training kit
+    "pipeline": {"finetune", "plugins", "rl"},
     "integrations": {"env", "http", "plugins"},  # our envs for other trainers (TRL's environment_factory)
 }
 

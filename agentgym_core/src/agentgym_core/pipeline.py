@@ -10,7 +10,6 @@ from typing import Any
 
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.config import TrainConfig
-from agentgym_core.training.memory import release_memory
 
 __all__ = ["plan_text", "run_rl_recipe"]
 
@@ -41,7 +40,6 @@ def run_rl_recipe(
 
     from agentgym_core.finetune.run import warm_start_sft
     from agentgym_core.rl.policy import load_policy
-    from agentgym_core.training.checkpoint import load_policy_weights
 
     if config.trainer.learners > 1:  # learner ranks load the warm start's weights from its model directory
         warm = warm_start_sft(config, plugin_manager=pm)
@@ -50,9 +48,7 @@ def run_rl_recipe(
     else:
         if model is None:
             model, tokenizer = load_policy(config.model, runtime=config.runtime)
-        warm = warm_start_sft(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
-        load_policy_weights(model, warm.checkpoint)  # a no-op after training in place; a resumed run needs it
-        release_memory()  # what SFT and its evaluation freed, before RL's learner and rollouts
+        warm = warm_start_sft(config, plugin_manager=pm, model=model, tokenizer=tokenizer)  # trains model in place
         results = train(config, resume=resume, plugin_manager=pm, model=model, tokenizer=tokenizer,
                         stop_after=stop_after, eval_before=warm.eval_after)
     return {"eval_base": warm.eval_before, "eval_sft": warm.eval_after, **results}

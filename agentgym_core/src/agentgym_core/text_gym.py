@@ -35,8 +35,9 @@ How the pieces map:
   str) are passed on.
 
 The class is an ordinary ``Env``: register it from a plugin, check it with
-:func:`agentgym_core.testing.check_env`, or serve it straight from a script with :func:`serve` and
-point a recipe's ``envs`` entry at the URL (``{name: wordgame, url: http://127.0.0.1:8000}``).
+:func:`agentgym_core.testing.check_env`, or serve it straight from a script with
+:func:`agentgym_core.http.serve_forever` and point a recipe's ``envs`` entry at the URL
+(``{name: wordgame, url: http://127.0.0.1:8000}``).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from typing import Any, ClassVar
 
 from agentgym_core.env import Env, EpisodeEndedError, InvalidTaskError, ResetResult, StepResult, TaskCatalog
 
-__all__ = ["OwnGlobalRandom", "TextGymEnv", "serve", "text_gym_env"]
+__all__ = ["OwnGlobalRandom", "TextGymEnv", "text_gym_env"]
 
 SuccessRule = Callable[[float, bool, bool, dict[str, Any]], "bool | None"]
 """(episode return so far, terminated, truncated, info) -> success (None while undecided)."""
@@ -310,18 +311,3 @@ def text_gym_env(
         attributes["reset_seed"] = staticmethod(reset_seed)
     class_name = "".join(part.capitalize() for part in name.replace("-", "_").split("_")) + "Env"
     return type(class_name, (TextGymEnv,), attributes)
-
-
-def serve(
-    env_cls: type[Env], *, host: str = "127.0.0.1", port: int = 8000, env_kwargs: dict[str, Any] | None = None
-) -> None:
-    """Serve ``env_cls`` over agentgym's HTTP protocol until interrupted (what ``agentgym serve`` does for a
-    registered env), so a recipe can use it with ``url:`` and no plugin."""
-    import uvicorn
-
-    from agentgym_core.http.server import create_app
-    from agentgym_core.http.serving import uvicorn_config
-
-    app = create_app(env_cls, env_kwargs=env_kwargs or {}, name=env_cls.name)
-    print(f"serving {env_cls.name!r} on http://{host}:{port}", flush=True)
-    uvicorn.Server(uvicorn_config(app, host=host, port=port)).run()

@@ -103,11 +103,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn  # the web stack is imported only to serve, not for `agentgym --help`
-
+    # the web stack is imported only to serve, not for `agentgym --help`
     from agentgym_core.env import check_env_options
     from agentgym_core.http.server import create_app
-    from agentgym_core.http.serving import uvicorn_config
+    from agentgym_core.http.serving import serve_forever
 
     token = resolve_token(args.token, file=args.token_file)
     check_exposure(args.host, token, insecure=args.insecure, what="environment server")
@@ -129,11 +128,8 @@ def run(args: argparse.Namespace) -> int:
                          "max_body_bytes": args.max_body_bytes, "token": token},
             serve_options={"header_timeout_s": args.header_timeout, "body_timeout_s": args.body_timeout},
             worker_timeout_s=args.worker_timeout)
-    app = create_app(env_cls, env_kwargs=args.env_kwargs, name=args.env, max_instances=args.max_instances,
-                     idle_ttl_s=args.idle_ttl or None, max_body_bytes=args.max_body_bytes, token=token)
-    print(f"serving {args.env!r} on http://{args.host}:{args.port} (docs: http://{args.host}:{args.port}/docs)",
-          flush=True)
-    config = uvicorn_config(app, host=args.host, port=args.port, header_timeout_s=args.header_timeout,
-                            body_timeout_s=args.body_timeout)
-    uvicorn.Server(config).run()
+    serve_forever(env_cls, args.env_kwargs, host=args.host, port=args.port, name=args.env,
+                  header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+                  max_instances=args.max_instances, idle_ttl_s=args.idle_ttl or None,
+                  max_body_bytes=args.max_body_bytes, token=token)
     return 0

@@ -43,13 +43,16 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
     when ``warm_start.expert`` is set), the SFT metrics and its checkpoint. The held-out evaluation
     before and after SFT uses the RL run's envs, eval tasks and final horizon, so the three figures
     (base, SFT, SFT+RL) are comparable. A warm start that already finished (a resumed RL run) is
-    not redone: its result is read back (``result.model_path`` is the fine-tuned model).
+    not redone: its result is read back (``result.model_path`` is the fine-tuned model) and, when
+    ``model`` is given, its weights loaded into ``model``, so ``model`` holds the fine-tuned weights
+    either way. What SFT and its evaluations freed is given back before returning, for the RL that follows.
     """
     import json
 
     from agentgym_core.finetune.sft import run_sft
     from agentgym_core.rl.plugin_options import final_horizon_of
-    from agentgym_core.training.checkpoint import latest_checkpoint, load_trainer_state
+    from agentgym_core.training.checkpoint import latest_checkpoint, load_policy_weights, load_trainer_state
+    from agentgym_core.training.memory import release_memory
 
     warm = train_config.warm_start
     run_dir = Path(train_config.trainer.run_dir) / "warm_start"
@@ -63,6 +66,9 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
         evals = [{k: v for k, v in e.items() if k != "kind"} for e in logged if e.get("kind") == "eval"]
         result.eval_before = next((e for e in evals if e.get("step") == 0), None)
         result.eval_after = next((e for e in evals if e.get("step") == result.steps), None)
+        if model is not None:  # a resumed RL run built its model from the initial weights
+            load_policy_weights(model, done)
+            release_memory()
         return result
     paths = list(warm.data.paths)
     if warm.expert is not None:
@@ -81,6 +87,7 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
                      resume=done is not None, label="warm start sft")  # a warm start cut short continues
     if result.checkpoint is None:
         raise RuntimeError(f"warm start: SFT in {run_dir} wrote no checkpoint")
+    release_memory()  # what SFT and its evaluation freed, before RL's learner and rollouts
     return result
 
 

@@ -8,8 +8,8 @@ Where things are: ``protocol`` (the wire format, pydantic models), ``server`` (t
 from an Env class) with ``instances`` (live instances), ``errors`` (exceptions -> protocol errors),
 ``direct_routes`` and ``asgi_body`` (the fast request path), ``compat`` + ``compat_spec`` (AgentGym's
 legacy routes), ``openenv_face`` (OpenEnv's routes) and ``mcp_face`` (MCP tools at ``/mcp``),
-``workers`` (``agentgym serve --workers N``), ``serving`` (run a server in a thread or as ``agentgym
-serve``), ``auth`` (the shared token), ``client`` (``HTTPEnv``), ``pool`` (several servers behind
+``workers`` (``agentgym serve --workers N``), ``serving`` (run a server in a thread, or in the
+foreground as ``agentgym serve``), ``auth`` (the shared token), ``client`` (``HTTPEnv``), ``pool`` (several servers behind
 one client) and ``openenv_remote`` (an OpenEnv server's environment as an agentgym Env). Names load on first use, so a client does not import the server stack.
 """
 
@@ -26,6 +26,7 @@ __all__ = [
     "create_app",
     "serve_app",
     "serve_env",
+    "serve_forever",
 ]
 
 lazy_exports(__name__, {
@@ -39,4 +40,5 @@ lazy_exports(__name__, {
     "create_app": "agentgym_core.http.server",
     "serve_app": "agentgym_core.http.serving",
     "serve_env": "agentgym_core.http.serving",
+    "serve_forever": "agentgym_core.http.serving",
 })

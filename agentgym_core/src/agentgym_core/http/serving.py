@@ -26,7 +26,8 @@ from agentgym_core.env import Env
 from agentgym_core.http.protocol import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
 from agentgym_core.http.server import create_app
 
-__all__ = ["DEFAULT_BODY_TIMEOUT_S", "DEFAULT_HEADER_TIMEOUT_S", "serve_app", "serve_env", "uvicorn_config"]
+__all__ = ["DEFAULT_BODY_TIMEOUT_S", "DEFAULT_HEADER_TIMEOUT_S", "serve_app", "serve_env", "serve_forever",
+           "uvicorn_config"]
 
 log = logging.getLogger(__name__)
 
@@ -150,3 +151,19 @@ def serve_env(env_cls: type[Env], env_kwargs: dict[str, Any] | None = None, *,
     app = create_app(env_cls, env_kwargs=env_kwargs, **server_options)
     with serve_app(app, header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s) as url:
         yield url
+
+
+def serve_forever(env_cls: type[Env], env_kwargs: dict[str, Any] | None = None, *, host: str = "127.0.0.1",
+                  port: int = 8000, name: str | None = None, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+                  body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, **server_options: Any) -> None:
+    """Serve ``env_cls`` on ``host:port`` in this thread until interrupted: ``agentgym serve`` for a registered
+    environment, and a script's own ``Env`` class (no plugin needed) that a recipe then uses with ``url:``.
+
+    ``name`` defaults to ``env_cls.name``; ``server_options`` go to
+    :func:`agentgym_core.http.server.create_app` (``max_instances``, ``token``, ...).
+    """
+    name = name or env_cls.name
+    app = create_app(env_cls, env_kwargs=env_kwargs or {}, name=name, **server_options)
+    print(f"serving {name!r} on http://{host}:{port} (docs: http://{host}:{port}/docs)", flush=True)
+    uvicorn.Server(uvicorn_config(app, host=host, port=port, header_timeout_s=header_timeout_s,
+                                  body_timeout_s=body_timeout_s)).run()
