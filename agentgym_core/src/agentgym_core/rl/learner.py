@@ -127,14 +127,8 @@ class Learner:
     def __init__(self, config: TrainConfig, model: torch.nn.Module, *, tokenizer: Any = None,
                  ctx: DistContext | None = None) -> None:
         self.config, self.ctx = config, ctx or DistContext(device=next(model.parameters()).device)
+        # Several ranks with a critic or an optimizer state on disk: refused when the recipe loads (rl/config.py).
         alg = config.algorithm
-        if self.ctx.distributed:
-            if alg.critic.enabled:
-                raise ConfigError("trainer.learners > 1 with a critic (GAE) is not supported yet: "
-                                  "use grpo/rloo/reinforce_pp, or trainer.learners=1")
-            if config.runtime.optimizer_state_to_disk:
-                raise ConfigError("runtime.optimizer_state_to_disk needs one learner process (trainer.learners=1); "
-                                  "sharded optimizer states are not written to disk")
         initial: dict[str, torch.Tensor] = {}
         unsaved: dict[str, torch.Tensor] | None = None
         if self.ctx.distributed:  # rank 0's weights, broadcast into every rank's shards once sharded
