@@ -222,6 +222,33 @@ def test_importing_the_core_installs_no_import_hook():
     assert importlib.import_module("agentgym_core.http.client").HTTPEnv
 
 
+def _exported_but_not_defined(source: str) -> list[str]:
+    """The names of a module's ``__all__`` that the module imports instead of defining (a re-export)."""
+    tree = ast.parse(source)
+    defined: set[str] = set()
+    exported: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(node.value, ast.List):
+                    exported = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+                defined.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return [name for name in exported if name not in defined]
+
+
+def test_rl_s_modules_export_only_what_they_define():
+    """An importer names the module that owns a name: ``rl.config``, ``rl.guards`` and ``rl.forward`` once passed
+    on the recipe loader's, the evaluation panel's and the critic's names, and two paths to one name drift."""
+    offenders = {name: reexported for name, path in _modules().items()
+                 if name.startswith(f"{PACKAGE}.rl.") and path.name != "__init__.py"
+                 and (reexported := _exported_but_not_defined(path.read_text()))}
+    assert offenders == {}, f"import these from the module that defines them: {offenders}"
+    assert _exported_but_not_defined("from a import b\nc = 1\n__all__ = ['b', 'c']\n") == ["b"]
+
+
 def test_no_module_of_the_core_imports_a_plugin_package():
     offenders = [f"{name} imports {imported}" for name, path in _modules().items()
                  for imported in _imported_names(path, name) if imported.startswith(PLUGIN_PREFIXES)]

@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict
 
 from agentgym_core import hookimpl
 from agentgym_core.plugins import PluginManager
-from agentgym_core.rl.config import ConfigError, load_config
+from agentgym_core.recipes import ConfigError
+from agentgym_core.rl.config import load_config
 from agentgym_core.rl.plugin_options import backend_capabilities, bind_plugin_options
 
 pytest.importorskip("agentgym_estimators")

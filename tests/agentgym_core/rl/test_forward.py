@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from agentgym_core.rl.forward import ValueHead, forward_tokens, pack_bins
+from agentgym_core.rl.critic import ValueHead
+from agentgym_core.rl.forward import forward_tokens, pack_bins
 
 
 def test_pack_bins_first_fit_decreasing():

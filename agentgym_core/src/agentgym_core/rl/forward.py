@@ -41,7 +41,6 @@ from agentgym_core.training.activation_checkpointing import checkpointing_for_fo
 
 __all__ = [
     "TokenStats",
-    "ValueHead",
     "bf16_autocast",
     "count_forwards",
     "forward_tokens",

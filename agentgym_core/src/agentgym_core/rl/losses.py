@@ -31,8 +31,6 @@ import torch
 from agentgym_core.rl.config import Aggregation, KLEstimator
 
 __all__ = [
-    "Aggregation",
-    "KLEstimator",
     "LOG_RATIO_BOUND",
     "aggregate",
     "clamped_log_ratio",
