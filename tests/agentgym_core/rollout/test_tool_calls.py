@@ -117,6 +117,20 @@ def test_a_template_that_renders_tools_gets_the_schema_through_tools_and_its_exa
         assert all(turn.invalid_action for turn in traj.turns)
 
 
+def test_a_rollout_log_of_native_tool_calls_is_tokenised_for_sft_with_its_tools(tmp_path):
+    from agentgym_core.finetune.data import TokenizerChat, load_examples
+    from agentgym_core.rollout.chat import ChatFormat
+    from agentgym_core.rollout.logs import RolloutLogWriter
+
+    backend, tokenizer = _tiny_backend(TOOLS_TEMPLATE)
+    traj = _roll_out(backend, tool_call_env(GuessEnv), tasks=(3,))[0]
+    with RolloutLogWriter(tmp_path / "log.jsonl") as log:  # messages only, no token ids
+        log.write(traj)
+    assert json.loads((tmp_path / "log.jsonl").read_text())["tools"] == [act_tool_schema("guess")]
+    (example,) = load_examples(tmp_path / "log.jsonl", chat=ChatFormat(TokenizerChat(tokenizer)))
+    assert example.token_ids[:traj.prompt_length] == traj.token_ids[:traj.prompt_length]  # the schema is in the prompt
+
+
 def test_a_template_that_ignores_tools_gets_them_described_in_the_system_message(caplog):
     from agentgym_core.rollout.chat import ChatFormat
     from agentgym_core.testing.trajectory import check_trajectory
