@@ -41,6 +41,17 @@ def test_a_tool_call_is_parsed_and_reaches_the_environment_in_process_and_over_h
     )
     assert [step[0] for step in report.episodes[0].steps][:2] == ["guess 1", "guess 2"]
     assert all(step[6] is False for step in report.episodes[0].steps)  # every call read: valid actions
+    assert report.tools == [act_tool_schema("guess")]  # the served /info sends the class's schema
+
+
+def test_check_env_refuses_tools_a_chat_template_could_not_take():
+    from agentgym_core.testing.env_check import EnvContractError, check_env
+
+    class NamelessTool(GuessEnv):
+        tools = [{"type": "function", "function": {"description": "no name"}}]
+
+    with pytest.raises(EnvContractError, match="each tool must be"):
+        check_env(NamelessTool, task_ids=[3])
 
 
 @pytest.mark.parametrize(
