@@ -18,10 +18,22 @@ from agentgym_env_guess.env import GuessEnv  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parents[3] / "examples" / "textarena_tool_calls_cpu.yaml"
 
-# ChatML whose system turn lists the tools when the template is given any (as Qwen's and Hermes' templates do).
+# ChatML that lists the tools in a system turn of their own when given any.
 TOOLS_TEMPLATE = (
     "{% if tools %}{{ '<|im_start|>system\n# Tools\n' }}{% for tool in tools %}{{ tool | tojson }}{{ '\n' }}"
     "{% endfor %}{{ '<|im_end|>\n' }}{% endif %}" + CHATML_TEMPLATE
+)
+# ChatML that writes the tools into the system message after its content, as Qwen's and Hermes' templates do.
+MERGED_TOOLS_TEMPLATE = (
+    "{% set rest = messages %}"
+    "{% if tools %}{{ '<|im_start|>system\n' }}"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\n\n' }}{% set rest = messages[1:] %}"
+    "{% endif %}{{ '# Tools\n<tools>\n' }}{% for tool in tools %}{{ tool | tojson }}{{ '\n' }}{% endfor %}"
+    "{{ '</tools><|im_end|>\n' }}{% endif %}"
+    "{% for message in rest %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
 
@@ -107,11 +119,12 @@ def _prompt_render(tokenizer, traj, **tools):
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def test_a_template_that_renders_tools_gets_the_schema_through_tools_and_its_exact_tokens(caplog):
+@pytest.mark.parametrize("template", [TOOLS_TEMPLATE, MERGED_TOOLS_TEMPLATE], ids=["own_turn", "in_system"])
+def test_a_template_that_renders_tools_gets_the_schema_through_tools_and_its_exact_tokens(template, caplog):
     from agentgym_core.rollout.chat import ChatFormat
     from agentgym_core.testing.trajectory import check_trajectory
 
-    backend, tokenizer = _tiny_backend(TOOLS_TEMPLATE)
+    backend, tokenizer = _tiny_backend(template)
     assert ChatFormat(backend).renders_tools
     with caplog.at_level("INFO", logger="agentgym_core.rollout.engine"):
         trajs = _roll_out(backend, tool_call_env(GuessEnv))
