@@ -163,7 +163,7 @@ def test_a_template_that_ignores_tools_gets_them_described_in_the_system_message
     assert not ChatFormat(backend).renders_tools
     with caplog.at_level("INFO", logger="agentgym_core.rollout.engine"):
         trajs = _roll_out(backend, tool_call_env(GuessEnv))
-    assert "guess: tool calls fall back to the system message" in caplog.text
+    assert "guess: tool calls fall back to the system message (the chat template does not render tools=)" in caplog.text
     for traj in trajs:
         system = traj.messages[0]["content"]
         assert traj.tools is None and system.startswith(GuessEnv().instruction)
@@ -172,7 +172,7 @@ def test_a_template_that_ignores_tools_gets_them_described_in_the_system_message
         check_trajectory(traj, backend)
 
 
-def test_a_backend_that_cannot_pass_tools_falls_back():
+def test_a_backend_that_cannot_pass_tools_or_a_template_that_refuses_them_falls_back():
     from agentgym_core.rollout.chat import ChatFormat
 
     backend, _ = _tiny_backend(TOOLS_TEMPLATE)
@@ -184,6 +184,9 @@ def test_a_backend_that_cannot_pass_tools_falls_back():
             return backend.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
 
     assert ChatFormat(backend).renders_tools and not ChatFormat(MessagesOnly()).renders_tools
+    backend.tokenizer.chat_template = "{% if tools %}{{ raise_exception('no tools here') }}{% endif %}" + CHATML_TEMPLATE
+    refusing = ChatFormat(backend)
+    assert not refusing.renders_tools and "no tools here" in refusing.tools_fallback_reason
 
 
 def test_a_server_sends_its_tools_and_a_text_server_is_played_through_tool_calls_from_the_client(tiny_backend):

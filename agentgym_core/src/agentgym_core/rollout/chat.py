@@ -58,18 +58,27 @@ class ChatFormat:
         self.backend = backend
         self._probes: dict[tuple[bool, str | None], _Probe] = {}
         self._renders_tools: bool | None = None
+        self.tools_fallback_reason = ""  # why renders_tools is False, for the run's log
 
     @property
     def renders_tools(self) -> bool:
         """True when the backend passes ``tools=`` to a chat template that writes them (native tool calls);
         False when it cannot (an ``apply_chat_template`` without ``tools``) or the template ignores them."""
         if self._renders_tools is None:
-            takes = "tools" in inspect.signature(self.backend.apply_chat_template).parameters
-            head = [{"role": "user", "content": "U"}]
-            name = _PROBE_TOOL["function"]["name"]
-            self._renders_tools = takes and name in self.backend.apply_chat_template(
-                head, add_generation_prompt=True, tools=[_PROBE_TOOL])  # type: ignore[call-arg]
+            self._renders_tools, self.tools_fallback_reason = self._probe_tools()
         return self._renders_tools
+
+    def _probe_tools(self) -> tuple[bool, str]:
+        if "tools" not in inspect.signature(self.backend.apply_chat_template).parameters:
+            return False, f"the {type(self.backend).__name__} backend's apply_chat_template takes no tools"
+        try:
+            rendered = self.backend.apply_chat_template(  # type: ignore[call-arg]
+                [{"role": "user", "content": "U"}], add_generation_prompt=True, tools=[_PROBE_TOOL])
+        except Exception as exc:  # noqa: BLE001 - a template may refuse tools in any way it likes (raise_exception)
+            return False, f"the chat template refused tools=: {exc}"
+        if _PROBE_TOOL["function"]["name"] not in rendered:
+            return False, "the chat template does not render tools="
+        return True, ""
 
     def render(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool, tools: Tools = None) -> str:
         """The template's text for ``messages``; ``tools`` are passed only when given (a backend may not take them)."""

@@ -296,7 +296,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
                 self._announce_tools(traj.env or self.env_name or "")
             record_reset(traj, instruction, reset.observation, seconds=seconds, env_name=self.env_name,
                          instruction_role=cfg.instruction_role, info=reset.info, tools=tools,
-                         native_tools=self.chat.renders_tools)
+                         native_tools=bool(tools) and self.chat.renders_tools)
             live.with_system = cfg.instruction_role == "system"
             live.pending_ids = self.chat.prompt_ids(traj.messages, traj.tools)
             if len(live.pending_ids) >= cfg.max_total_tokens:
@@ -320,8 +320,8 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         if self.chat.renders_tools:
             log.info("%s: tool calls are native: the schemas go through the chat template's tools=", env)
         else:
-            log.info("%s: tool calls fall back to the system message: the chat template does not render tools= "
-                     "(or the backend cannot pass them), so the schemas are described in the instruction", env)
+            log.info("%s: tool calls fall back to the system message (%s), so the schemas are described in the "
+                     "instruction", env, self.chat.tools_fallback_reason)
 
     # -- model side (runs in the calling thread) -------------------------------------------------
     def _open_turn(self, live: _Live) -> tuple[list[int], int]:
