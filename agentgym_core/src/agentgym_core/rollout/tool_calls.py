@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from agentgym_core.env import Env, StepResult
 
 __all__ = ["TOOL_NAME", "ToolCallError", "act_tool_schema", "describe_tools", "parse_tool_call", "tool_call_env"]
 
 TOOL_NAME = "act"
+EnvT = TypeVar("EnvT", bound=Env)
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
 _FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.S)
 _REFUSED = "\x00tool-call-refused\x00"  # prefix of parse_action's answer for a call it could not read
@@ -125,7 +126,7 @@ def parse_tool_call(text: str) -> str:
     return action.strip()
 
 
-def tool_call_env(env_cls: type[Env]) -> type[Env]:
+def tool_call_env(env_cls: type[EnvT]) -> type[EnvT]:
     """A subclass of ``env_cls`` played through the ``act`` tool (see the module docstring)."""
     if getattr(env_cls, "action_format", None) == "tool_call":
         return env_cls
