@@ -36,6 +36,13 @@ def engines():
     return TransformersBackend(model, tokenizer, decode_engine="library"), TransformersBackend(model, tokenizer)
 
 
+# The seeded settings both sampling checks run under: plain sampling, and top-k with top-p.
+SEEDED_SAMPLING = pytest.mark.parametrize("params", [
+    SamplingParams(temperature=1.0, max_new_tokens=12, seed=5),
+    SamplingParams(temperature=0.7, top_k=40, top_p=0.9, max_new_tokens=12, seed=6),
+], ids=["plain", "top_k_top_p"])
+
+
 def _prompts(backend):
     return [backend.encode(t) for t in TEXTS]
 
@@ -55,10 +62,7 @@ def test_greedy_replies_are_token_identical_to_plain_generate(engines):
     assert len({t for s in samples for t in s.token_ids}) > 20  # replies that could differ, not one repeated token
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=1.0, max_new_tokens=12, seed=5),
-    SamplingParams(temperature=0.7, top_k=40, top_p=0.9, max_new_tokens=12, seed=6),
-])
+@SEEDED_SAMPLING
 def test_sampling_log_probs_equal_a_learner_forward(engines, params):
     """log_softmax(logits / T) before top-k/top-p, as the own engine records them: within 1e-4 in float32."""
     library, _ = engines
@@ -70,10 +74,7 @@ def test_sampling_log_probs_equal_a_learner_forward(engines, params):
         assert max(abs(a - b) for a, b in zip(row[len(prompt):], sample.logprobs, strict=True)) < 1e-4
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=1.0, max_new_tokens=12, seed=5),
-    SamplingParams(temperature=0.7, top_k=40, top_p=0.9, max_new_tokens=12, seed=6),
-])
+@SEEDED_SAMPLING
 def test_a_seed_draws_the_same_tokens_on_both_engines(engines, params):
     library, own = engines
     prompts = _prompts(library)

@@ -1,8 +1,10 @@
-"""GEM's end states in agentgym's terms, and GEM's own tool wrappers (python, search) behind the adapter."""
+"""GEM's end states in agentgym's terms, and GEM's own tool wrappers (python, search, mcp) behind the adapter."""
 
 from __future__ import annotations
 
 import http.server
+import json
+import re
 import threading
 
 import pytest
@@ -81,6 +83,30 @@ def test_the_search_tool_queries_the_configured_server():
     finally:
         server.shutdown()
         thread.join()
+
+
+def test_the_mcp_tool_plays_an_agentgym_server_through_its_mcp_endpoint():
+    """GEM's MCPTool against a real MCP server on 127.0.0.1: agentgym's own /mcp face of a served environment."""
+    pytest.importorskip("fastmcp", reason="GEM's MCPTool needs fastmcp (pip install 'gem-llm[mcp]')")
+    pytest.importorskip("mcp", reason="agentgym's /mcp endpoint needs the mcp package")
+    pytest.importorskip("agentgym_env_guess")
+    from agentgym_core.testing import serve_env
+    from agentgym_env_guess.env import GuessEnv
+
+    def call(tool: str, **arguments: object) -> str:
+        return f"<tool_call><tool_name>{tool}</tool_name><arguments>{json.dumps(arguments)}</arguments></tool_call>"
+
+    with serve_env(GuessEnv) as url:
+        env = GemEnv(env_ids=["rg:chain_sum"], tools={"mcp": {"config": f"{url}/mcp"}})
+        first = env.reset(CHAIN_SUM)
+        assert '"name": "step"' in first.observation  # the server's tools, listed in GEM's tool instruction
+        started = env.step(call("reset", task_id=3))
+        assert "task_id=3" in started.observation and started.info["tool_type"] == "mcp"
+        assert started.invalid_action is False and not started.done
+        episode = int(re.search(r"episode=(\d+)", started.observation).group(1))
+        stepped = env.step(call("step", episode=episode, action="guess 50"))
+        assert "The secret is" in stepped.observation and stepped.invalid_action is False
+        env.close()
 
 
 def test_unknown_tools_are_refused_by_name():

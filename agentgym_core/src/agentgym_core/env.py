@@ -202,6 +202,13 @@ class Env(ABC):
         """Extract the action string from a model reply. Default: ReAct `Action:` line."""
         return parse_react_action(text)
 
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """JSON schemas (the OpenAI/Hugging Face ``tools`` shape) of the tools the model acts through, or None
+        when it acts in text. The rollout engine hands them to the chat template's ``tools=`` where the
+        template renders them, else describes them in the system message (``agentgym_core.rollout.tool_calls``)."""
+        return None
+
     # -- tasks --------------------------------------------------------------------------------
     @classmethod
     @abstractmethod

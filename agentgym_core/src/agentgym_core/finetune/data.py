@@ -106,9 +106,11 @@ class TokenizerChat:
         extra = [] if cfg_eos is None else (cfg_eos if isinstance(cfg_eos, list) else [cfg_eos])
         return cls(tokenizer, extra)
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool,
+                            tools: Sequence[Mapping[str, Any]] | None = None) -> str:
         return self.tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+                                                  add_generation_prompt=add_generation_prompt,
+                                                  tools=[dict(t) for t in tools] if tools else None)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -117,9 +119,9 @@ class TokenizerChat:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
 
-def _end_of_turn_id(chat: ChatFormat, with_system: bool) -> int | None:
+def _end_of_turn_id(chat: ChatFormat, with_system: bool, tools: Sequence[Mapping[str, Any]] | None) -> int | None:
     """The EOS id whose text starts the template's reply suffix (ChatML: ``<|im_end|>``), if any."""
-    suffix = chat.probe(with_system).reply_suffix
+    suffix = chat.probe(with_system, tools).reply_suffix
     for eos in sorted(chat.backend.eos_token_ids):
         text = chat.backend.decode([eos])
         if text and suffix.startswith(text):
@@ -128,14 +130,16 @@ def _end_of_turn_id(chat: ChatFormat, with_system: bool) -> int | None:
 
 
 def tokenize_messages(
-    chat: ChatFormat, messages: Sequence[Mapping[str, str]], *, train: Sequence[bool] | None = None
+    chat: ChatFormat, messages: Sequence[Mapping[str, str]], *, train: Sequence[bool] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[list[int], list[int]]:
     """``(token_ids, loss_mask)`` of a chat, laid out as the rollout engine lays out a trajectory.
 
     ``messages``: optional system message, a user message, then alternating assistant/user
     messages (a final user message, the last observation, is dropped: nothing after the last
     reply is trained, as in the trajectory record). ``train[k]`` says whether the k-th assistant
-    message is trained (default: all); an untrained reply keeps its tokens with mask 0.
+    message is trained (default: all); an untrained reply keeps its tokens with mask 0. ``tools``: the
+    schemas the template rendered the chat with (a rollout log's ``tools``, from native tool calls).
     """
     msgs = [dict(m) for m in messages]
     with_system = bool(msgs) and msgs[0]["role"] == "system"
@@ -154,9 +158,9 @@ def tokenize_messages(
     train = list(train) if train is not None else [True] * len(replies)
     if len(train) != len(replies):
         raise ValueError(f"train has {len(train)} flags for {len(replies)} assistant messages")
-    eos = _end_of_turn_id(chat, with_system)
-    reply_prefix = chat.probe(with_system).reply_prefix
-    ids = chat.prompt_ids(msgs[:head])
+    eos = _end_of_turn_id(chat, with_system, tools)
+    reply_prefix = chat.probe(with_system, tools).reply_prefix
+    ids = chat.prompt_ids(msgs[:head], tools)
     mask = [0] * len(ids)
     for k, reply in enumerate(replies):
         reply_ids = chat.backend.encode(reply_prefix + reply["content"])
@@ -165,7 +169,7 @@ def tokenize_messages(
         ids += reply_ids
         mask += [int(train[k])] * len(reply_ids)
         if 2 * k + 1 < len(body):  # the observation that answered this reply
-            context = chat.turn_ids(reply_ids, body[2 * k + 1]["content"], with_system=with_system)
+            context = chat.turn_ids(reply_ids, body[2 * k + 1]["content"], with_system=with_system, tools=tools)
             ids += context
             mask += [0] * len(context)
     return ids, mask
@@ -241,7 +245,7 @@ def _example(record: dict[str, Any], chat: ChatFormat | None, where: str) -> Exa
         if tokens:
             ids, mask = list(tokens["token_ids"]), list(tokens["loss_mask"])
         else:
-            ids, mask = tokenize_messages(need_chat(), record["messages"])
+            ids, mask = tokenize_messages(need_chat(), record["messages"], tools=record.get("tools"))
         return Example(ids, mask, env=record["env"], task_id=record["task_id"], success=bool(record["success"]),
                        num_turns=int(record["num_turns"]), reward=float(record["outcome_reward"]), source=where,
                        meta={"env_failure": bool(record.get("failed"))})

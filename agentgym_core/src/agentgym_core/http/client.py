@@ -187,6 +187,10 @@ class HTTPEnv(Env):
         return self.client.info().instruction
 
     @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return self.client.info().tools
+
+    @property
     def max_episode_steps(self) -> int | None:  # type: ignore[override]  # the served instances' limit
         return self.client.info().max_episode_steps
 

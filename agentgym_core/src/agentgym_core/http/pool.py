@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from agentgym_core.env import EnvError, ResetResult, StepResult, TaskCatalog
 from agentgym_core.http.client import EnvClient, HTTPEnv, RemoteError, ServerUnreachableError
@@ -262,6 +263,10 @@ class PooledEnv(HTTPEnv):
     @property
     def instruction(self) -> str:
         return self.pool.info().instruction
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return self.pool.info().tools
 
     def reset(self, task_id: int, seed: int | None = None) -> ResetResult:
         # One try per server: a dead one is marked down and a full one avoided, so the next placement

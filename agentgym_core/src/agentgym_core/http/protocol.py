@@ -215,3 +215,6 @@ class EnvInfo(BaseModel):
     max_episode_steps: int | None
     split_sizes: dict[str, int]
     protocol_version: int = PROTOCOL_VERSION
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="JSON schemas of the tools the environment is played through (Env.tools); absent or None: "
+        "text actions (servers before this field sent none).")

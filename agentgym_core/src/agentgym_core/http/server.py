@@ -268,7 +268,7 @@ def create_app(
     def info() -> p.EnvInfo:
         probe = probe_env()  # an instance: its step limit may come from a constructor option
         return p.EnvInfo(env=env_name, instruction=probe.instruction, max_episode_steps=probe.max_episode_steps,
-                         split_sizes=catalog.sizes())
+                         split_sizes=catalog.sizes(), tools=probe.tools)
 
     @app.get(f"{v1}/tasks")
     def tasks() -> dict[str, Any]:

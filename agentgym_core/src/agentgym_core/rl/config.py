@@ -157,7 +157,7 @@ class EnvConfig(_Section):
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Constructor arguments of the env class.")
     action_format: Literal["text", "tool_call"] = Field(
         "text", description="How replies carry actions: an `Action:` line, or a call of the `act` tool "
-        "(agentgym_core.rollout.tool_calls; environments the trainer starts itself).")
+        "(agentgym_core.rollout.tool_calls; native chat-template tools where the template renders them).")
     weight: float = Field(1.0, gt=0, description="Share of each step's tasks drawn from this environment.")
     train_split: str = Field("train", description="Catalog split sampled for training.")
     test_split: str = Field("test", description="Catalog split used for evaluation.")
@@ -168,9 +168,6 @@ class EnvConfig(_Section):
 
     @model_validator(mode="after")
     def _one_way_to_name_servers(self) -> EnvConfig:
-        if self.action_format == "tool_call" and self.server_urls:
-            raise ValueError(f"envs entry {self.name!r}: action_format tool_call applies to an environment the "
-                             "trainer starts; drop url/urls (a running server plays text actions)")
         if self.url is not None and self.urls is not None:
             raise ValueError(f"envs entry {self.name!r} sets both url and urls; keep one (urls: [a, b] for several "
                              "servers, url: a for one)")

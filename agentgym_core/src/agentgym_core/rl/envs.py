@@ -43,6 +43,7 @@ class EnvHandle:
     train_tasks: list[int]
     test_tasks: list[int]
     categories: dict[int, str]
+    env_class: type[PooledEnv] = PooledEnv  # tool_call_env(PooledEnv) plays a text server through tool calls
 
     @property
     def name(self) -> str:
@@ -54,7 +55,7 @@ class EnvHandle:
 
     def make_env(self) -> PooledEnv:
         """A new instance handle; the pool places it on the least-loaded healthy server."""
-        return self.pool.make_env()
+        return self.env_class(self.pool)
 
 
 @contextlib.contextmanager
@@ -70,7 +71,9 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float =
     with contextlib.ExitStack() as stack:
         handles = []
         for cfg in configs:
-            urls = cfg.server_urls
+            urls, env_class = cfg.server_urls, PooledEnv
+            if cfg.action_format == "tool_call" and urls:  # a running server plays text: the client reads the call
+                env_class = tool_call_env(PooledEnv)
             if cfg.protocol == "openenv":  # each OpenEnv server behind a loopback agentgym server of its own
                 from agentgym_core.http.openenv_remote import OpenEnvRemote
 
@@ -90,7 +93,7 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float =
             # Round-robin over categories; evaluation.panel.panel_tasks takes the panel from it.
             test = cfg.test_tasks if cfg.test_tasks is not None else catalog.spread(
                 cfg.test_split, len(catalog.split(cfg.test_split)))
-            handles.append(EnvHandle(cfg, pool, list(train), list(test), catalog.category_index()))
+            handles.append(EnvHandle(cfg, pool, list(train), list(test), catalog.category_index(), env_class))
         yield handles
 
 

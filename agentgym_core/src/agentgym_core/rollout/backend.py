@@ -123,8 +123,11 @@ class RolloutBackend(Protocol):
     name: str
     eos_token_ids: frozenset[int]
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
-        """Render messages with the model's own chat template, as text (special tokens as text)."""
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool,
+                            tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """Render messages with the model's own chat template, as text (special tokens as text); ``tools``
+        (JSON schemas) go to the template's ``tools=``. Optional: a backend without the argument gets tools
+        described in the system message instead (:class:`~agentgym_core.rollout.chat.ChatFormat`)."""
         ...
 
     def encode(self, text: str) -> list[int]:

@@ -28,6 +28,7 @@ thread returns) and a fresh one is created for the next episode.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -60,6 +61,8 @@ from agentgym_core.rollout.episode import (
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 
 __all__ = ["EnvSource", "EpisodeSpec", "EngineConfig", "RolloutEngine", "RolloutStats"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,6 +102,7 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         self.chat = ChatFormat(self.backend)
         self._alive = dict.fromkeys(self.sources, 0)  # instances in use or idle, per source; broken ones leave
         self._runs = 0
+        self._tools_announced: set[str] = set()  # environments whose way of passing tools was logged
         self._pool = ThreadPoolExecutor(max_workers=self.config.env_workers, thread_name_prefix="agentgym-env")
 
     # -- public ------------------------------------------------------------------------------
@@ -242,14 +246,14 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         self._alive[key] += 1
         return EnvSlot(source=key)
 
-    def _reset_call(self, live: _Live) -> Callable[[], tuple[str, ResetResult, float]]:
+    def _reset_call(self, live: _Live) -> Callable[[], tuple[str, list[dict] | None, ResetResult, float]]:
         slot, spec = live.slot, live.spec
         assert slot is not None
 
-        def call() -> tuple[str, ResetResult, float]:
+        def call() -> tuple[str, list[dict] | None, ResetResult, float]:
             t = time.perf_counter()
-            instruction, result = self._reset_env(slot, spec)
-            return instruction, result, time.perf_counter() - t
+            instruction, tools, result = self._reset_env(slot, spec)
+            return instruction, tools, result, time.perf_counter() - t
 
         return call
 
@@ -287,11 +291,14 @@ class RolloutEngine(EngineBase[RolloutBackend]):
             self._fail(live, env_error_reason("reset" if not traj.turns else "step", error))
             return
         if not traj.turns:  # reset answered
-            instruction, reset, seconds = future.result()
+            instruction, tools, reset, seconds = future.result()
+            if tools:
+                self._announce_tools(traj.env or self.env_name or "")
             record_reset(traj, instruction, reset.observation, seconds=seconds, env_name=self.env_name,
-                         instruction_role=cfg.instruction_role, info=reset.info)
+                         instruction_role=cfg.instruction_role, info=reset.info, tools=tools,
+                         native_tools=bool(tools) and self.chat.renders_tools)
             live.with_system = cfg.instruction_role == "system"
-            live.pending_ids = self.chat.prompt_ids(traj.messages)
+            live.pending_ids = self.chat.prompt_ids(traj.messages, traj.tools)
             if len(live.pending_ids) >= cfg.max_total_tokens:
                 truncate(traj, "token_budget")
             return
@@ -300,9 +307,21 @@ class RolloutEngine(EngineBase[RolloutBackend]):
             span = traj.turns[-1].action_span
             live.pending_ids = self.chat.turn_ids(
                 traj.token_ids[span.start:span.end], result.observation, with_system=live.with_system,
+                tools=traj.tools,
             )
             if len(traj.token_ids) + len(live.pending_ids) >= cfg.max_total_tokens:
                 truncate(traj, "token_budget")
+
+    def _announce_tools(self, env: str) -> None:
+        """Log once per environment how its tools reach the model (native ``tools=`` or the system message)."""
+        if env in self._tools_announced:
+            return
+        self._tools_announced.add(env)
+        if self.chat.renders_tools:
+            log.info("%s: tool calls are native: the schemas go through the chat template's tools=", env)
+        else:
+            log.info("%s: tool calls fall back to the system message (%s), so the schemas are described in the "
+                     "instruction", env, self.chat.tools_fallback_reason)
 
     # -- model side (runs in the calling thread) -------------------------------------------------
     def _open_turn(self, live: _Live) -> tuple[list[int], int]:

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.env import STATE_KEY, Env, ResetResult, StepResult
 from agentgym_core.rollout.backend import SamplingParams
+from agentgym_core.rollout.tool_calls import describe_tools
 from agentgym_core.rollout.trajectory import Trajectory
 from agentgym_core.schedulers import RoundScheduler
 
@@ -210,13 +211,14 @@ class EngineBase(Generic[BackendT]):
             category=spec.category, max_turns=max_turns, temperature=self.config.sampling.logprob_temperature,
         )
 
-    def _reset_env(self, slot: EnvSlot, spec: EpisodeSpec) -> tuple[str, ResetResult]:
-        """Create the slot's instance if needed and reset it to the episode's task (runs in the pool)."""
+    def _reset_env(self, slot: EnvSlot, spec: EpisodeSpec) -> tuple[str, list[dict] | None, ResetResult]:
+        """Create the slot's instance if needed and reset it to the episode's task (runs in the pool);
+        returns the instruction, the tool schemas (None for text actions) and the reset's answer."""
         if slot.env is None:
             slot.env = self.sources[slot.source].make_env()
         if not self.env_name and not self.multi_env:
             self.env_name = slot.env.name
-        return slot.env.instruction, slot.env.reset(spec.task_id, seed=spec.seed)
+        return slot.env.instruction, slot.env.tools, slot.env.reset(spec.task_id, seed=spec.seed)
 
     def _count(self, traj: Trajectory) -> None:
         """Add a finished trajectory to the run statistics (failures by the prefix of their reason)."""
@@ -243,12 +245,18 @@ class EngineBase(Generic[BackendT]):
 
 def record_reset(
     traj: Trajectory, instruction: str, observation: str, *, seconds: float, env_name: str | None,
-    instruction_role: str, info: dict | None = None,
+    instruction_role: str, info: dict | None = None, tools: list[dict] | None = None, native_tools: bool = False,
 ) -> None:
     """Start the conversation from the reset's answer: the instruction as system message, or
     prefixed to the first observation when ``instruction_role`` is 'user'. ``info`` is the reset's
-    (its ``state_key``, when the environment names states, becomes ``traj.start_state``)."""
+    (its ``state_key``, when the environment names states, becomes ``traj.start_state``). ``tools``
+    (the environment's schemas) are kept in ``traj.tools`` for the chat template when ``native_tools``,
+    else described after the instruction (``agentgym_core.rollout.tool_calls.describe_tools``)."""
     traj.env = traj.env or env_name or ""
+    if tools and native_tools:
+        traj.tools = tools
+    elif tools:
+        instruction = describe_tools(instruction, tools)
     state = (info or {}).get(STATE_KEY)
     traj.start_state = None if state is None else str(state)
     traj.env_seconds += seconds

@@ -22,6 +22,7 @@ key                 meaning
 ``mask``            ``{total, sampled, context}`` token counts
 ``timing``          ``{gen_seconds, env_seconds, wall_seconds}``
 ``tokens``          only with ``include_tokens``: ``{token_ids, loss_mask, logprobs}``
+``tools``           only when the chat template rendered tool schemas (native tool calls): the schemas
 ==================  ===========================================================================
 """
 
@@ -75,6 +76,8 @@ def trajectory_log_record(traj: Trajectory, *, step: int = -1, include_tokens: b
             "wall_seconds": round(traj.wall_seconds, 4),
         },
     }
+    if traj.tools:  # re-tokenising the messages needs them (agentgym_core.finetune.data)
+        record["tools"] = traj.tools
     if include_tokens:
         record["tokens"] = {"token_ids": traj.token_ids, "loss_mask": traj.loss_mask, "logprobs": traj.logprobs}
     return record

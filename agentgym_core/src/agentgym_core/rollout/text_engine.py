@@ -240,9 +240,11 @@ class TextRolloutEngine(EngineBase[ChatBackend]):
     def _play(self, slot: EnvSlot, spec: EpisodeSpec, index: int, traj: TextTrajectory, max_turns: int,
               deadline: float) -> None:
         cfg = self.config
-        (instruction, first), seconds = self._env_call(slot, lambda: self._reset_env(slot, spec), "reset", deadline)
+        (instruction, tools, first), seconds = self._env_call(slot, lambda: self._reset_env(slot, spec), "reset",
+                                                             deadline)
+        # A chat API renders its own template: tools are described in the system message (the fallback).
         record_reset(traj, instruction, first.observation, seconds=seconds, env_name=self.env_name,
-                     instruction_role=cfg.instruction_role, info=first.info)
+                     instruction_role=cfg.instruction_role, info=first.info, tools=tools)
         used = 0  # tokens of the conversation so far, as the server counts them
         while True:
             if time.perf_counter() >= deadline:

@@ -80,6 +80,10 @@ class Trajectory(BaseModel):
     messages: list[dict[str, str]] = Field(
         default_factory=list, description="The chat as messages (system/user/assistant), for logs and the auditor."
     )
+    tools: list[dict[str, Any]] | None = Field(
+        default=None, description="Tool schemas the chat template rendered the prompt with (native tool calls); None "
+        "when there were none or they were described in the system message.",
+    )
     token_ids: list[int] = Field(default_factory=list, description="Prompt + all turns, as sampled.")
     loss_mask: list[int] = Field(default_factory=list, description="1 on sampled tokens, else 0.")
     logprobs: list[float] = Field(default_factory=list, description="Sampling log-prob per token (0 where masked).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import warnings
@@ -53,6 +54,24 @@ class EnvCheckReport:
     catalog: TaskCatalog
     instruction: str
     episodes: list[EpisodeRecord]
+    tools: list[dict[str, Any]] | None = None
+
+
+def _check_tools(tools: Any) -> None:
+    """``Env.tools``: None, or function schemas in the ``tools`` shape chat templates take, JSON-serialisable."""
+    if tools is None:
+        return
+    _require(isinstance(tools, list) and bool(tools), "tools must be None or a non-empty list of tool schemas")
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        _require(isinstance(function, dict) and tool.get("type") == "function"
+                 and isinstance(function.get("name"), str) and isinstance(function.get("parameters", {}), dict),
+                 f'each tool must be {{"type": "function", "function": {{"name": str, "parameters": {{...}}}}}}; '
+                 f"got {tool!r}")
+        try:
+            json.dumps(tool)
+        except (TypeError, ValueError) as exc:
+            raise EnvContractError(f"tool {function['name']!r} is not JSON-serialisable ({exc})") from None
 
 
 _BACKTICKED = re.compile(r"`([^`\n]{1,60})`")
@@ -170,7 +189,7 @@ def check_env(
     """Check that an environment honours the ``Env`` contract; raise ``EnvContractError`` if not.
 
     Checks: the task catalog (non-empty, disjoint splits, categories name real tasks); the
-    instruction and ``parse_action`` types; reset with the same (task, seed) is deterministic and
+    instruction, ``tools`` (None or function schemas) and ``parse_action`` types; reset with the same (task, seed) is deterministic and
     so is an episode replayed with the same actions; step results are well typed; an invalid
     action is answered, not raised, and not reported accepted (``invalid_action``: True where the
     environment reports verdicts, else None); stepping after the end raises ``EpisodeEndedError``;
@@ -190,6 +209,8 @@ def check_env(
         catalog = _check_catalog(env.tasks())
         instruction = env.instruction
         _require(isinstance(instruction, str) and instruction.strip() != "", "instruction must be a non-empty str")
+        tools = env.tools
+        _check_tools(tools)
         _require(isinstance(env.parse_action("Thought: hm\nAction: x"), str), "parse_action must return str")
         if task_ids is None:
             split = catalog.splits.get("test") or next(iter(catalog.splits.values()))
@@ -222,7 +243,7 @@ def check_env(
     finally:
         env.close()
     env.close()  # idempotent: a second close must not raise
-    return EnvCheckReport(catalog, instruction, episodes)
+    return EnvCheckReport(catalog, instruction, episodes, tools)
 
 
 def check_env_http(
@@ -241,6 +262,7 @@ def check_env_http(
         remote = check_env(lambda: HTTPEnv(url), [e.task_id for e in local.episodes], **check_options)
     _require(remote.catalog == local.catalog, "the served task catalog differs from the class's")
     _require(remote.instruction == local.instruction, "the served instruction differs from the class's")
+    _require(remote.tools == local.tools, "the served tools (GET /v1/info) differ from the class's")
     for here, there in zip(local.episodes, remote.episodes, strict=True):
         _require(here.first_observation == there.first_observation,
                  f"task {here.task_id}: first observation differs over HTTP")

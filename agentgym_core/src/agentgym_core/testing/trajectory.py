@@ -102,8 +102,8 @@ def _check_template(traj: Trajectory, chat: ChatFormat, report: TrajectoryReport
     messages = traj.messages[: last_reply + 1]
     with_system = messages[0]["role"] == "system"
     last = traj.turns[-1].action_span
-    closing = chat.closing_text(traj.token_ids[last.start:last.end], with_system=with_system)
-    rendered = backend.apply_chat_template(messages, add_generation_prompt=False)
+    closing = chat.closing_text(traj.token_ids[last.start:last.end], with_system=with_system, tools=traj.tools)
+    rendered = chat.render(messages, add_generation_prompt=False, tools=traj.tools)
     ours = backend.decode(traj.token_ids) + closing
     report.text_matches_template = ours == rendered
     if report.text_matches_template:
@@ -123,7 +123,7 @@ def _check_template(traj: Trajectory, chat: ChatFormat, report: TrajectoryReport
         {**m, "content": _THINK.sub("", m["content"])} if m["role"] == "assistant" and i < last_reply else m
         for i, m in enumerate(messages)
     ]
-    if stripped != messages and backend.apply_chat_template(stripped, add_generation_prompt=False) == rendered:
+    if stripped != messages and chat.render(stripped, add_generation_prompt=False, tools=traj.tools) == rendered:
         report.explanations.append(
             "the chat template drops <think> reasoning of earlier replies; the trajectory keeps the tokens "
             "the model actually saw while sampling"

@@ -161,9 +161,11 @@ class TransformersBackend:
         return stack
 
     # -- tokenizer side -------------------------------------------------------------------------
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool,
+                            tools: Sequence[Mapping[str, Any]] | None = None) -> str:
         return self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt,
+            tools=[dict(t) for t in tools] if tools else None,
         )
 
     def encode(self, text: str) -> list[int]:

@@ -141,8 +141,9 @@ class VllmEngineBackend:
         return cls(vllm.LLMEngine.from_engine_args(args), tokenizer, config, vllm)
 
     # -- tokenizer side -------------------------------------------------------------------------
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
-        return self.tokens.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool,
+                            tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        return self.tokens.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tools=tools)
 
     def encode(self, text: str) -> list[int]:
         return self.tokens.encode(text)

@@ -97,8 +97,9 @@ class VllmServerBackend:
         return cls(config, tokenizer)
 
     # -- tokenizer side -------------------------------------------------------------------------
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
-        return self.tokens.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool,
+                            tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        return self.tokens.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tools=tools)
 
     def encode(self, text: str) -> list[int]:
         return self.tokens.encode(text)

@@ -49,9 +49,11 @@ class ModelTokenizer:
         path = resolved.directory / resolved.gguf_file if resolved.gguf_file else resolved.directory
         return cls(tokenizer, extra_eos=extra), str(path), str(resolved.directory)
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool,
+                            tools: Sequence[Mapping[str, Any]] | None = None) -> str:
         return self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt,
+            tools=[dict(t) for t in tools] if tools else None,
         )
 
     def encode(self, text: str) -> list[int]:
