@@ -30,11 +30,11 @@ def run_rl_recipe(
     Returns the trainer's results; after a warm start also ``eval_base`` (the model before SFT) and
     ``eval_sft`` (after SFT, which is RL's ``eval_before``).
     """
-    from agentgym_core.rl.policy import check_policy_model, load_policy
+    if model is None:  # before any phase, and before torch loads: a missing model.path fails here once
+        config.model.check_present()
+    from agentgym_core.rl.policy import load_policy
     from agentgym_core.rl.trainer import train
 
-    if model is None:  # before any phase: a missing model.path fails here once, not per spawned rank
-        check_policy_model(config.model)
     pm = plugin_manager or get_plugin_manager()
     if config.trainer.progress and not resume:
         print(plan_text(config), flush=True)

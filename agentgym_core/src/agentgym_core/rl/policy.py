@@ -12,7 +12,7 @@ from agentgym_core.rl.config import ModelConfig, RuntimeConfig
 from agentgym_core.training.activation_checkpointing import checkpoint_only_above
 from agentgym_core.training.memory import limit_onednn_primitive_cache
 
-__all__ = ["apply_runtime", "check_policy_model", "load_policy", "load_policy_for_ranks", "resolve_device", "wrap_lora"]
+__all__ = ["apply_runtime", "load_policy", "load_policy_for_ranks", "resolve_device", "wrap_lora"]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -28,15 +28,6 @@ def apply_runtime(runtime: RuntimeConfig) -> None:
         torch.set_num_threads(runtime.threads)
     if runtime.onednn_primitive_cache is not None:  # before this process's first oneDNN kernel
         limit_onednn_primitive_cache(runtime.onednn_primitive_cache)
-
-
-def check_policy_model(config: ModelConfig) -> None:
-    """Raise :class:`~agentgym_core.models.ModelNotFoundError` (its message says the fix) when ``config.path``
-    names no model on this machine. A run calls it before its first phase, so a missing model fails once, in
-    one line, not after a warm start's demonstrations or in each of N spawned ranks."""
-    from agentgym_core.models import resolve_model
-
-    resolve_model(config.path)
 
 
 def load_policy(config: ModelConfig, device: str | torch.device | None = None, *,
