@@ -1,15 +1,18 @@
 """The core's edges and rooms: it imports no plugin, has no import cycle, and its rooms import only
 the rooms the table below allows.
 
-The import graph is read from the source (every ``import`` statement, also those inside functions),
-so a lazy import cannot hide a dependency; the checks of cycles and rooms also read the imports
+The import graph is read from the source by ``bench/core_layout.py`` (every ``import`` statement, also
+those inside functions, relative ones and ``from agentgym_core import X``), so a lazy import cannot hide a
+dependency and the arrows allowed here are the arrows bench/README.md counts; the checks of cycles and rooms also read the imports
 under ``if TYPE_CHECKING``, because a type-only circle is still a circle a reader has to untangle.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -18,66 +21,32 @@ PACKAGE = "agentgym_core"
 PLUGIN_PREFIXES = ("agentgym_env_", "agentgym_backend_", "agentgym_estimators")
 
 
+def _load_layout() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("core_layout", SRC.parents[1] / "bench" / "core_layout.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The import graph and its rooms come from bench/core_layout.py, so the arrows this file allows and the count
+# bench/README.md quotes are one count.
+layout = _load_layout()
+
+
 def _modules() -> dict[str, Path]:
-    out = {}
-    for path in (SRC / PACKAGE).rglob("*.py"):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
-    return out
-
-
-def _imported_names(path: Path, module: str, *, type_only: bool = False) -> set[str]:
-    """Every module name an import statement of ``path`` names (absolute; relative ones resolved).
-
-    ``type_only``: also the imports under ``if TYPE_CHECKING``.
-    """
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names: set[str] = set()
-
-    class Visitor(ast.NodeVisitor):
-        def visit_If(self, node: ast.If) -> None:
-            test = node.test
-            if not type_only and ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-                    isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")):
-                for child in node.orelse:
-                    self.visit(child)
-                return
-            self.generic_visit(node)
-
-        def visit_Import(self, node: ast.Import) -> None:
-            names.update(alias.name for alias in node.names)
-
-        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
-            names.add(source)
-            names.update(f"{source}.{alias.name}" for alias in node.names)
-
-    Visitor().visit(ast.parse(path.read_text()))
-    return names
+    return layout.module_paths(SRC / PACKAGE)
 
 
 def _graph(*, type_only: bool = False) -> dict[str, set[str]]:
-    """Module -> the modules of agentgym_core it imports (``from pkg import mod`` counts as ``pkg.mod``)."""
-    modules = _modules()
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        edges = set()
-        for imported in _imported_names(path, name, type_only=type_only):
-            if imported in modules:
-                edges.add(imported)
-            elif imported.rpartition(".")[0] in modules:  # `from pkg.mod import function`
-                edges.add(imported.rpartition(".")[0])
-        # `from agentgym_core import x`: the root package is the import system's, not a dependency
-        edges.discard(PACKAGE)
-        edges.discard(name)
-        graph[name] = edges
-    return graph
+    """Module -> the modules of agentgym_core it imports; ``type_only``: also those under ``if TYPE_CHECKING``."""
+    return layout.module_graph(SRC / PACKAGE, type_checking=type_only)
+
+
+def _imported_names(path: Path, module: str, *, type_only: bool = False) -> set[str]:
+    """What the import statements of ``path`` name: each module, and ``module.name`` for ``from module import name``."""
+    return {f"{source}.{name}" if name else source
+            for source, name in layout.import_statements(path, module, type_checking=type_only)} | {
+        source for source, _ in layout.import_statements(path, module, type_checking=type_only)}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -124,8 +93,9 @@ ALLOWED: dict[str, set[str]] = {
     "agentgym_core": {"env", "hookspecs", "plugins"},  # the package's face: Env, hookimpl, the manager
     "__main__": {"cli"},
     "cli": {"commands", "env", "plugins"},
-    "commands": {"env", "evaluation", "finetune", "hookspecs", "http", "model_server", "models", "pipeline",
-                 "plugins", "recipes", "rl", "rollout", "viewer"},  # models: train resolves model.path before work
+    # the plugin manager lists what each plugin registers, and the pipeline checks model.path before any phase
+    "commands": {"env", "evaluation", "finetune", "http", "model_server", "pipeline", "plugins", "recipes", "rl",
+                 "rollout", "viewer"},
     "env": set(),
     "hookspecs": set(),
     "plugins": {"hookspecs"},
@@ -135,7 +105,7 @@ ALLOWED: dict[str, set[str]] = {
     "recipes": set(),  # the recipe loader rl and finetune share (from the recipe-schema work)
     "models": set(),
     "schedulers": set(),
-    "http": {"env", "plugins"},
+    "http": {"env", "plugins"},  # plugins: the workers and http.opening make an environment from its name
     "model_server": {"http", "plugins", "rollout"},  # http: auth, one reading of the Authorization header for every server
     "rollout": {"env", "schedulers"},
     "text_gym": {"env"},  # serving any Env class from a script is http.serving.serve_forever
@@ -152,8 +122,12 @@ ALLOWED: dict[str, set[str]] = {
     # where rl and finetune meet (warm start, then RL); the warm start hands back its model fine-tuned
     # and the memory SFT freed, so the pipeline needs nothing of the training kit
     "pipeline": {"finetune", "plugins", "rl"},
-    "integrations": {"env", "http", "plugins"},  # our envs for other trainers (TRL's environment_factory)
+    # our envs for other trainers (TRL's environment_factory), opened by name, class or URL with http.opening
+    "integrations": {"env", "http"},
 }
+
+# Issue 47: the core's rooms draw no more arrows than at commit 9be0b11 (61, counted by bench/core_layout.py).
+MAX_ARROWS_BETWEEN_ROOMS = 61
 
 # The core's top level holds rooms, not loose files: at most this many modules beside the
 # subpackages (``__init__`` and ``__main__`` not counted).
@@ -164,18 +138,8 @@ MAX_TOP_LEVEL_MODULES = 12
 KNOWN_CYCLES: list[list[str]] = []
 
 
-def _room(module: str) -> str:
-    """``agentgym_core.http.client`` -> ``http``; the package itself is ``agentgym_core``."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
-
-
 def _room_arrows(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    rooms: dict[str, set[str]] = {}
-    for module, edges in graph.items():
-        source = _room(module)
-        rooms.setdefault(source, set()).update(_room(e) for e in edges if _room(e) != source)
-    return rooms
+    return layout.room_arrows(graph)
 
 
 def _forbidden_arrows(rooms: dict[str, set[str]], allowed: dict[str, set[str]]) -> list[str]:
@@ -330,6 +294,32 @@ def test_the_checker_sees_a_cycle_and_a_plugin_import(tmp_path, monkeypatch):
     assert "agentgym_env_babyai.env" in _imported_names(module, "agentgym_core.m")
     assert "agentgym_core.rl.config" not in _imported_names(module, "agentgym_core.m")
     assert "agentgym_core.rl.config" in _imported_names(module, "agentgym_core.m", type_only=True)
+
+
+def test_the_graph_sees_every_form_of_import_between_rooms(tmp_path):
+    """``from agentgym_core import commands``, a name the package's face passes on, a relative import and an
+    import inside a function are each an arrow (bench/core_layout.py once missed the first and counted 62 for 64)."""
+    package = tmp_path / PACKAGE
+    for room in ("a", "b", "c", "d", "e"):
+        (package / room).mkdir(parents=True)
+        (package / room / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("from agentgym_core.e.thing import Thing\n")
+    (package / "e" / "thing.py").write_text("class Thing: ...\n")
+    (package / "a" / "m.py").write_text("from agentgym_core import b\nfrom agentgym_core import Thing\n"
+                                        "from ..c import x\ndef f():\n    import agentgym_core.d.y\n"
+                                        "import agentgym_core\n")
+    arrows = layout.room_arrows(layout.module_graph(package))
+    assert arrows["a"] == {"b", "c", "d", "e"}
+    assert arrows[PACKAGE] == {"e"}
+
+
+def test_the_room_table_is_the_measured_layout_and_holds_no_more_arrows_than_issue_47_allows():
+    """ALLOWED lists exactly the arrows drawn (a stale entry would let an arrow come back unseen), and their number is
+    the one bench/README.md quotes: at most the 61 arrows of commit 9be0b11, issue 47's baseline."""
+    drawn = {room: targets for room, targets in _room_arrows(_graph(type_only=True)).items() if targets}
+    assert drawn == {room: targets for room, targets in ALLOWED.items() if targets}
+    count = layout.measure(SRC.parents[1])["arrows_between_rooms"]
+    assert count == sum(len(targets) for targets in ALLOWED.values()) <= MAX_ARROWS_BETWEEN_ROOMS
 
 
 def test_run_end_observers_hear_of_a_failed_run(tmp_path):

@@ -61,6 +61,15 @@ def test_entry_point_plugin_is_discovered_with_its_package(site):
     assert registration.summary == "a test env"
 
 
+def test_registrations_lists_every_catalog_s_entries_with_their_kind(site):
+    """What `agentgym plugins` shows under each plugin: an env and the builtin's schedulers, each with its kind."""
+    make_distribution(site, "agentgym-env-alpha", {"alpha": GOOD_ENV.format(name="alpha")})
+    manager = PluginManager(autoload=True, allow=["alpha"])
+    listed = {(r.plugin, f"{r.kind}:{r.name}") for r in manager.registrations()}
+    assert ("alpha", "env:alpha") in listed and ("builtin", "round_scheduler:fixed") in listed
+    assert len(listed) == sum(len(manager.catalog(kind)) for kind in {r.kind for r in manager.registrations()})
+
+
 def test_broken_plugin_is_listed_with_its_error_and_others_still_load(site):
     make_distribution(site, "agentgym-env-alpha", {"alpha": GOOD_ENV.format(name="alpha")})
     make_distribution(site, "agentgym-env-broken", {"broken": "import not_a_module_anywhere_xyz\n"})

@@ -26,9 +26,13 @@ def run_rl_recipe(
     """SFT on ``config.warm_start`` when the recipe has one (read back when it already finished), then
     :func:`agentgym_core.rl.trainer.train` from the fine-tuned weights.
 
+    Without ``model``, ``config.model.path`` must name a model on this machine (checked first).
     Returns the trainer's results; after a warm start also ``eval_base`` (the model before SFT) and
     ``eval_sft`` (after SFT, which is RL's ``eval_before``).
     """
+    if model is None:  # before any phase, and before torch loads: a missing model.path fails here once
+        config.model.check_present()
+    from agentgym_core.rl.policy import load_policy
     from agentgym_core.rl.trainer import train
 
     pm = plugin_manager or get_plugin_manager()
@@ -39,7 +43,6 @@ def run_rl_recipe(
                      stop_after=stop_after)
 
     from agentgym_core.finetune.run import warm_start_sft
-    from agentgym_core.rl.policy import load_policy
 
     if config.trainer.learners > 1:  # learner ranks load the warm start's weights from its model directory
         warm = warm_start_sft(config, plugin_manager=pm)

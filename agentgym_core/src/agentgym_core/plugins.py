@@ -398,6 +398,11 @@ class PluginManager:
         self._load_pending()
         return self._loaded_catalog(kind)
 
+    def registrations(self) -> list[Registration]:
+        """Every registration of every catalog, kind by kind in the order of the catalog hooks (what
+        ``agentgym plugins`` lists under each plugin)."""
+        return [registration for kind in hookspecs.CATALOG_HOOKS for registration in self.catalog(kind).values()]
+
     def _loaded_catalog(self, kind: str) -> dict[str, Registration]:
         """The registrations of ``kind`` among the plugins imported so far."""
         if kind not in self._catalogs:

@@ -95,3 +95,17 @@ def test_the_curriculum_is_off_by_default_and_refuses_asynchronous_rollouts():
     # Synchronous, on either launcher: accepted (the Ray workers get the counts with each step's collect).
     config = load_config(None, ["envs=[{name: word}]", "rollout.curriculum.kind=pass_rate", "trainer.launcher=ray"])
     assert config.rollout.curriculum.kind == "pass_rate"
+
+
+def test_a_model_path_this_machine_lacks_is_refused_with_the_fix_before_any_work(tmp_path):
+    """What ``run_rl_recipe`` checks first: a missing model is one teaching error, not a failure per rank later."""
+    from agentgym_core.models import ModelNotFoundError
+    from agentgym_core.pipeline import run_rl_recipe
+
+    config = load_config(None, ["envs=[{name: nowhere}]", "model.path=/models/not-here",
+                                f"trainer.run_dir={tmp_path / 'run'}"])
+    with pytest.raises(ModelNotFoundError, match="cannot find model '/models/not-here'"):
+        config.model.check_present()
+    with pytest.raises(ModelNotFoundError, match="cannot find model"):
+        run_rl_recipe(config)
+    assert not (tmp_path / "run").exists()  # no phase started

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentgym_core.env import Env
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -21,19 +19,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _open(args: argparse.Namespace) -> Env:
-    if args.env_url:
-        from agentgym_core.http.client import HTTPEnv
-
-        return HTTPEnv(args.env_url, env=args.env)
-    from agentgym_core.plugins import get_plugin_manager
-
-    return get_plugin_manager().env_class(args.env)()
-
-
 def run(args: argparse.Namespace, stdin=None, stdout=None) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    env = _open(args)
+    from agentgym_core.http.opening import env_factory  # here: `agentgym --help` imports every command module
+
+    env = env_factory(args.env, url=args.env_url)()
     try:
         task = args.task if args.task is not None else env.tasks().split("test")[0]
         print(env.instruction, file=stdout)

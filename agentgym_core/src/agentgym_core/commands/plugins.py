@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from agentgym_core.commands._table import format_table
-from agentgym_core.hookspecs import CATALOG_HOOKS
 from agentgym_core.plugins import get_plugin_manager
 
 
@@ -20,9 +19,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     manager = get_plugin_manager()
     provided: dict[str, list[str]] = {}
-    for kind in CATALOG_HOOKS:
-        for registration in manager.catalog(kind).values():
-            provided.setdefault(registration.plugin, []).append(f"{kind}:{registration.name}")
+    for registration in manager.registrations():
+        provided.setdefault(registration.plugin, []).append(f"{registration.kind}:{registration.name}")
     rows = [(p.name, ", ".join(provided.get(p.name, [])) or "-", p.package, p.version,
              p.status + (" (builtin)" if p.builtin else "")) for p in manager.plugins()]
     print(format_table(["plugin", "provides", "package", "version", "status"], rows))

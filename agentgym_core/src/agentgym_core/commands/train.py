@@ -106,10 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print(show_config(config))
         return 0
     check_envs(config)  # before the model loads: a typo or a dead server fails in a second, in one line
-    from agentgym_core.models import resolve_model
-
-    resolve_model(config.model.path)  # a model this machine lacks fails here, not in each of N spawned ranks
-
+    # run_rl_recipe checks model.path first: a model this machine lacks fails there, before torch loads
     from agentgym_core.pipeline import run_rl_recipe
     from agentgym_core.rl.distributed import RankFailedError
     from agentgym_core.rl.guards import RunStopped

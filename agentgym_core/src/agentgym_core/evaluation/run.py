@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentgym_core.env import Env, check_env_options
+from agentgym_core.env import Env
 from agentgym_core.evaluation.held_out import play
 from agentgym_core.evaluation.panel import (
     describe_panel,
@@ -38,6 +38,7 @@ from agentgym_core.evaluation.panel import (
     panel_tasks,
 )
 from agentgym_core.evaluation.results import EvalResults, GroupMetrics, build_results, summarize
+from agentgym_core.http.opening import env_factory
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec
 from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter
@@ -113,23 +114,6 @@ class EvalInterrupted(KeyboardInterrupt):
     def __init__(self, run_dir: Path, kept: int, total: int) -> None:
         super().__init__(f"{kept} of {total} trajectories kept in {run_dir / 'trajectories.jsonl'}")
         self.run_dir, self.kept, self.total = run_dir, kept, total
-
-
-def _make_env_factory(config: EvalConfig) -> tuple[Callable[[], Env], Any]:
-    if config.env_url:
-        from agentgym_core.http.client import EnvClient, HTTPEnv
-
-        if config.env_options:
-            raise ValueError("--env-kwargs configures an in-process environment; with --env-url, pass them to "
-                             "the server instead: agentgym serve ENV --env-kwargs '{...}'")
-        client = EnvClient(config.env_url, timeout=config.step_timeout_s)
-        return (lambda: HTTPEnv(client=client, env=config.env)), client.tasks()
-    from agentgym_core.plugins import get_plugin_manager
-
-    env_cls = get_plugin_manager().env_class(config.env)
-    check_env_options(env_cls, config.env_options, where="--env-kwargs")  # not one env_error per trajectory
-    env_cls = env_cls.configured(**config.env_options)
-    return (lambda: env_cls(**config.env_options)), env_cls.tasks()
 
 
 def backend_options(config: EvalConfig) -> dict[str, Any]:
@@ -219,9 +203,13 @@ def evaluate(
     progress: bool = True,
 ) -> EvalResults:
     """Run the evaluation, write ``results.json`` + ``trajectories.jsonl`` to the run dir, return results."""
-    factory, catalog = _make_env_factory(config) if make_env is None else (make_env, None)
-    if catalog is None:
-        probe = make_env()  # type: ignore[misc]
+    if make_env is None:
+        opened = env_factory(config.env, url=config.env_url, env_kwargs=config.env_options,
+                             timeout_s=config.step_timeout_s, where="--env-kwargs")
+        factory, catalog = opened.make, opened.tasks()
+    else:
+        factory = make_env
+        probe = make_env()
         try:
             catalog = probe.tasks()
         finally:

@@ -23,6 +23,7 @@ from agentgym_core.env import Env
 from agentgym_core.finetune.config import CollectConfig
 from agentgym_core.finetune.data import TokenizerChat
 from agentgym_core.finetune.experts import RecordingEnv, expert_trajectory, get_expert, play_expert
+from agentgym_core.http.opening import env_factory
 from agentgym_core.models import load_tokenizer
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rollout.backend import SamplingParams
@@ -57,16 +58,6 @@ def select_tasks(task_ids: list[int], n: int, *, offset: int = 0, shuffle: bool 
     if shuffle:
         random.Random(seed).shuffle(ids)
     return ids[offset: offset + n]
-
-
-def _env_factory(config: CollectConfig, pm: PluginManager, env_kwargs: dict[str, Any]) -> tuple[Callable[[], Env], Any, type[Env] | None]:
-    if config.env_url:
-        from agentgym_core.http.client import EnvClient, HTTPEnv
-
-        client = EnvClient(config.env_url)
-        return (lambda: HTTPEnv(client=client, env=config.env)), client.tasks(), None
-    env_cls = pm.env_class(config.env).configured(**env_kwargs)
-    return (lambda: env_cls(**env_kwargs)), env_cls.tasks(), env_cls
 
 
 def _play_here(expert: Any, make_env: Callable[[], Env], tasks: list[int],
@@ -141,7 +132,10 @@ def collect(
         expert = get_expert(config.env, pm)
         env_kwargs = {**expert.env_kwargs, **env_kwargs}
     if make_env is None:
-        make_env, catalog, env_cls = _env_factory(config, pm, env_kwargs)
+        # a server was started with its own options: the expert's defaults apply in this process only
+        opened = env_factory(config.env, url=config.env_url, plugin_manager=pm,
+                             env_kwargs=config.env_kwargs if config.env_url else env_kwargs)
+        make_env, catalog, env_cls = opened.make, opened.tasks(), opened.env_class
     else:
         probe = make_env()
         try:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from agentgym_core.env import Env
+from agentgym_core.http.opening import env_factory
 
 __all__ = ["AgentgymToolEnvironment", "trl_environment"]
 
@@ -107,33 +108,11 @@ def trl_environment(
     """
     if (env is None) == (url is None):
         raise ValueError("trl_environment: give an environment (a name or an Env class) or url=, exactly one")
-    kwargs = dict(env_kwargs or {})
-    if url is not None:
-        if kwargs:
-            raise ValueError("trl_environment: env_kwargs apply to a local environment; a server has its own")
-        from agentgym_core.http.client import HTTPEnv
-
-        def make() -> Env:
-            return HTTPEnv(url)
-
-        label = url
-    else:
-        if isinstance(env, str):
-            from agentgym_core.plugins import get_plugin_manager
-
-            env_cls = get_plugin_manager().env_class(env)
-        else:
-            env_cls = env
-        configured = env_cls.configured(**kwargs)
-
-        def make() -> Env:
-            return configured(**kwargs)
-
-        label = getattr(env_cls, "name", str(env))
+    opened = env_factory(env, url=url, env_kwargs=env_kwargs)
     attributes = {
-        "_make_env": staticmethod(make),
+        "_make_env": staticmethod(opened.make),
         "split": split,
         "seed": seed,
-        "__doc__": f"agentgym's {label} as a TRL environment (split {split!r}).",
+        "__doc__": f"agentgym's {opened.label} as a TRL environment (split {split!r}).",
     }
     return type("AgentgymToolEnvironment", (AgentgymToolEnvironment,), attributes)

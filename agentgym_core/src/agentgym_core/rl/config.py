@@ -95,6 +95,14 @@ class ModelConfig(_Section):
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
+    def check_present(self) -> None:
+        """Raise :class:`~agentgym_core.models.ModelNotFoundError` (its message says the fix) when ``path`` names
+        no model on this machine. A run checks it before its first phase, so a missing model fails once, in one
+        line, not after a warm start's demonstrations or in each of N spawned ranks; torch is not imported."""
+        from agentgym_core.models import resolve_model
+
+        resolve_model(self.path)
+
     @model_validator(mode="after")
     def _threshold_needs_checkpointing(self) -> ModelConfig:
         if self.gradient_checkpointing_above_tokens is not None and not self.gradient_checkpointing:
