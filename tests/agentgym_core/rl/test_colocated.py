@@ -112,3 +112,24 @@ def test_each_spawned_rank_sees_one_gpu_of_its_own(monkeypatch):
     import os
 
     assert (os.environ["CUDA_VISIBLE_DEVICES"], os.environ["LOCAL_RANK"]) == ("5", "0")
+
+
+def test_two_ranks_each_evaluate_their_share_of_the_panel_and_report_what_one_process_reports(tmp_path):
+    from eval_ranks import PANEL, WON, evaluate_panel
+
+    alone = evaluate_panel(str(tmp_path / "alone"), 1)
+    (tmp_path / "ranks").mkdir()
+    spawn(evaluate_panel, 2, str(tmp_path / "ranks"), 2)
+    ranks = [json.loads((tmp_path / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    # Each rank's engine played only its share: panel episodes 0, 2, 4 and 1, 3.
+    assert alone["reset_to"] == PANEL
+    assert [r["reset_to"] for r in ranks] == [PANEL[0::2], PANEL[1::2]]
+    # Greedy decoding: each task's trajectory holds the tokens it holds in one process, from the rank that played it.
+    assert {**ranks[0]["tokens"], **ranks[1]["tokens"]} == alone["tokens"]
+    assert len(alone["tokens"]) == len(PANEL)
+    # The gathered record is the one-process record, task for task and in the panel's order, on every rank.
+    for r in ranks:
+        assert r["record"] == alone["record"]
+        assert list(r["record"]["per_task"]) == [f"word:{t}" for t in PANEL]
+    assert alone["record"]["per_task"] == {f"word:{t}": int(t in WON) for t in PANEL}
+    assert alone["record"]["success"] == len(WON) / len(PANEL)

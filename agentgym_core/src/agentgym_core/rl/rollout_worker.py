@@ -21,11 +21,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym_core.evaluation.held_out import PanelShare
 from agentgym_core.http.pool import ServerCounts
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
 from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
-from agentgym_core.rl.envs import EnvHandle, evaluate, make_backend, open_envs
+from agentgym_core.rl.envs import EnvHandle, evaluate, evaluation_share, make_backend, open_envs
 from agentgym_core.rl.guards import SyncExpectation
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
@@ -132,6 +133,11 @@ class RolloutWorker:
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         """Held-out evaluation of the current policy (see :func:`agentgym_core.rl.envs.evaluate`)."""
         return evaluate(self.backend, self.envs, self.config, horizon, step=step)
+
+    def evaluate_share(self, horizon: int, step: int, share: tuple[int, int]) -> PanelShare:
+        """This worker's ``share = (i, N)`` of a held-out evaluation that N workers play together (the panel's
+        episodes i, i+N, ...); :func:`agentgym_core.rl.envs.evaluation_record` makes the record of all shares."""
+        return evaluation_share(self.backend, self.envs, self.config, horizon, step, share)
 
     def load_weights(self, state_dict: dict[str, Any], probe: SyncExpectation | None = None) -> None:
         """New policy weights after an update (nothing to do when the backend samples the trainer's module);
