@@ -19,8 +19,9 @@ EPISODES_PER_STEP = 6  # learner_ranks.BASE: 2 tasks x group_size 3
 def test_two_ranks_each_sample_half_of_every_step_and_score_half_of_its_rows(tmp_path):
     run_dir, counts_dir = tmp_path / "run", tmp_path / "counts"
     counts_dir.mkdir()
-    # Rank 0 evaluates after step 1 while rank 1 waits (on the host group: strict collectives check it).
-    overrides = [*RANKS_LR, "trainer.learners=2", "trainer.eval_every=1", "trainer.eval_tasks=1"]
+    # Both ranks evaluate before training, after step 1 and after the last, each its share of 3 tasks (on the
+    # rollout group: strict collectives check it); rank 0 logs the whole panel.
+    overrides = [*RANKS_LR, "trainer.learners=2", "trainer.eval_every=1", "trainer.eval_tasks=3"]
     spawn(counted_run, 2, str(run_dir), str(counts_dir), overrides)
     counts = [json.loads((counts_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
     lines = train_lines(run_dir)
@@ -33,6 +34,9 @@ def test_two_ranks_each_sample_half_of_every_step_and_score_half_of_its_rows(tmp
         # the sampler/learner mismatch of each rank's own engine, so one whose sync failed is not averaged away
         assert {"sampler_kl/worker0", "sampler_kl/worker1"} <= set(line)
         assert line["sampler_kl_worst"] >= max(line["sampler_kl/worker0"], line["sampler_kl/worker1"])
+    evaluations = [x for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+                   if x["kind"] == "eval"]
+    assert [(x["step"], x["tasks"], len(x["per_task"])) for x in evaluations] == [(0, 3, 3), (1, 3, 3), (2, 3, 3)]
     trained = sum(line["trained_trajectories"] for line in lines)
     scored = [c["scored_rows"] for c in counts]
     assert sum(scored) == sum(int(line["trajectories"] - line["infra_failed"]) for line in lines)
