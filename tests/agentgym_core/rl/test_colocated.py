@@ -137,3 +137,14 @@ def test_two_ranks_each_evaluate_their_share_of_the_panel_and_report_what_one_pr
         assert list(r["record"]["per_task"]) == [f"word:{t}" for t in PANEL]
     assert alone["record"]["per_task"] == {f"word:{t}": int(t in WON) for t in PANEL}
     assert alone["record"]["success"] == len(WON) / len(PANEL)
+
+
+def test_the_ray_rollout_group_spreads_an_evaluation_over_its_workers_as_ranks_do(tmp_path):
+    from eval_ranks import PANEL, evaluate_on_ray_group, evaluate_panel
+
+    alone = evaluate_panel(str(tmp_path / "alone"), 1)
+    group = evaluate_on_ray_group(str(tmp_path / "group"), 2)
+    assert group["reset_to"] == PANEL[0::2] + PANEL[1::2]  # worker 0 played its share, then worker 1 (one process)
+    assert group["tokens"] == alone["tokens"]
+    assert group["record"] == alone["record"]
+    assert list(group["record"]["per_task"]) == [f"word:{t}" for t in PANEL]  # the panel's order, not the workers'
