@@ -148,3 +148,18 @@ def test_the_ray_rollout_group_spreads_an_evaluation_over_its_workers_as_ranks_d
     assert group["tokens"] == alone["tokens"]
     assert group["record"] == alone["record"]
     assert list(group["record"]["per_task"]) == [f"word:{t}" for t in PANEL]  # the panel's order, not the workers'
+
+
+@pytest.mark.slow
+def test_two_ranks_with_asynchronous_rollouts_evaluate_together_without_waiting_on_each_other(tmp_path):
+    from learner_ranks import run_ranks
+
+    # Each rank's sampling thread runs a step ahead; an evaluation is collective, so it must start after the same
+    # sampling collectives on every rank (a mismatch hangs until collective_timeout_s: 120 s here).
+    run_dir = tmp_path / "run"
+    run_ranks(2, str(run_dir), [*RANKS_LR, "rollout.max_staleness=1", "trainer.eval_every=1", "trainer.eval_tasks=3",
+                                "trainer.collective_timeout_s=120"])
+    evaluations = [x for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+                   if x["kind"] == "eval"]
+    assert [(x["step"], x["tasks"]) for x in evaluations] == [(0, 3), (1, 3), (2, 3)]
+    assert len(train_lines(run_dir)) == 2
