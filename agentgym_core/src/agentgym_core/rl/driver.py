@@ -36,7 +36,7 @@ __all__ = ["Driver", "NullDriver", "wants_eval_before"]
 
 
 def wants_eval_before(config: TrainConfig, start_step: int) -> bool:
-    """Whether the run has an evaluation at step 0 (``trainer.eval_before``; a resumed run reads its back)."""
+    """Whether the run has an evaluation at step 0 (``trainer.eval_before``; a resumed run reads it back from its log)."""
     return bool(config.trainer.eval_before and config.trainer.eval_tasks and start_step == 0)
 
 

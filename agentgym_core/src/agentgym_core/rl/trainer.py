@@ -97,7 +97,8 @@ def train(
     ``model``/``tokenizer`` replace loading ``config.model.path`` (tests, notebooks).
     ``stop_after`` ends the run after that many steps of this call, as a kill would (tests).
     ``eval_before`` is a held-out evaluation of the starting policy made elsewhere (a warm start's,
-    on the same tasks and horizon), used instead of evaluating again.
+    on the same tasks and horizon), used instead of evaluating again (under torchrun: the same on every rank,
+    which all play a share of an evaluation that is run).
 
     With ``trainer.learners = N > 1`` and no process group yet, N learner processes are spawned on
     this machine (each loads the model from ``config.model.path`` and discovers plugins itself);
