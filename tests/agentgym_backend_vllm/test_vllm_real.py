@@ -213,12 +213,18 @@ def test_server_mode_on_a_real_vllm_serve_replica(replica_url, smollm2_dir, refe
     noisy = {name: w + 0.05 * w.float().std() * torch.randn(w.shape, generator=generator) if w.ndim == 2 else w
              for name, w in weights.items()}
     try:
-        backend.load_weights(noisy)  # pause, begin, 8 files, finish, reset, resume
+        backend.load_weights(noisy)  # pause, begin, buckets in the requests (no file), finish, reset, resume
         changed = backend.generate(ids[:1], greedy)[0]
     finally:
         backend.load_weights(weights)
+    assert [sync["transport"] for sync in backend.weight_syncs] == ["http", "http"]  # the worker extension took them
     assert changed.token_ids != ours[0].token_ids
     assert backend.generate(ids[:1], greedy)[0].token_ids == ours[0].token_ids
+    as_files = make_backend({"model": str(smollm2_dir), "mode": "server", "urls": [replica_url],
+                             "weight_bucket_mb": 64, "weight_transport": "files"})
+    as_files.load_weights(weights)  # the fallback transport still loads
+    assert as_files.generate(ids[:1], greedy)[0].token_ids == ours[0].token_ids
+    as_files.close()
     backend.close()
 
 

@@ -81,7 +81,7 @@ def test_engine_mode_loads_float32_masters_as_bf16_bytes(fake_vllm, tiny_model_d
     assert all(torch.equal(loaded[k], v.to(torch.bfloat16)) for k, v in masters.items())
 
 
-def test_server_mode_writes_buckets_to_shared_memory_not_disk(stand_in, tiny_model_dir, monkeypatch):
+def test_server_mode_file_transport_writes_buckets_to_shared_memory_not_disk(stand_in, tiny_model_dir, monkeypatch):
     import os
 
     import agentgym_backend_vllm.server as server
@@ -93,7 +93,7 @@ def test_server_mode_writes_buckets_to_shared_memory_not_disk(stand_in, tiny_mod
     monkeypatch.setattr(server.tempfile, "mkdtemp", lambda **kw: folders.append(kw.get("dir")) or real(**kw))
     app, local = stand_in()
     with serve_app(app) as url:
-        backend = make(tiny_model_dir, mode="server", urls=[url], dtype="float32")
+        backend = make(tiny_model_dir, mode="server", urls=[url], dtype="float32", weight_transport="files")
         backend.load_weights(local.model.state_dict())
     assert folders == ["/dev/shm"]
 

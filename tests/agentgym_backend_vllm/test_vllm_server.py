@@ -85,23 +85,79 @@ def test_a_trajectorys_turns_stay_on_one_replica(tiny_model_dir, stand_in):
         assert "traj-0" not in backend._sessions
 
 
-def test_load_weights_pauses_loads_buckets_resets_then_resumes(replica, tiny_model_dir):
+def _moved_weights(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    url, app, local = replica
-    backend = make(tiny_model_dir, [url], weight_bucket_mb=0.01)
     new = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with torch.no_grad():
         for p in new.parameters():
             p.add_(torch.randn_like(p) * 0.5)
-    backend.load_weights(new.state_dict())
+    return new.state_dict()
+
+
+@pytest.mark.parametrize(("transport", "loader"), [("auto", "agentgym_load_weights_bytes"),
+                                                   ("files", "agentgym_load_weights_file")])
+def test_load_weights_pauses_loads_buckets_resets_then_resumes(replica, tiny_model_dir, transport, loader):
+    url, app, local = replica
+    backend = make(tiny_model_dir, [url], weight_bucket_mb=0.01, weight_transport=transport)
+    new = _moved_weights(tiny_model_dir)
+    backend.load_weights(new)
     calls = app.state.control_calls
     assert calls[0] == ("pause", "wait") and calls[-2:] == [("reset_prefix_cache",), ("resume",)]
     begin, finish = ("collective_rpc", "agentgym_begin_weight_update"), ("collective_rpc", "agentgym_finish_weight_update")
     assert calls[1] == begin and calls[-3] == finish  # one update brackets every bucket
-    assert len(calls) > 6 and set(calls[2:-3]) == {("collective_rpc", "agentgym_load_weights_file")}
+    assert len(calls) > 6 and set(calls[2:-3]) == {("collective_rpc", loader)}
     served = local.model.state_dict()
-    assert all(torch.equal(served[k], v) for k, v in new.state_dict().items())
+    assert all(torch.equal(served[k], v) for k, v in new.items())
+    assert backend.weight_syncs[-1]["transport"] == ("http" if transport == "auto" else "files")
+
+
+def test_weights_travel_in_the_requests_intact_and_no_file_is_written(replica, tiny_model_dir, monkeypatch):
+    # The replica is `agentgym serve-model` on 127.0.0.1, the stand-in for `vllm serve` (its collective_rpc
+    # route and the worker extension's bytes method); it runs in this process, so a file written anywhere fails.
+    import tempfile
+
+    import safetensors.torch
+
+    url, app, local = replica
+    backend = make(tiny_model_dir, [url], weight_bucket_mb=0.01)
+
+    def no_file(*args, **kwargs):
+        raise AssertionError("a weight file was written")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", no_file)
+    monkeypatch.setattr(safetensors.torch, "load_file", no_file)
+    monkeypatch.setattr(tempfile, "mkdtemp", no_file)
+    new = {k: v.to(torch.float32) for k, v in _moved_weights(tiny_model_dir).items()}
+    for _ in range(2):  # the second sync too: nothing stays behind the first
+        backend.load_weights(new)
+    served = local.model.state_dict()
+    assert all(torch.equal(served[k], v) for k, v in new.items())  # bit for bit
+    sent = sum(v.numel() * v.element_size() for v in new.values())
+    assert [(s["transport"], s["bytes"]) for s in backend.weight_syncs] == [("http", float(sent))] * 2
+    assert ("collective_rpc", "agentgym_load_weights_file") not in app.state.control_calls
+
+
+def test_auto_sends_files_when_a_replica_lacks_the_method_for_weights_in_the_request(tiny_model_dir, stand_in,
+                                                                                       monkeypatch, caplog):
+    import agentgym_core.model_server.tokens as tokens
+
+    app, local = stand_in()
+    monkeypatch.setattr(tokens, "LOAD_WEIGHTS_BYTES_METHOD", "an-older-stand-in-has-no-such-method")
+    with serve_app(app) as url:
+        backend = make(tiny_model_dir, [url], weight_bucket_mb=0.01)
+        new = _moved_weights(tiny_model_dir)
+        with caplog.at_level("WARNING", logger="agentgym_backend_vllm.server"):
+            backend.load_weights(new)
+        backend.load_weights(new)  # from now on as files, without asking again
+        from agentgym_backend_vllm.server import ReplicaError
+
+        with pytest.raises(ReplicaError, match="an-older-stand-in"):  # named http: no fallback
+            make(tiny_model_dir, [url], weight_transport="http").load_weights(new)
+    assert "sending them as files" in caplog.text
+    assert [s["transport"] for s in backend.weight_syncs] == ["files", "files"]
+    served = local.model.state_dict()
+    assert all(torch.equal(served[k], v) for k, v in new.items())
 
 
 def test_colocated_replicas_sleep_after_a_rollout_and_wake_weights_then_kv_cache(replica, tiny_model_dir):
@@ -118,7 +174,7 @@ def test_colocated_replicas_sleep_after_a_rollout_and_wake_weights_then_kv_cache
     assert calls[-3:] == [("wake_up", ("kv_cache",)), ("reset_prefix_cache",), ("resume",)]
     assert calls[2] == ("collective_rpc", "agentgym_begin_weight_update")
     assert calls[-4] == ("collective_rpc", "agentgym_finish_weight_update")
-    assert set(calls[3:-4]) == {("collective_rpc", "agentgym_load_weights_file")}
+    assert set(calls[3:-4]) == {("collective_rpc", "agentgym_load_weights_bytes")}
     assert backend.generate([ids], SamplingParams(temperature=0.0, max_new_tokens=2))[0].token_ids
 
 
@@ -137,3 +193,24 @@ def test_unreachable_replica_and_missing_routes_explain_themselves(replica, tiny
         backend = make(tiny_model_dir, [bare_url])
         with pytest.raises(ReplicaError, match="VLLM_SERVER_DEV_MODE=1"):
             backend.reset_prefix_cache()
+
+
+def test_the_worker_extension_loads_a_bucket_sent_in_the_request_bit_for_bit():
+    from agentgym_backend_vllm.weights import AgentgymWorkerExtension, bucket_payload
+
+    taken = []
+
+    class Model:  # what vLLM's model runner hands the extension: a model with load_weights
+        def load_weights(self, weights):
+            taken.extend(weights)
+
+    worker = AgentgymWorkerExtension()
+    worker.model_runner = type("Runner", (), {"get_model": lambda self: Model()})()
+    worker.device = torch.device("cpu")
+    worker._agentgym_loaded = 0  # inside an update (begin needs vLLM's layerwise reload)
+    shared = torch.randn(4, 3, dtype=torch.bfloat16)
+    bucket = [("embed.weight", shared), ("lm_head.weight", shared), ("norm.weight", torch.rand(3))]  # tied: one storage
+    assert worker.agentgym_load_weights_bytes(bucket_payload(bucket)) == 3
+    got = dict(taken)
+    assert sorted(got) == sorted(n for n, _ in bucket)
+    assert all(got[n].dtype == t.dtype and torch.equal(got[n], t) for n, t in bucket)

@@ -94,6 +94,20 @@ def test_control_routes_refuse_what_they_cannot_do(url, tmp_path):
     missing = requests.post(f"{url}/collective_rpc", json={"method": "agentgym_load_weights_file",
                                                            "args": [str(tmp_path / "none.safetensors")]}, timeout=10)
     assert missing.status_code == 400 and "cannot load weights" in missing.text
+    garbled = requests.post(f"{url}/collective_rpc", json={"method": "agentgym_load_weights_bytes",
+                                                           "args": ["not base64!"]}, timeout=10)
+    assert garbled.status_code == 400 and "characters of base64" in garbled.text
+
+
+def test_weights_sent_in_the_request_load_in_place(url, backend):
+    import base64
+
+    from safetensors.torch import save
+
+    norm = {"model.norm.weight": torch.full_like(backend.model.model.norm.weight, 0.25)}
+    rpc = {"method": "agentgym_load_weights_bytes", "args": [base64.b64encode(save(norm)).decode()]}
+    loaded = requests.post(f"{url}/collective_rpc", json=rpc, timeout=30)
+    assert loaded.json() == {"results": [1]} and torch.equal(backend.model.model.norm.weight, norm["model.norm.weight"])
 
 
 def test_control_routes_need_the_api_key_when_one_is_set(backend):

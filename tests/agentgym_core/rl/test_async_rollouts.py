@@ -65,6 +65,26 @@ def test_evaluation_uses_the_newest_weights_while_sampling_waits():
         rollouts.stop()
 
 
+def test_evaluation_starts_once_sampling_has_made_every_step_the_weights_allow():
+    # Every learner rank evaluates together (collectives), so the steps each rank's thread sampled before the
+    # evaluation must not depend on timing: all the published weights allow, never one more.
+    class SlowWorker(CountingWorker):
+        def collect(self, step: int) -> RolloutResult:
+            time.sleep(0.2)  # the evaluation is asked for while the thread is still sampling
+            return super().collect(step)
+
+        def evaluate(self, horizon: int, step: int) -> dict:
+            return {"sampled": sorted(self.sampled_with)}
+
+    rollouts = AsyncRollouts(SlowWorker(), max_staleness=0, first_step=0, last_step=5)
+    try:
+        rollouts.collect(0)
+        rollouts.load_weights({"version": 1})  # step 1 may now be sampled, step 2 may not
+        assert rollouts.evaluate(2, step=1) == {"sampled": [0, 1]}
+    finally:
+        rollouts.stop()
+
+
 def test_an_error_while_sampling_is_raised_at_the_step_it_broke():
     class Broken(CountingWorker):
         def collect(self, step: int) -> RolloutResult:

@@ -66,3 +66,23 @@ def test_a_two_rank_run_reports_bf16_bytes_and_seconds_per_sync(tmp_path):
     model, _ = tiny_chat_model(seed=0)
     assert line["weight_sync_bytes"] == 2 * _unique_params(model)
     assert line["weight_sync_seconds"] > 0
+
+
+def test_a_steps_metrics_name_the_bytes_each_transport_carried_for_its_weights(tmp_path, pm, tiny_config):
+    import contextlib
+
+    from agentgym_core.rl.rollout_worker import build_rollout_worker
+
+    config = tiny_config(tmp_path, **{"trainer.progress": "false"})
+    scheduler = pm.get("round_scheduler", config.algorithm.rounds_ctrl.type)(config.algorithm.rounds_ctrl)
+    model, tokenizer = tiny_chat_model(seed=0)
+    with contextlib.ExitStack() as stack:
+        worker = build_rollout_worker(stack, pm, config, scheduler=scheduler, curriculum=None, model=model,
+                                      tokenizer=tokenizer)
+        assert not any(k.startswith("weight_sync_bytes_") for k in worker.collect(0).metrics)  # records no syncs
+        # A backend that records its syncs, as vLLM's server mode does: one sync in the requests, then a fallback.
+        worker.backend.weight_syncs = [{"bytes": 100.0, "transport": "http"}]
+        assert worker.collect(1).metrics["weight_sync_bytes_http"] == 100.0
+        worker.backend.weight_syncs += [{"bytes": 60.0, "transport": "files"}, {"bytes": 40.0, "transport": "files"}]
+        found = {k: v for k, v in worker.collect(2).metrics.items() if k.startswith("weight_sync_bytes_")}
+    assert found == {"weight_sync_bytes_files": 100.0}  # each sync counted once, in the step it fed

@@ -3,12 +3,18 @@
 `agentgym eval` (:func:`agentgym_core.evaluation.run.evaluate`, which adds its run directory, log and
 resume) and the trainer's evaluations (:func:`evaluate_held_out`) both play through :func:`play` and
 report :class:`agentgym_core.evaluation.results.EvalResults`.
+
+Several engines can play one panel (the trainer's learner ranks): :func:`play_panel_share` plays the
+episodes ``share = (i, N)`` names, the i-th, (i+N)-th, ... of the panel, each numbered by its place in
+the whole panel (so a sampled evaluation seeds every episode as one engine would), and
+:func:`panel_results` puts the shares back in the panel's order: N engines report what one reports.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentgym_core.env import Env
@@ -20,15 +26,17 @@ from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.text_engine import TextRolloutEngine, is_chat_backend
 from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["HeldOutEnv", "evaluate_held_out", "play"]
+__all__ = ["HeldOutEnv", "PanelShare", "evaluate_held_out", "panel_results", "play", "play_panel_share"]
 
 
 def play(backend: Any, sources: Mapping[str, EnvSource], episodes: Sequence[EpisodeSpec], config: EngineConfig, *,
          desc: str, progress: bool = True, leave: bool = True,
-         on_done: Callable[[Trajectory], None] | None = None) -> tuple[list[Trajectory], RolloutStats]:
+         on_done: Callable[[Trajectory], None] | None = None,
+         indices: Sequence[int] | None = None) -> tuple[list[Trajectory], RolloutStats]:
     """Play ``episodes`` (each names its env, a key of ``sources``) with ``backend``; the token engine for a local
     backend, the text engine for an API model. One progress line for all, moving every turn, with the
-    successes so far. Returns the trajectories in ``episodes``' order and the engine's statistics."""
+    successes so far. Returns the trajectories in ``episodes``' order and the engine's statistics.
+    ``indices``: each episode's number, which seeds its stream on the token engine (default 0, 1, ...)."""
     line = RolloutProgress(len(episodes), desc=desc, max_turns=config.max_turns, enabled=progress, leave=leave)
     engine_cls = TextRolloutEngine if is_chat_backend(backend) else RolloutEngine
     if len(sources) == 1:  # the text engine plays one environment; so does `agentgym eval`
@@ -46,7 +54,8 @@ def play(backend: Any, sources: Mapping[str, EnvSource], episodes: Sequence[Epis
             failed = {"failed": engine.stats.failed} if engine.stats.failed else {}
             line.done(traj, success=f"{successes}/{line.finished + 1}", **failed)
 
-        trajs = engine.run(list(episodes), on_done=done, on_turn=line.turn)
+        numbered = {"indices": list(indices)} if indices is not None and engine_cls is RolloutEngine else {}
+        trajs = engine.run(list(episodes), on_done=done, on_turn=line.turn, **numbered)
     return trajs, engine.stats
 
 
@@ -63,35 +72,84 @@ class HeldOutEnv(Protocol):
     def make_env(self) -> Env: ...
 
 
+@dataclass
+class PanelShare:
+    """The episodes of a panel one engine played, and what :func:`panel_results` needs to put the panel back
+    together (a share travels between processes: plain data only)."""
+
+    positions: list[int]  # each trajectory's place in the whole panel
+    trajectories: list[Trajectory]
+    panel: dict[str, list[int]]  # the whole panel: env name -> task ids
+    config: dict[str, Any]
+    conditions: dict[str, Any]
+    stats: RolloutStats = field(default_factory=RolloutStats)
+
+
+def _panel_episodes(envs: Sequence[HeldOutEnv], tasks_per_env: int) -> tuple[dict[str, list[int]], list[EpisodeSpec]]:
+    """The panel (env name -> task ids) and its episodes in the panel's order, every env's in turn."""
+    panel: dict[str, list[int]] = {}
+    episodes: list[EpisodeSpec] = []
+    for env in envs:
+        panel[env.name] = tasks = panel_tasks(env.test_tasks, tasks_per_env)
+        episodes += [EpisodeSpec(task_id=t, seed=None, category=env.categories.get(t), env=env.name) for t in tasks]
+    return panel, episodes
+
+
+def play_panel_share(backend: Any, envs: Sequence[HeldOutEnv], *, tasks_per_env: int, sampling: SamplingParams,
+                     horizon: int, max_total_tokens: int, step_timeout_s: float, desc: str,
+                     progress: bool = True, share: tuple[int, int] = (0, 1)) -> PanelShare:
+    """Play the ``share = (i, N)`` of the panel of ``tasks_per_env`` held-out tasks of each env: its episodes
+    i, i+N, i+2N, ... (all of them with the default ``(0, 1)``), every env at once, at most ``horizon`` turns."""
+    index, count = share
+    panel, episodes = _panel_episodes(envs, tasks_per_env)
+    positions = list(range(index, len(episodes), count))
+    mine = [episodes[p] for p in positions]
+    concurrency = {env.name: env.max_concurrency for env in envs}
+    make_env = {env.name: env.make_env for env in envs}
+    sources: dict[str, EnvSource] = {}
+    for spec in mine:  # only the envs this share plays, each with no more instances than it has episodes here
+        name = str(spec.env)
+        sources[name] = EnvSource(make_env[name], min(concurrency[name], sum(e.env == name for e in mine)))
+    config = {"tasks_per_env": tasks_per_env, "horizon": horizon, "temperature": sampling.temperature,
+              "max_new_tokens": sampling.max_new_tokens}
+    conditions = evaluation_conditions(sampling, horizon=horizon, max_total_tokens=max_total_tokens)
+    result = PanelShare(positions, [], panel, config, conditions)
+    if mine:
+        engine = EngineConfig(sampling=sampling, max_turns=horizon, max_total_tokens=max_total_tokens,
+                              step_timeout_s=step_timeout_s,
+                              env_workers=sum(source.num_envs for source in sources.values()))
+        result.trajectories, result.stats = play(backend, sources, mine, engine, desc=desc, progress=progress,
+                                                 leave=False, indices=positions)
+    return result
+
+
+def panel_results(shares: Sequence[PanelShare], wall_seconds: float) -> EvalResults:
+    """The results of a panel from the shares that played it (one share: the whole panel), the trajectories in
+    the panel's order; ``wall_seconds``: how long the whole evaluation took."""
+    placed = sorted(((p, t) for share in shares for p, t in zip(share.positions, share.trajectories, strict=True)),
+                    key=lambda pair: pair[0])
+    if [p for p, _ in placed] != list(range(len(placed))):
+        raise ValueError(f"panel_results: the shares hold panel positions {[p for p, _ in placed]}; every position "
+                         "must be played exactly once (shares (0, N) .. (N-1, N) of one panel)")
+    trajs = [t for _, t in placed]
+    first = shares[0]
+    stats = RolloutStats(gen_seconds=sum(s.stats.gen_seconds for s in shares),
+                         sampled_tokens=sum(s.stats.sampled_tokens for s in shares))
+    return build_results([(t, t.num_turns, t.invalid_actions) for t in trajs], config=first.config,
+                         panel_hash=panel_hash(first.panel, first.conditions),
+                         timing=_timing(stats, wall_seconds, len(trajs)))
+
+
 def evaluate_held_out(backend: Any, envs: Sequence[HeldOutEnv], *, tasks_per_env: int, sampling: SamplingParams,
                       horizon: int, max_total_tokens: int, step_timeout_s: float, desc: str,
                       progress: bool = True) -> EvalResults:
     """The panel of ``tasks_per_env`` held-out tasks of each env (:func:`agentgym_core.evaluation.panel.panel_tasks`,
     as ``agentgym eval --limit`` takes them), one episode each, every env at once, at most ``horizon`` turns."""
-    episodes: list[EpisodeSpec] = []
-    sources: dict[str, EnvSource] = {}
-    panel: dict[str, list[int]] = {}
-    for env in envs:
-        tasks = panel_tasks(env.test_tasks, tasks_per_env)
-        panel[env.name] = tasks
-        if not tasks:
-            continue
-        sources[env.name] = EnvSource(env.make_env, min(env.max_concurrency, len(tasks)))
-        episodes += [EpisodeSpec(task_id=t, seed=None, category=env.categories.get(t), env=env.name) for t in tasks]
-    config = {"tasks_per_env": tasks_per_env, "horizon": horizon, "temperature": sampling.temperature,
-              "max_new_tokens": sampling.max_new_tokens}
     start = time.perf_counter()
-    trajs: list[Trajectory] = []
-    stats = RolloutStats()
-    if episodes:
-        engine = EngineConfig(sampling=sampling, max_turns=horizon, max_total_tokens=max_total_tokens,
-                              step_timeout_s=step_timeout_s,
-                              env_workers=sum(source.num_envs for source in sources.values()))
-        trajs, stats = play(backend, sources, episodes, engine, desc=desc, progress=progress, leave=False)
-    wall = time.perf_counter() - start
-    conditions = evaluation_conditions(sampling, horizon=horizon, max_total_tokens=max_total_tokens)
-    return build_results([(t, t.num_turns, t.invalid_actions) for t in trajs], config=config,
-                         panel_hash=panel_hash(panel, conditions), timing=_timing(stats, wall, len(trajs)))
+    share = play_panel_share(backend, envs, tasks_per_env=tasks_per_env, sampling=sampling, horizon=horizon,
+                             max_total_tokens=max_total_tokens, step_timeout_s=step_timeout_s, desc=desc,
+                             progress=progress)
+    return panel_results([share], time.perf_counter() - start)
 
 
 def _timing(stats: RolloutStats, wall: float, n: int) -> dict[str, float]:

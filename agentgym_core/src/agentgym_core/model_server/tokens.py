@@ -14,8 +14,10 @@ replica, so it stands in for one on a machine without a GPU (and in tests):
 ``POST /pause?mode=wait``          hold new generation (``wait`` lets in-flight requests finish first)
 ``POST /resume``, ``GET /is_paused``
 ``POST /reset_prefix_cache``       drop cached prefixes (this server batches without keeping any)
-``POST /collective_rpc``           ``{"method": "agentgym_load_weights_file", "args": [path]}``: load a
-                                   safetensors file of (some of) the model's weights in place;
+``POST /collective_rpc``           ``{"method": "agentgym_load_weights_bytes", "args": [base64]}``: load
+                                   (some of) the model's weights in place from safetensors bytes sent
+                                   in the request; ``agentgym_load_weights_file`` (``[path]``): from a
+                                   safetensors file;
                                    ``agentgym_begin_weight_update`` / ``agentgym_finish_weight_update``
                                    (no args) bracket one update's files, as on the vLLM worker
 =================================  ===================================================================
@@ -36,11 +38,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
 
-__all__ = ["CONTROL_ROUTES", "LOAD_WEIGHTS_FILE_METHOD", "WEIGHT_UPDATE_BRACKETS", "GenerateTokensRequest",
-           "add_token_routes"]
+__all__ = ["CONTROL_ROUTES", "LOAD_WEIGHTS_BYTES_METHOD", "LOAD_WEIGHTS_FILE_METHOD", "WEIGHT_UPDATE_BRACKETS",
+           "GenerateTokensRequest", "add_token_routes"]
 
 LOAD_WEIGHTS_FILE_METHOD = "agentgym_load_weights_file"
 """The ``collective_rpc`` method that loads weights (the vLLM backend's worker extension has it too)."""
+
+LOAD_WEIGHTS_BYTES_METHOD = "agentgym_load_weights_bytes"
+"""The ``collective_rpc`` method that loads weights sent in the request (base64 safetensors bytes; the vLLM
+backend's worker extension has it too)."""
 
 WEIGHT_UPDATE_BRACKETS = frozenset({"agentgym_begin_weight_update", "agentgym_finish_weight_update"})
 """``collective_rpc`` methods (no arguments) around one update's files. vLLM's worker needs them to re-run
@@ -232,24 +238,41 @@ def add_token_routes(app: FastAPI, backend: RolloutBackend, *, submit: Any, mode
         if method in WEIGHT_UPDATE_BRACKETS:
             state.calls.append(("collective_rpc", method))
             return {"results": [None]}
-        if method != LOAD_WEIGHTS_FILE_METHOD:
-            known = sorted({LOAD_WEIGHTS_FILE_METHOD, *WEIGHT_UPDATE_BRACKETS})
+        loaders = {LOAD_WEIGHTS_FILE_METHOD: _load_file, LOAD_WEIGHTS_BYTES_METHOD: _load_bytes}
+        if method not in loaders:
+            known = sorted({*loaders, *WEIGHT_UPDATE_BRACKETS})
             raise OpenAIError(400, f"this server runs only the collective_rpc methods {known}, got {method!r}",
                               param="method")
         args = body.get("args") or []
         if len(args) != 1 or not isinstance(args[0], str):
-            raise OpenAIError(400, f"{LOAD_WEIGHTS_FILE_METHOD} takes one argument: the path of a safetensors file",
-                              param="args")
+            what = "the path of a safetensors file" if method == LOAD_WEIGHTS_FILE_METHOD else \
+                "safetensors bytes in base64"
+            raise OpenAIError(400, f"{method} takes one argument: {what}", param="args")
         if "weights" in state.sleeping:
             raise OpenAIError(409, "the weights sleep; POST /wake_up?tags=weights before loading weights",
                               code="model_sleeping")
         state.calls.append(("collective_rpc", method))
         try:
-            count = await asyncio.to_thread(_load_file, backend, args[0])
+            count = await asyncio.to_thread(loaders[method], backend, args[0])
         except (OSError, KeyError, ValueError, RuntimeError) as exc:
-            raise OpenAIError(400, f"cannot load weights from {args[0]!r}: {type(exc).__name__}: {exc}",
+            shown = repr(args[0]) if method == LOAD_WEIGHTS_FILE_METHOD else f"{len(args[0])} characters of base64"
+            raise OpenAIError(400, f"cannot load weights from {shown}: {type(exc).__name__}: {exc}",
                               param="args") from exc
         return {"results": [count]}
+
+
+def _load_bytes(backend: RolloutBackend, payload: str) -> int:
+    import base64
+    import binascii
+
+    from safetensors.torch import load
+
+    try:
+        weights = load(base64.b64decode(payload, validate=True))
+    except binascii.Error as exc:
+        raise ValueError(f"not base64: {exc}") from exc
+    backend.load_weights(weights)
+    return len(weights)
 
 
 def _load_file(backend: RolloutBackend, path: str) -> int:

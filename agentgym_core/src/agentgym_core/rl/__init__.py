@@ -4,8 +4,8 @@
     results = train(load_config("examples/babyai_grpo_cpu.yaml", ["trainer.steps=10"]))
 
 Where things are: ``trainer.train`` (the loop, one function, the same on every rank), ``roles`` (the
-Protocols of what it drives) and ``driver`` (rank 0's log, observers and evaluations; a do-nothing
-stand-in elsewhere), ``losses`` (PPO clip, KL, entropy,
+Protocols of what it drives) and ``driver`` (rank 0's log, observers and evaluation records; a
+stand-in elsewhere that only plays its share of each evaluation), ``losses`` (PPO clip, KL, entropy,
 value loss), ``estimator_api`` + ``checks`` (the estimator plugin contract and its checker),
 ``forward`` (packed/padded per-token forward), ``critic`` (GAE's value model: separate or on the
 policy's trunk), ``update`` (epochs x mini-batches),

@@ -14,7 +14,8 @@ loop does not change:
   each trajectory stamped with the version that sampled it, and checks the bound once more;
 * ``load_weights`` publishes new weights (a copy of the learner's own tensors, which it keeps
   updating; a snapshot the learner gathered or cast is new already and kept as it is);
-* ``evaluate`` pauses the thread and evaluates the newest weights; ``stop`` ends the thread.
+* ``evaluate`` lets the thread finish the steps the published weights allow, then evaluates the
+  newest weights while it waits; ``stop`` ends the thread.
 
 With ``max_staleness = 0`` the gate lets step ``s`` start only after the weights of step ``s - 1``
 arrived, which is the synchronous schedule: the same batches from the same weights.
@@ -81,6 +82,7 @@ class AsyncRollouts:
         self._pending: Any = None  # the newest published weights, not loaded yet
         self._pending_probe: Any = None  # the sync check of those weights
         self._next = first_step  # next step the thread samples
+        self._sampling = False  # the thread has taken a step and not handed its result yet
         self._results: dict[int, Any] = {}  # step -> RolloutResult, or the exception that step raised
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="agentgym-async-rollouts", daemon=True)
@@ -112,7 +114,12 @@ class AsyncRollouts:
             self._cond.notify_all()
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
-        """Held-out evaluation of the newest weights (sampling waits meanwhile)."""
+        """Held-out evaluation of the newest weights (sampling waits meanwhile).
+
+        It starts once the thread has sampled every step the published weights allow: then every learner rank's
+        thread has made the same collectives before the evaluation's own (rl/colocated.py), whatever the timing."""
+        with self._cond:
+            self._cond.wait_for(lambda: not (self._sampling or self._may_start()) or not self._thread.is_alive())
         with self._worker_lock:
             self._load_newest()
             return self.worker.evaluate(horizon, step=step)
@@ -145,6 +152,7 @@ class AsyncRollouts:
                     return
                 step = self._next
                 self._next += 1
+                self._sampling = True
             result: Any
             with self._worker_lock:
                 try:
@@ -156,6 +164,7 @@ class AsyncRollouts:
                     result = exc
             with self._cond:
                 self._results[step] = result
+                self._sampling = False
                 self._cond.notify_all()
             if isinstance(result, BaseException):
                 return

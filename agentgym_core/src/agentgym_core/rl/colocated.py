@@ -19,6 +19,10 @@ What the rank's worker samples from depends on the backend:
 Waiting happens on host groups only (:mod:`agentgym_core.rl.distributed`): the trajectories and
 rank 0's round-schedule and curriculum state travel over ``ctx.rollout_group`` (gloo), which
 asynchronous rollouts use from their sampling thread.
+
+Held-out evaluations are spread the same way: each rank's engine plays every N-th episode of the
+panel (rank i: episodes i, i+N, ...), and the shares, gathered over ``ctx.rollout_group``, make the
+record one engine would make, in the panel's order, on every rank.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch
 from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum
 from agentgym_core.rl.distributed import DistContext, broadcast_object, gather_object
+from agentgym_core.rl.envs import evaluation_record
 from agentgym_core.rl.forward import bf16_autocast
 from agentgym_core.rl.rollout_worker import RolloutResult, RolloutWorker, merge_slices
 
@@ -101,8 +106,12 @@ class RankRollouts:
         self.worker.check_weights(probe)
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
-        """Held-out evaluation with this rank's worker (the loop asks rank 0)."""
-        return self.worker.evaluate(horizon, step)
+        """Held-out evaluation on every rank's engine, each playing its share of the panel; every rank returns the
+        whole record (collective: every rank calls it)."""
+        start = time.perf_counter()
+        mine = self.worker.evaluate_share(horizon, step, (self.ctx.rank, self.ctx.world_size))
+        shares = gather_object(mine, self.ctx, group=self.ctx.rollout_group)
+        return evaluation_record(shares, horizon, step, wall_seconds=time.perf_counter() - start)
 
     def close(self) -> None:
         """Close this rank's engine (its environment clients close with the run's exit stack)."""

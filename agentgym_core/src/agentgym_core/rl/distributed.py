@@ -1,7 +1,7 @@
 """Learner ranks: torch.distributed set-up, and the few collectives the learner needs.
 
-A run has ``trainer.learners`` learner ranks. Rank 0 is the driver: it writes logs and checkpoints
-and evaluates. Every rank holds one FSDP2 shard of the policy (``fully_shard``) and updates it on its
+A run has ``trainer.learners`` learner ranks. Rank 0 is the driver: it writes logs and checkpoints;
+every rank plays its share of the held-out evaluations. Every rank holds one FSDP2 shard of the policy (``fully_shard``) and updates it on its
 share of each mini-batch's rows, so N ranks compute what one process computes (see
 :mod:`agentgym_core.rl.learner`); every rank also samples its share of each step's episodes and
 scores its share of the rows (:mod:`agentgym_core.rl.colocated`).
@@ -67,7 +67,7 @@ class DistContext:
 
     @property
     def is_main(self) -> bool:
-        """Rank 0: the driver that rolls out, logs and checkpoints."""
+        """Rank 0: the driver that logs and checkpoints."""
         return self.rank == 0
 
     @property
@@ -188,7 +188,7 @@ def gather_object(obj: T, ctx: DistContext, *, group: Any = None) -> list[T]:
 
 
 def barrier(ctx: DistContext) -> None:
-    """Wait until every rank is here, on the host group (a rank may wait here while rank 0 evaluates)."""
+    """Wait until every rank is here, on the host group (a rank may wait here while rank 0 logs an evaluation)."""
     if ctx.distributed:
         dist.barrier(group=ctx.host_group)
 

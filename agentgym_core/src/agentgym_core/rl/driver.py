@@ -2,10 +2,12 @@
 
 Every rank runs the same loop (:func:`agentgym_core.rl.trainer.train`). One of them, rank 0, is the
 driver: it writes the run directory (``config.yaml``, ``metrics.jsonl``, ``evaluation_panel.json``,
-saved trajectories), tells the observer plugins what happened, plays the held-out evaluations and
+saved trajectories), tells the observer plugins what happened, logs the held-out evaluations and
 shows the progress bar. The other ranks get a :class:`NullDriver` whose calls do nothing, so the
 loop makes the same calls on every rank instead of asking which rank it runs on (the pattern of
-nanochat's ``DummyWandb``).
+nanochat's ``DummyWandb``). Evaluations are the exception that still does something: every rank's
+engine plays its share of the panel (:meth:`agentgym_core.rl.colocated.RankRollouts.evaluate`), so a
+:class:`NullDriver` evaluates too, and drops the record the driver logs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ if TYPE_CHECKING:
     from agentgym_core.rl.roles import PhaseMeter, RolloutRole
     from agentgym_core.rollout.trajectory import Trajectory
 
-__all__ = ["Driver", "NullDriver"]
+__all__ = ["Driver", "NullDriver", "wants_eval_before"]
+
+
+def wants_eval_before(config: TrainConfig, start_step: int) -> bool:
+    """Whether the run has an evaluation at step 0 (``trainer.eval_before``; a resumed run reads it back from its log)."""
+    return bool(config.trainer.eval_before and config.trainer.eval_tasks and start_step == 0)
 
 
 class Driver:
@@ -83,7 +90,7 @@ class Driver:
             logged = [json.loads(x) for x in writer.path.read_text().splitlines() if x.strip()]
             before = [x for x in logged if x.get("kind") == "eval" and x.get("step") == 0]
             return {"eval_before": before[-1]} if before else {}
-        if not (cfg.trainer.eval_before and cfg.trainer.eval_tasks and start_step == 0):
+        if not wants_eval_before(cfg, start_step):
             return {}
         if known:  # after a warm start, RL starts from the model SFT just evaluated on the same tasks and horizon
             result = {**known, "step": 0}
@@ -146,9 +153,13 @@ class Driver:
 
 
 class NullDriver:
-    """The stand-in on ranks that do not drive: every call of :class:`Driver` does nothing, evaluations are empty."""
+    """The stand-in on ranks that do not drive: every call of :class:`Driver` does nothing, but for evaluations,
+    where this rank plays its share of the panel and returns nothing (the driver logs the record)."""
 
     warns = False
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
 
     def open(self, stack: contextlib.ExitStack, worker: RolloutRole, *, start_step: int, resume: bool) -> None:
         """Nothing to write."""
@@ -161,10 +172,14 @@ class NullDriver:
 
     def evaluate_before(self, worker: RolloutRole, meter: PhaseMeter, *, start_step: int, horizon: int,
                         known: dict[str, Any] | None) -> dict[str, Any]:
+        """This rank's share of the step-0 evaluation, when the driver runs one now (not read back, not reused)."""
+        if wants_eval_before(self.config, start_step) and not known:
+            self.evaluate(worker, meter, horizon=horizon, step=0)
         return {}
 
     def evaluate(self, worker: RolloutRole, meter: PhaseMeter, *, horizon: int, step: int) -> dict[str, Any]:
-        """The driver evaluates; this rank waits for it at the loop's next collective."""
+        """This rank's share of the evaluation (collective with the driver's); the driver logs the record."""
+        worker.evaluate(horizon, step=step)
         return {}
 
     def observe_rollout(self, step: int, trajectories: list[Trajectory]) -> None:

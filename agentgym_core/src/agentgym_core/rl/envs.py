@@ -5,11 +5,12 @@ training and held-out tasks, the backend built from its plugin, and the held-out
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym_core.evaluation.held_out import evaluate_held_out
+from agentgym_core.evaluation.held_out import PanelShare, panel_results, play_panel_share
 from agentgym_core.evaluation.panel import evaluation_conditions
 from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
@@ -17,7 +18,8 @@ from agentgym_core.rl.config import EnvConfig, TrainConfig
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.tool_calls import tool_call_env
 
-__all__ = ["EnvHandle", "eval_conditions", "eval_sampling", "evaluate", "make_backend", "open_envs"]
+__all__ = ["EnvHandle", "eval_conditions", "eval_sampling", "evaluate", "evaluation_record", "evaluation_share",
+           "make_backend", "open_envs"]
 
 
 def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, bool]:
@@ -113,10 +115,22 @@ def eval_conditions(config: TrainConfig, horizon: int) -> dict[str, Any]:
 def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
     """The run's held-out evaluation at ``step``: greedy (or ``eval_temperature``) episodes on the panel of
     ``eval_tasks`` held-out tasks of each env, every env at once; the record the trainer logs."""
-    sampling = eval_sampling(config)
-    results = evaluate_held_out(backend, envs, tasks_per_env=config.trainer.eval_tasks, sampling=sampling,
-                                horizon=horizon, max_total_tokens=config.rollout.max_total_tokens,
-                                step_timeout_s=config.rollout.env_timeout_s,
-                                desc=f"eval {', '.join(env.name for env in envs)} (step {step})",
-                                progress=config.trainer.progress)
-    return {"step": step, "horizon": horizon, **results.trainer_record()}
+    start = time.perf_counter()
+    share = evaluation_share(backend, envs, config, horizon, step)
+    return evaluation_record([share], horizon, step, wall_seconds=time.perf_counter() - start)
+
+
+def evaluation_share(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int,
+                     share: tuple[int, int] = (0, 1)) -> PanelShare:
+    """The ``share = (i, N)`` of the run's held-out evaluation at ``step`` that one of N engines plays (the
+    panel's episodes i, i+N, ...); the first share shows the progress line."""
+    return play_panel_share(backend, envs, tasks_per_env=config.trainer.eval_tasks, sampling=eval_sampling(config),
+                            horizon=horizon, max_total_tokens=config.rollout.max_total_tokens,
+                            step_timeout_s=config.rollout.env_timeout_s,
+                            desc=f"eval {', '.join(env.name for env in envs)} (step {step})",
+                            progress=config.trainer.progress and share[0] == 0, share=share)
+
+
+def evaluation_record(shares: list[PanelShare], horizon: int, step: int, *, wall_seconds: float) -> dict[str, Any]:
+    """The record the trainer logs of the evaluation at ``step`` that ``shares`` played together."""
+    return {"step": step, "horizon": horizon, **panel_results(shares, wall_seconds).trainer_record()}

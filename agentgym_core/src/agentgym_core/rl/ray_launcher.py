@@ -36,10 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentgym_core.evaluation.held_out import PanelShare
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import ActorResources, TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, curriculum_for
 from agentgym_core.rl.distributed import DistContext
+from agentgym_core.rl.envs import evaluation_record
 from agentgym_core.rl.guards import SyncExpectation
 from agentgym_core.rl.plugin_options import backend_capabilities
 from agentgym_core.rl.roles import Unmeasured
@@ -219,6 +221,10 @@ class RolloutActor:
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         return self.worker.evaluate(horizon, step)
+
+    def evaluate_share(self, horizon: int, step: int, share: tuple[int, int]) -> PanelShare:
+        """This worker's share of a held-out evaluation the group plays together (RolloutWorker.evaluate_share)."""
+        return self.worker.evaluate_share(horizon, step, share)
 
     def close(self) -> None:
         self._stack.close()
@@ -444,8 +450,12 @@ class RayRolloutGroup:
             probe.gap = max((g for g in gaps if g is not None), default=None)
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
-        """Held-out evaluation on the first worker (evaluation sets are small and greedy)."""
-        return self.remote.get(self.workers[0].evaluate.remote(horizon, step), "rollout worker 0: evaluate")
+        """Held-out evaluation on every worker, worker i playing panel episodes i, i+M, ... (as local ranks do);
+        the record one worker would make, in the panel's order."""
+        start, count = time.perf_counter(), len(self.workers)
+        index = {id(w): i for i, w in enumerate(self.workers)}
+        shares = self._on_each("evaluate", lambda w: w.evaluate_share.remote(horizon, step, (index[id(w)], count)))
+        return evaluation_record(shares, horizon, step, wall_seconds=time.perf_counter() - start)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -94,7 +94,8 @@ class RolloutRole(Protocol):
         ...
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
-        """A held-out evaluation of the current weights."""
+        """A held-out evaluation of the current weights, played by every rollout worker (collective: on several
+        learner ranks every rank calls it, and every rank gets the record)."""
         ...
 
 

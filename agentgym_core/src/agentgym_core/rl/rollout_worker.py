@@ -21,11 +21,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym_core.evaluation.held_out import PanelShare
 from agentgym_core.http.pool import ServerCounts
 from agentgym_core.rl.batch import allocate_tasks, step_seed, tasks_for_step
 from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
-from agentgym_core.rl.envs import EnvHandle, evaluate, make_backend, open_envs
+from agentgym_core.rl.envs import EnvHandle, evaluate, evaluation_share, make_backend, open_envs
 from agentgym_core.rl.guards import SyncExpectation
 from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
@@ -70,6 +71,7 @@ class RolloutWorker:
         self._probe_scores: list[float] | None = None  # the backend's score of the sync probe after the last sync
         self._probe_unsupported = False
         self.task_counts = allocate_tasks(rollout.tasks_per_step, [e.config.weight for e in envs])
+        self._syncs_reported = 0  # the backend's weight_syncs records already in a step's metrics
 
     def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
         """``group_size`` samples of each of step ``step``'s tasks, every environment at once.
@@ -108,7 +110,23 @@ class RolloutWorker:
             metrics.update(server_metrics(env.name, before[env.name], env.pool.snapshot(), seconds))
             if self.curriculum is not None:  # the curriculum this step's tasks were drawn from
                 metrics.update(self.curriculum.metrics(env.name, list(self.task_categories[env.name])))
+        metrics.update(self._transport_metrics())
         return RolloutResult(trajectories, seconds, engine.stats.gen_seconds, engine.stats.generation_calls, metrics)
+
+    def _transport_metrics(self) -> dict[str, float]:
+        """``weight_sync_bytes_<name>``: the bytes each weight transport carried to this worker's engine for
+        the weights this step samples with, from a backend that records its syncs (``weight_syncs`` entries
+        naming a ``transport``, as vLLM's server mode keeps them); nothing from other backends."""
+        syncs = getattr(self.backend, "weight_syncs", None)
+        if not isinstance(syncs, list):
+            return {}
+        out: dict[str, float] = {}
+        for sync in syncs[self._syncs_reported:]:
+            if isinstance(sync, dict) and "transport" in sync:
+                key = f"weight_sync_bytes_{sync['transport']}"
+                out[key] = out.get(key, 0.0) + float(sync.get("bytes", 0.0))
+        self._syncs_reported = len(syncs)
+        return out
 
     def _run_with_reruns(self, episodes: list[EpisodeSpec], step: int, first_index: int,
                          line: RolloutProgress) -> tuple[list[Trajectory], int, int]:
@@ -132,6 +150,11 @@ class RolloutWorker:
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         """Held-out evaluation of the current policy (see :func:`agentgym_core.rl.envs.evaluate`)."""
         return evaluate(self.backend, self.envs, self.config, horizon, step=step)
+
+    def evaluate_share(self, horizon: int, step: int, share: tuple[int, int]) -> PanelShare:
+        """This worker's ``share = (i, N)`` of a held-out evaluation that N workers play together (the panel's
+        episodes i, i+N, ...); :func:`agentgym_core.rl.envs.evaluation_record` makes the record of all shares."""
+        return evaluation_share(self.backend, self.envs, self.config, horizon, step, share)
 
     def load_weights(self, state_dict: dict[str, Any], probe: SyncExpectation | None = None) -> None:
         """New policy weights after an update (nothing to do when the backend samples the trainer's module);

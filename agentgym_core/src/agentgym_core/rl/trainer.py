@@ -12,9 +12,10 @@ The roles live next to this file, behind the interfaces of :mod:`agentgym_core.r
 engines, environment clients). With several learner ranks every rank runs this same loop: it
 samples its share of each step's episodes and scores its share of the rows, and receives the
 whole step (:mod:`agentgym_core.rl.colocated`), so every rank computes the same advantages. Rank 0
-drives: its :class:`~agentgym_core.rl.driver.Driver` writes the log, tells observers and evaluates, while
-the other ranks' :class:`~agentgym_core.rl.driver.NullDriver` does nothing, so the loop asks which rank
-it runs on only where the driver advances the round schedule. Everything else (losses,
+drives: its :class:`~agentgym_core.rl.driver.Driver` writes the log and tells observers, while the
+other ranks' :class:`~agentgym_core.rl.driver.NullDriver` does nothing, so the loop asks which rank it
+runs on only where the driver advances the round schedule. Held-out evaluations play on every rank's
+engine, each rank its share of the panel; the driver logs the gathered record. Everything else (losses,
 estimators, schedulers, batching) lives in small modules next to this one; this file is the order
 in which they are used.
 
@@ -96,7 +97,8 @@ def train(
     ``model``/``tokenizer`` replace loading ``config.model.path`` (tests, notebooks).
     ``stop_after`` ends the run after that many steps of this call, as a kill would (tests).
     ``eval_before`` is a held-out evaluation of the starting policy made elsewhere (a warm start's,
-    on the same tasks and horizon), used instead of evaluating again.
+    on the same tasks and horizon), used instead of evaluating again (under torchrun: the same on every rank,
+    which all play a share of an evaluation that is run).
 
     With ``trainer.learners = N > 1`` and no process group yet, N learner processes are spawned on
     this machine (each loads the model from ``config.model.path`` and discovers plugins itself);
@@ -138,8 +140,8 @@ def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, r
     ctx = init_from_environment(resolve_device(cfg.model.device), timeout_s=cfg.trainer.collective_timeout_s)
     if ctx.distributed and ctx.world_size != cfg.trainer.learners:
         raise ValueError(f"trainer.learners={cfg.trainer.learners} but {ctx.world_size} ranks were started")
-    # Rank 0 drives: it writes the run directory, tells observers and evaluates; other ranks' driver does nothing.
-    driver: Driver | NullDriver = Driver(cfg, pm) if ctx.is_main else NullDriver()
+    # Rank 0 drives: it writes the run directory, tells observers and logs evaluations (all ranks play them).
+    driver: Driver | NullDriver = Driver(cfg, pm) if ctx.is_main else NullDriver(cfg)
     error: BaseException | None = None
     metrics: dict[str, float] = {}
     try:
@@ -172,7 +174,7 @@ def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, r
             final_horizon = scheduler_final_horizon(scheduler, cfg.trainer.steps)  # what evaluations play
             driver.log_panel(placed, final_horizon)  # the tasks every evaluation plays, how, and the hash
 
-            # ---- evaluation before training (the driver; a resumed run reads it back from its log) --------
+            # ---- evaluation before training (every rank its share; a resumed run reads it back from its log) --
             results.update(driver.evaluate_before(placed, roles.phase_meter(), start_step=start_step,
                                                   horizon=final_horizon, known=eval_before))
 
@@ -249,16 +251,16 @@ def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, r
                 driver.save_trajectories(step, rollout.trajectories,
                                          [logged_as.get(id(t), t) for t in batch.trajectories], adv.advantages)
 
-                # ---- 9. periodic evaluation on held-out tasks (the driver; the others wait on the host group) ---
+                # ---- 9. periodic evaluation on held-out tasks (every rank its share; the driver logs it) ------
                 done = step + 1
                 if cfg.trainer.eval_tasks and done < cfg.trainer.steps and _every(cfg.trainer.eval_every, done):
                     driver.evaluate(worker, roles.phase_meter(), horizon=final_horizon, step=done)
-                    barrier(ctx)  # not inside the checkpoint's device collectives, where NCCL's watchdog counts
+                    barrier(ctx)  # the driver's logging, not inside the checkpoint's device collectives (NCCL's watchdog)
 
                 # ---- 10. checkpoint (atomic; "step" counts completed steps) ----------------------------------
                 _checkpoint_if_due(cfg, learner, roles.tokenizer, scheduler, curriculum, done, run_dir)
 
-            # ---- evaluation after training (the driver) -----------------------------------------------------
+            # ---- evaluation after training (every rank its share; the driver logs it) ---------------------
             if last_step == cfg.trainer.steps and cfg.trainer.eval_tasks:
                 results["eval_after"] = driver.evaluate(worker, roles.phase_meter(), horizon=final_horizon,
                                                         step=cfg.trainer.steps)

@@ -170,6 +170,10 @@ METRICS: tuple[MetricDoc, ...] = (
     MetricDoc("weight_sync_seconds", "Seconds to gather, cast and load the new weights into the rollout backend.",
               "", ""),
     MetricDoc("weight_sync_bytes", "Bytes the learner sent in a weight sync.", "", ""),
+    MetricDoc("weight_sync_bytes_<name>", "Bytes the rollout backend took over one transport (vLLM server "
+              "mode: http, in the requests; files) for the weights this step sampled with, summed over workers.",
+              "http: no weight file is written.", "files where you expect http: the replicas lack the worker "
+              "extension's http method (see the vLLM backend's README)."),
     MetricDoc("peak_rss<phase>_gb", "Peak resident memory of the process in GB (rollout, update, or the "
               "evaluation).", "Below the machine's memory.", "Near it: see how-to: several GPUs / memory keys.",
               "both"),

@@ -96,11 +96,17 @@ class VllmBackendConfig(BaseModel):
     served_model_name: str | None = Field(
         default=None, description="Server mode: the `model` field sent; None sends none (the server's only model)."
     )
+    weight_transport: Literal["auto", "http", "files"] = Field(
+        default="auto",
+        description="Server mode: how load_weights sends each bucket. 'http': its bytes in the collective_rpc "
+        "request, no file; 'files': a safetensors file every replica reads (weight_dir); 'auto': http, and files "
+        "from then on when a replica lacks the http method (an older worker extension).",
+    )
     weight_dir: str | None = Field(
         default=None,
-        description="Server mode: a directory every replica can read (shared disk); load_weights writes each "
-        "bucket there as safetensors and asks the replicas to load it. None: shared memory (/dev/shm) where the "
-        "machine has it, else a temporary directory (replicas on this machine only).",
+        description="Server mode, file transport: a directory every replica can read (shared disk); load_weights "
+        "writes each bucket there as safetensors and asks the replicas to load it. None: shared memory (/dev/shm) "
+        "where the machine has it, else a temporary directory (replicas on this machine only).",
     )
     timeout_s: float = Field(default=600.0, gt=0, description="Server mode: limit on one HTTP request.")
     max_concurrent_requests: int = Field(

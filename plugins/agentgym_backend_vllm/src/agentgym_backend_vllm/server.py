@@ -14,12 +14,21 @@ README's "Pinned versions" names the source file of each per release; the contro
 ``POST /pause?mode=wait``,          hold generation around a weight update (``mode`` exists from 0.16)
 ``POST /resume``
 ``POST /collective_rpc``            ``{"method": "agentgym_begin_weight_update"}``, then per bucket
-                                    ``{"method": "agentgym_load_weights_file", "args": [path]}``, then
-                                    ``{"method": "agentgym_finish_weight_update"}`` (string arguments
-                                    only, so weights travel as safetensors files every replica reads:
-                                    in shared memory by default, in the replicas' dtype when named;
-                                    an NCCL broadcast to the replicas is not done yet)
+                                    ``{"method": "agentgym_load_weights_bytes", "args": [base64]}``
+                                    (the bucket's safetensors bytes in the request: no file), or with
+                                    the file transport ``{"method": "agentgym_load_weights_file",
+                                    "args": [path]}``, then ``{"method":
+                                    "agentgym_finish_weight_update"}`` (JSON arguments only, so tensors
+                                    travel as text or by path; in the replicas' dtype when named)
 ==================================  ==================================================================
+
+Weight transports (``weight_transport``): ``http`` (the default under ``auto``) sends each bucket in the
+request, so no file is written and replicas on other machines need no shared disk; ``files`` writes
+each bucket where every replica reads it (``weight_dir``; shared memory by default). ``auto`` falls
+back to files when the replicas' worker extension lacks the http method. vLLM's own NCCL weight
+transfer (``/init_weight_transfer_engine``, ``/update_weights``; a server started with
+``--weight-transfer-config``) is not used: its trainer side is vLLM code (``NCCLWeightTransferEngine.
+trainer_init``), and this process never imports vllm (see the README's "Weight transports").
 
 A replica must be started with ``--worker-extension-cls
 agentgym_backend_vllm.weights.AgentgymWorkerExtension`` for the weight methods to exist, and from
@@ -50,7 +59,14 @@ import requests
 
 from agentgym_backend_vllm.config import VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason, request_cap
-from agentgym_backend_vllm.weights import BEGIN_METHOD, FINISH_METHOD, LOAD_FILE_METHOD, weight_buckets
+from agentgym_backend_vllm.weights import (
+    BEGIN_METHOD,
+    FINISH_METHOD,
+    LOAD_BYTES_METHOD,
+    LOAD_FILE_METHOD,
+    bucket_payload,
+    weight_buckets,
+)
 from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams, generate_with_batch
 
 __all__ = ["ReplicaError", "ServerBatch", "VllmServerBackend"]
@@ -81,7 +97,9 @@ class VllmServerBackend:
         self.eos_token_ids = tokenizer.eos_token_ids
         self.replicas = [_Replica(u) for u in config.urls]
         self.asleep = False
-        self.weight_syncs: list[dict[str, float]] = []
+        self.weight_syncs: list[dict[str, Any]] = []  # one per load_weights: seconds, buckets, bytes, transport
+        self.weight_transport = "files" if config.weight_transport == "files" else "http"  # what the next sync uses
+        self._http_confirmed = False  # a sync in the requests went through: later refusals are errors, not fallbacks
         # The replicas' dtype when the recipe names it; else the trainer's choice stands (bfloat16 on a GPU).
         self.weights_dtype = None if config.dtype == "auto" else _torch_dtype(config.dtype)
         self._sessions: dict[Hashable, _Replica] = {}
@@ -269,11 +287,22 @@ class VllmServerBackend:
         self._all("POST", "/reset_prefix_cache")
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Pause, (wake weights,) load each bucket from a safetensors file, (wake KV cache,) reset, resume."""
-        from safetensors.torch import save_file
+        """Pause, (wake weights,) send each bucket, (wake KV cache,) reset, resume. ``weight_transport``: each
+        bucket in the request (http) or as a file; with ``auto`` a replica that refuses the http method gets this
+        update again as files, and every later one (said once in the log)."""
+        try:
+            self._load_weights(state_dict, self.weight_transport)
+        except _TransportRefused as exc:
+            log.warning("vllm server: a replica refused weights in the request (%s); sending them as files from now "
+                        "on. Start the replicas with this agentgym's worker extension to send none", exc.__cause__)
+            self.weight_transport = "files"
+            self._load_weights(state_dict, "files")
 
+    def _load_weights(self, state_dict: Mapping[str, Any], transport: str) -> None:
         start, buckets, total = time.perf_counter(), 0, 0
-        folder = Path(tempfile.mkdtemp(prefix="agentgym-weights-", dir=self.config.weight_dir or _memory_dir()))
+        folder = None
+        if transport == "files":
+            folder = Path(tempfile.mkdtemp(prefix="agentgym-weights-", dir=self.config.weight_dir or _memory_dir()))
         self._all("POST", "/pause", params={"mode": "wait"})
         try:
             if self.asleep:
@@ -282,11 +311,10 @@ class VllmServerBackend:
             try:
                 for bucket in weight_buckets(state_dict, int(self.config.weight_bucket_mb * 2**20),
                                              dtype=self.weights_dtype):
-                    path = folder / f"bucket_{buckets:05d}.safetensors"
-                    # clone: tied weights share storage, which safetensors refuses to write twice
-                    save_file({name: t.detach().to("cpu").contiguous().clone() for name, t in bucket}, str(path))
-                    self._all("POST", "/collective_rpc", body={"method": LOAD_FILE_METHOD, "args": [str(path)]})
-                    path.unlink()
+                    if folder is None:
+                        self._send_in_request(bucket, first=buckets == 0)
+                    else:
+                        _send_as_file(self, bucket, folder / f"bucket_{buckets:05d}.safetensors")
                     buckets += 1
                     total += sum(t.numel() * t.element_size() for _, t in bucket)
             except BaseException:
@@ -302,14 +330,43 @@ class VllmServerBackend:
         finally:
             with contextlib.suppress(ReplicaError):
                 self._all("POST", "/resume")
-            shutil.rmtree(folder, ignore_errors=True)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         seconds = time.perf_counter() - start
-        self.weight_syncs.append({"seconds": seconds, "buckets": float(buckets), "bytes": float(total)})
-        log.info("vllm server: loaded %.1f MB of weights in %d bucket(s) on %d replica(s) in %.3fs",
-                 total / 2**20, buckets, len(self.replicas), seconds)
+        self._http_confirmed = self._http_confirmed or transport == "http"
+        self.weight_syncs.append({"seconds": seconds, "buckets": float(buckets), "bytes": float(total),
+                                  "transport": transport})
+        log.info("vllm server: loaded %.1f MB of weights in %d bucket(s) on %d replica(s) in %.3fs (%s)",
+                 total / 2**20, buckets, len(self.replicas), seconds,
+                 "in the requests" if transport == "http" else "as files")
+
+    def _send_in_request(self, bucket: list[tuple[str, Any]], *, first: bool) -> None:
+        """One bucket in the body of ``collective_rpc`` on every replica. Under ``auto`` the first bucket of the
+        first update is the test of whether the replicas have the method."""
+        body = {"method": LOAD_BYTES_METHOD, "args": [bucket_payload(bucket)]}
+        try:
+            self._all("POST", "/collective_rpc", body=body)
+        except ReplicaError as exc:
+            if first and not self._http_confirmed and self.config.weight_transport == "auto":
+                raise _TransportRefused(str(exc)) from exc
+            raise
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _TransportRefused(ReplicaError):
+    """The first bucket sent in a request was refused (``weight_transport: auto`` then sends files)."""
+
+
+def _send_as_file(backend: VllmServerBackend, bucket: list[tuple[str, Any]], path: Path) -> None:
+    """One bucket as a safetensors file every replica reads (the file transport), removed once loaded."""
+    from safetensors.torch import save_file
+
+    # clone: tied weights share storage, which safetensors refuses to write twice
+    save_file({name: t.detach().to("cpu").contiguous().clone() for name, t in bucket}, str(path))
+    backend._all("POST", "/collective_rpc", body={"method": LOAD_FILE_METHOD, "args": [str(path)]})
+    path.unlink()
 
 
 def _torch_dtype(name: str) -> Any:

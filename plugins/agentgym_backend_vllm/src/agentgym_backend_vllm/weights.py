@@ -30,7 +30,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = [
-    "AgentgymWorkerExtension", "BEGIN_METHOD", "FINISH_METHOD", "LOAD_FILE_METHOD", "LOAD_METHOD", "weight_buckets",
+    "AgentgymWorkerExtension", "BEGIN_METHOD", "FINISH_METHOD", "LOAD_BYTES_METHOD", "LOAD_FILE_METHOD", "LOAD_METHOD",
+    "bucket_payload", "weight_buckets",
 ]
 
 BEGIN_METHOD = "agentgym_begin_weight_update"
@@ -41,6 +42,10 @@ LOAD_METHOD = "agentgym_load_weights"
 
 LOAD_FILE_METHOD = "agentgym_load_weights_file"
 """collective_rpc method: load a safetensors file by path (server mode: the dev route takes strings only)."""
+
+LOAD_BYTES_METHOD = "agentgym_load_weights_bytes"
+"""collective_rpc method: load a bucket sent in the request itself, safetensors bytes in base64 (server mode's
+http transport: the dev route's JSON arguments carry it, and no file is written)."""
 
 FINISH_METHOD = "agentgym_finish_weight_update"
 """collective_rpc method: end one weight update (after the last bucket); returns how many tensors it took."""
@@ -68,6 +73,16 @@ def weight_buckets(state_dict: Mapping[str, Any], bucket_bytes: int, *, dtype: A
         size += nbytes
     if bucket:
         yield bucket
+
+
+def bucket_payload(bucket: list[tuple[str, Any]]) -> str:
+    """One bucket as the http transport sends it: safetensors bytes (CPU copies; tied weights cloned apart,
+    which safetensors refuses to write twice), base64 so the JSON body of ``collective_rpc`` can carry them."""
+    import base64
+
+    from safetensors.torch import save
+
+    return base64.b64encode(save({name: t.detach().to("cpu").contiguous().clone() for name, t in bucket})).decode()
 
 
 class AgentgymWorkerExtension:
@@ -102,6 +117,15 @@ class AgentgymWorkerExtension:
         from safetensors.torch import load_file
 
         return self.agentgym_load_weights(list(load_file(path, device="cpu").items()))
+
+    def agentgym_load_weights_bytes(self, payload: str) -> int:
+        """Load a bucket the server-mode backend sent in the request (:func:`bucket_payload`); returns how many
+        tensors it held."""
+        import base64
+
+        from safetensors.torch import load
+
+        return self.agentgym_load_weights(list(load(base64.b64decode(payload)).items()))
 
     def agentgym_finish_weight_update(self) -> int:
         """Process the layers still waiting (attention) and close the update; returns the tensors loaded."""

@@ -94,6 +94,11 @@ def trajectories(run_dir: Path) -> list[list[dict]]:
     return [[json.loads(x) for x in f.read_text().splitlines()] for f in steps]
 
 
+def eval_lines(run_dir: Path) -> list[dict]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [x for x in lines if x["kind"] == "eval"]
+
+
 def train_lines(run_dir: Path) -> list[dict]:
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     return [x for x in lines if x["kind"] == "train"]

@@ -6,7 +6,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import PLUGINS, assert_same_run, make_config, ray, run_training, train_lines, trajectories
+from conftest import (
+    PLUGINS,
+    assert_same_run,
+    eval_lines,
+    make_config,
+    ray,
+    run_training,
+    train_lines,
+    trajectories,
+)
 
 from agentgym_core.rl.ray_launcher import RemoteCallError
 
@@ -20,11 +29,17 @@ def test_two_learner_ranks_and_two_rollout_workers_train_what_one_process_trains
     # (policy == reference), which two ranks sum in another order, and AdamW turns any noise into
     # lr-sized moves. At this rate those moves cannot change a sampled token; the update of two ranks
     # with a real gradient is compared with one process's in test_learner_ranks.py.
+    # Evaluations too: the two workers each play a share of 3 tasks; the driver logs what one process logs.
     run_training(make_config(tiny_path, run_dir, "trainer.launcher=ray", "trainer.learners=2",
-                             "trainer.ray.rollout_workers=2", "rollout.max_staleness=0", "optim.lr=1e-7"))
+                             "trainer.ray.rollout_workers=2", "rollout.max_staleness=0", "optim.lr=1e-7",
+                             "trainer.eval_tasks=3"))
     local = tmp_path / "local"
-    run_training(make_config(tiny_path, local, "optim.lr=1e-7"))
+    run_training(make_config(tiny_path, local, "optim.lr=1e-7", "trainer.eval_tasks=3"))
     assert_same_run(run_dir, local)
+    ours, theirs = (eval_lines(d) for d in (run_dir, local))
+    assert [x["step"] for x in ours] == [0, 2] and [len(x["per_task"]) for x in ours] == [3, 3]
+    assert [(x["step"], list(x["per_task"].items()), x["turns"]) for x in ours] == \
+        [(x["step"], list(x["per_task"].items()), x["turns"]) for x in theirs]
     assert (run_dir / "checkpoints" / "step_000002" / "DONE").exists()  # written by learner rank 0
 
 
