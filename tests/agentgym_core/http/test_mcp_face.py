@@ -100,3 +100,13 @@ def test_a_get_of_the_mcp_endpoint_answers_405_instead_of_an_endless_stream(url)
     answer = requests.get(f"{url}/mcp", headers={"Accept": "text/event-stream"}, timeout=10)
     assert answer.status_code == 405 and answer.headers["allow"] == "POST"
     assert "POST" in answer.json()["error"]["message"]
+
+
+def test_a_reset_with_a_seed_past_64_bits_is_a_tool_error_that_says_so(url):
+    async def reset(seed: int) -> tuple[bool, str]:
+        async with Client(f"{url}/mcp") as client:
+            result = await client.call_tool("reset", {"task_id": TASK, "seed": seed})
+            return result.is_error, " ".join(getattr(part, "text", "") for part in result.content)
+
+    is_error, text = asyncio.run(reset(2**64))
+    assert is_error and "seed" in text and "raised" not in text  # the request's fault, not the environment's

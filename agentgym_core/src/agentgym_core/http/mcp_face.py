@@ -25,9 +25,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from agentgym_core.http.errors import ServerError, error_status
+from agentgym_core.http.errors import ServerError, error_status, malformed
 from agentgym_core.http.instances import InstanceTable
 from agentgym_core.http.openenv_face import OpenEnvFace, OpenEnvReset
 from agentgym_core.http.protocol import MAX_ACTION_CHARS, check_text
@@ -151,7 +151,12 @@ class MCPFace:
             """Start an episode: on task_id, or one picked from split (default train) by seed, else at random.
             Pass episode to play again on an episode you hold; otherwise a new one is made."""
             def start() -> Started:
-                task = face.pick_task(OpenEnvReset(task_id=task_id, seed=seed, split=split))
+                try:  # read as OpenEnv's /reset reads them (a seed past 64 bits is refused)
+                    request = OpenEnvReset(task_id=task_id, seed=seed, split=split)
+                except ValidationError as exc:
+                    raise malformed("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                              for e in exc.errors())) from None
+                task = face.pick_task(request)
                 if episode is not None:
                     result = table.run(episode, lambda i: i.reset(task, seed))
                     return Started(episode=episode, task_id=task, observation=result.observation)
