@@ -5,12 +5,14 @@ random tasks (create, a few steps, close), sampling the server's resident memory
 episodes. Flat RSS means nothing leaks per episode.
 
     python bench/soak.py --env textcraft --episodes 10000
+    python bench/soak.py --env textcraft --episodes 10000 --workers 2 --out bench/results/soak_textcraft_workers2.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import socket
 import subprocess
@@ -25,10 +27,23 @@ ACTIONS = {"babyai": ["turn left", "move forward", "toggle"], "textcraft": ["inv
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    """Resident memory of process ``pid`` and its direct children (the `--workers` processes)."""
+    total = None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if int(entry.name) != pid and parent != pid:
+                continue
+            for line in (entry / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total = (total or 0) + int(line.split()[1])
+        except (OSError, ValueError, IndexError):  # the process ended while we read it
+            continue
+    if total is None:
+        raise RuntimeError(f"no VmRSS for process {pid}")
+    return total / 1024
 
 
 def main() -> None:
@@ -39,6 +54,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=500, help="sample RSS every this many episodes")
     parser.add_argument("--ready-timeout", type=float, default=600.0,
                         help="seconds to wait for the server to answer /v1/health (start-up is slow on a busy machine)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="`agentgym serve --workers`; RSS is then the front's and the workers' together")
     parser.add_argument("--out", default="bench/results/soak_{env}.json")
     args = parser.parse_args()
 
@@ -46,7 +63,7 @@ def main() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     agentgym = Path(sys.executable).with_name("agentgym")
-    server = subprocess.Popen([str(agentgym), "serve", args.env, "--port", str(port)], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen([str(agentgym), "serve", args.env, "--port", str(port), "--workers", str(args.workers)], stdout=subprocess.DEVNULL)
     client = EnvClient(f"http://127.0.0.1:{port}", timeout=30)
     try:
         started = time.monotonic()
@@ -82,7 +99,8 @@ def main() -> None:
                     break
             env.close()
         first, last = samples[1] if len(samples) > 1 else samples[0], samples[-1]
-        result = {"env": args.env, "episodes": args.episodes, "ready_s": ready_s, "steps_per_episode": args.steps, "samples": samples,
+        result = {"env": args.env, "workers": args.workers, "load_average_1_5_15": os.getloadavg(),
+                  "episodes": args.episodes, "ready_s": ready_s, "steps_per_episode": args.steps, "samples": samples,
                   "rss_growth_pct_after_warmup": round(100 * (last["rss_mb"] / first["rss_mb"] - 1), 2)}
         out = Path(args.out.format(env=args.env))
         out.parent.mkdir(parents=True, exist_ok=True)

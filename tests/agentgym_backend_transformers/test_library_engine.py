@@ -4,6 +4,8 @@ shape) are marked ``gpu``."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -198,7 +200,7 @@ def test_the_setup_names_the_engine_and_the_attention_kernel(engines):
     library, own = engines
     assert library.sampling_setup["decode_engine"] == "library"
     assert own.sampling_setup["decode_engine"] == "own"  # auto: the own engine (the faster one on a CPU)
-    assert library.sampling_setup["attention"] == "sdpa"  # no flash kernel on a CPU
+    assert library.sampling_setup["attention_kernel"] == "sdpa"  # no flash kernel on a CPU
 
 
 # -- on a GPU --------------------------------------------------------------------------------------
@@ -251,3 +253,10 @@ def test_gpu_real_shape_greedy_matches_generate_and_log_probs_match_a_forward():
     scored = library.score([p + s.token_ids for p, s in zip(prompts, samples, strict=True)])
     for prompt, sample, row in zip(prompts, samples, scored, strict=True):
         assert max(abs(a - b) for a, b in zip(row[len(prompt):], sample.logprobs, strict=True)) < 0.02
+
+
+def test_the_start_up_log_line_names_the_attention_kernel(caplog):
+    model, tokenizer = tiny_chat_model()
+    with caplog.at_level(logging.INFO, logger="agentgym_backend_transformers.backend"):
+        TransformersBackend(model, tokenizer, decode_engine="own")
+    assert "decode engine own, attention kernel sdpa" in caplog.text

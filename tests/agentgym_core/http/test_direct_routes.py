@@ -30,6 +30,25 @@ def test_only_the_raw_request_routes_are_direct():
     assert plain.enable_direct_routes(max_body_bytes=4096) == ["POST /reset", "POST /step"]
 
 
+def _routes(app: FastAPI) -> list[tuple[str, str]]:
+    """(method, path) of every route in the router's order (WebSocket routes as ``WS``)."""
+    return [(method, route.path) for route in app.router.routes
+            for method in sorted(getattr(route, "methods", None) or {"WS"}) if method != "HEAD"]
+
+
+def test_one_route_per_method_and_path_and_v1_is_tried_first():
+    # The router takes the first match and a direct route beats every other one: two routes for one
+    # method and path would leave one of them unreachable. /v1 goes through the router (its routes
+    # have path parameters), so it comes before the faces that do not.
+    for env_cls in (CompatGuessEnv, GuessEnv):
+        routes = [r for r in _routes(create_app(env_cls)) if not r[1].startswith(("/docs", "/redoc", "/openapi"))]
+        assert len(routes) == len(set(routes)), sorted(r for r in routes if routes.count(r) > 1)
+        paths = [path for _, path in routes]
+        last_v1 = max(i for i, path in enumerate(paths) if path.startswith("/v1/"))
+        first_face = min(paths.index(path) for path in ("/reset", "/step", "/state", "/ws"))
+        assert last_v1 < first_face, paths
+
+
 def _episode(url: str) -> list[tuple[int, str, object]]:
     """A compat episode with good and bad requests: (status, content-type, answer without ids)."""
     answers = []

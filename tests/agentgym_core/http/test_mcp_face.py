@@ -89,3 +89,24 @@ def test_without_the_mcp_package_the_endpoint_says_how_to_get_it(monkeypatch):
         answer = requests.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=10)
         assert answer.status_code == 501 and "pip install mcp" in answer.json()["error"]["message"]
         assert requests.get(f"{base}/v1/health", timeout=10).status_code == 200  # the rest serves on
+
+
+def test_a_get_of_the_mcp_endpoint_answers_405_instead_of_an_endless_stream(url):
+    # The endpoint is stateless and answers JSON, so a GET's event stream could never carry a
+    # message; the SDK held it open (a connection and a task per GET, for as long as the client
+    # liked). MCP lets a server without that stream answer 405.
+    import requests
+
+    answer = requests.get(f"{url}/mcp", headers={"Accept": "text/event-stream"}, timeout=10)
+    assert answer.status_code == 405 and answer.headers["allow"] == "POST"
+    assert "POST" in answer.json()["error"]["message"]
+
+
+def test_a_reset_with_a_seed_past_64_bits_is_a_tool_error_that_says_so(url):
+    async def reset(seed: int) -> tuple[bool, str]:
+        async with Client(f"{url}/mcp") as client:
+            result = await client.call_tool("reset", {"task_id": TASK, "seed": seed})
+            return result.is_error, " ".join(getattr(part, "text", "") for part in result.content)
+
+    is_error, text = asyncio.run(reset(2**64))
+    assert is_error and "seed" in text and "raised" not in text  # the request's fault, not the environment's

@@ -180,6 +180,16 @@ def test_the_http_routes_answer_openenv_shapes(url):
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "malformed_request"
 
 
+def test_a_reset_is_read_as_strictly_as_v1s(url):
+    # Found by bench/attack.py: OpenEnv's reset took `true` as task 1 and seeds past what /v1 takes
+    # (64 bits), and handed them to the environment; /v1 and AgentGym's routes refuse them.
+    for body in ({"task_id": True}, {"task_id": 1.0}, {"seed": True}, {"seed": 2**64}, {"seed": "7"},
+                 {"task_id": -1}, {"split": 7}):
+        answer = requests.post(f"{url}/reset", json=body, timeout=10)
+        assert answer.status_code == 422 and answer.json()["error"]["code"] == "malformed_request", body
+    assert requests.post(f"{url}/reset", json={"task_id": TASK, "seed": 2**63 - 1}, timeout=10).status_code == 200
+
+
 def test_agentgym_routes_still_answer_on_the_shared_paths(url):
     instance = requests.post(f"{url}/create", timeout=10).json()["id"]
     reset = requests.post(f"{url}/reset", json={"id": instance, "data_idx": TASK}, timeout=10).json()

@@ -51,6 +51,15 @@ def test_every_metric_a_short_run_writes_is_documented(short_run):
     assert not missing, undocumented_message(keys, f"a short training run ({lines})")
 
 
+def test_the_first_training_line_names_the_attention_kernel(short_run):
+    # Issue 46: a run's metrics say which kernel sampled them (the tiny model on a CPU: sdpa), once.
+    lines = [json.loads(line) for line in (short_run / "metrics.jsonl").read_text().splitlines()]
+    train = [line for line in lines if line["kind"] == "train"]
+    assert train[0]["rollout/attention_kernel"] == "sdpa"
+    assert train[0]["rollout/decode_engine"] in ("own", "library") and train[0]["rollout/device"] == "cpu"
+    assert not any("rollout/attention_kernel" in line for line in lines if line is not train[0])
+
+
 def test_a_new_metric_without_an_entry_is_named():
     keys = ["step", "kind", "success", "word/success", "pool/word/s3/errors", "peak_rss_update_gb",
             "curriculum/babyai/expected_mixed", "my_new_rate", "word/my_new_rate"]

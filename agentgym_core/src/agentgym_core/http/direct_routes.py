@@ -10,8 +10,10 @@ itself; everything else (``/v1``, ``/docs``, unknown paths) goes through FastAPI
 
 What a direct call keeps: the body limit (413 in the protocol's error shape), the app's exception
 handlers for anything an endpoint raises, JSON answers encoded as FastAPI encodes them, and the
-routes' place in the OpenAPI description. What it skips: the app's middleware (the environment server has only its body limit, kept above)
-and routes registered earlier that would also match (the server adds AgentGym's routes first).
+routes' place in the OpenAPI description. What it skips: the app's middleware (the environment server
+has only its body limit, kept above) and the router's order: a direct route wins over any other route
+for its method and path, so an app should register one route per method and path (the environment
+server does; :func:`agentgym_core.http.server.create_app`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ three tools, listed with JSON schemas by ``tools/list`` and run by ``tools/call`
 * ``close(episode)`` frees it (idle episodes also expire, as every instance of the server does).
 
 An episode is an instance of the server's instance table, named by its id, so requests need no
-transport session (the MCP endpoint is stateless, answering JSON) and ``--workers`` routes a
+transport session (the MCP endpoint is stateless, answering JSON to POST; other methods, such as
+the GET that would open an event stream, answer 405) and ``--workers`` routes a
 ``step`` to the worker that holds its episode. The endpoint is MCP's streamable HTTP transport,
 served by the ``mcp`` SDK, which is imported on the first request (``pip install mcp``; without it
 ``/mcp`` answers 501 saying so). The server's token guards it like every route; the SDK's DNS
@@ -24,9 +25,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from agentgym_core.http.errors import ServerError, error_status
+from agentgym_core.http.errors import ServerError, error_status, malformed
 from agentgym_core.http.instances import InstanceTable
 from agentgym_core.http.openenv_face import OpenEnvFace, OpenEnvReset
 from agentgym_core.http.protocol import MAX_ACTION_CHARS, check_text
@@ -82,6 +83,13 @@ class MCPFace:
         self._holder: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["method"] != "POST":
+            # Stateless and answering JSON, the endpoint has no event stream a GET could open: the SDK
+            # held one open that could never carry a message. MCP lets such a server answer 405.
+            await _answer(send, 405, {"error": {"code": "method_not_allowed", "details": None, "message":
+                          f"{scope['method']} {MCP_PATH}: this MCP endpoint is stateless and answers JSON; "
+                          "send JSON-RPC requests with POST"}}, headers=((b"allow", b"POST"),))
+            return
         if self._manager is None:
             async with self._starting:
                 if self._manager is None:
@@ -143,7 +151,12 @@ class MCPFace:
             """Start an episode: on task_id, or one picked from split (default train) by seed, else at random.
             Pass episode to play again on an episode you hold; otherwise a new one is made."""
             def start() -> Started:
-                task = face.pick_task(OpenEnvReset(task_id=task_id, seed=seed, split=split))
+                try:  # read as OpenEnv's /reset reads them (a seed past 64 bits is refused)
+                    request = OpenEnvReset(task_id=task_id, seed=seed, split=split)
+                except ValidationError as exc:
+                    raise malformed("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                              for e in exc.errors())) from None
+                task = face.pick_task(request)
                 if episode is not None:
                     result = table.run(episode, lambda i: i.reset(task, seed))
                     return Started(episode=episode, task_id=task, observation=result.observation)
@@ -180,8 +193,9 @@ class MCPFace:
         server.add_tool(close, name="close")
 
 
-async def _answer(send: Any, status: int, body: dict[str, Any]) -> None:
+async def _answer(send: Any, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     payload = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            *headers]})
     await send({"type": "http.response.body", "body": payload})

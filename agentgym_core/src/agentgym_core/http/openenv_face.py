@@ -39,7 +39,7 @@ from starlette.requests import Request
 from agentgym_core.env import Env, InvalidTaskError, TaskCatalog
 from agentgym_core.http.errors import ServerError, error_status
 from agentgym_core.http.instances import Instance, InstanceTable, UnknownInstanceError
-from agentgym_core.http.protocol import MAX_ACTION_CHARS, Text
+from agentgym_core.http.protocol import MAX_ACTION_CHARS, MAX_SEED, Text
 
 __all__ = ["OpenEnvAction", "OpenEnvObservation", "OpenEnvState", "add_openenv_routes", "is_openenv_body"]
 
@@ -79,11 +79,14 @@ class OpenEnvState(BaseModel):
 class OpenEnvReset(BaseModel):
     """``/reset``'s body, or the ``data`` of a WebSocket ``reset``; unknown keys are ignored, as OpenEnv does."""
 
-    model_config = ConfigDict(extra="ignore")
-    seed: int | None = Field(default=None, ge=0, description="Random seed; also picks the task when none is given.")
-    episode_id: str | None = Field(default=None, max_length=255, description="Your id for this episode.")
-    task_id: int | None = Field(default=None, description="The task to play (see /v1/tasks).")
-    split: str | None = Field(default=None, description="Pick the task from this split (default: train).")
+    # Strict, as /v1 reads its fields: `true` is not task 1, nor "7" seed 7.
+    model_config = ConfigDict(extra="ignore", strict=True)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED,
+                             description="Random seed; also picks the task when none is given.")
+    episode_id: Text | None = Field(default=None, max_length=255, description="Your id for this episode.")
+    task_id: int | None = Field(default=None, ge=0, description="The task to play (see /v1/tasks).")
+    split: Text | None = Field(default=None, max_length=256,
+                               description="Pick the task from this split (default: train).")
 
 
 class _Episode:

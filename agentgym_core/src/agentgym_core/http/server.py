@@ -246,17 +246,6 @@ def create_app(
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": p.ErrorResponse} for code in (401, 404, 409, 413, 422, 500, 503)
     }
-    # OpenEnv's routes (TRL, SkyRL, torchforge) share /reset and /step with AgentGym's, which pass on
-    # the bodies that are OpenEnv's.
-    openenv = add_openenv_routes(app, table, env_cls, env_name=env_name, description=_describe(env_cls),
-                                 version=_server_version(), inline=inline, max_message_bytes=max_body_bytes,
-                                 body_of=_json_body)
-    # AgentGym's routes first: its clients send the most requests per second, and a route is found
-    # by trying each in order.
-    add_agentgym_routes(app, table, env_cls, kwargs, inline=inline, openenv=openenv)
-    app.state.mcp = MCPFace(table, app.state.openenv, env_name=env_name, instruction=lambda: probe_env().instruction,
-                            max_body_bytes=max_body_bytes)
-    app.asgi_paths[MCP_PATH] = app.state.mcp
     v1 = p.PREFIX
 
     @app.get(f"{v1}/health", response_model=p.Health)
@@ -339,6 +328,19 @@ def create_app(
                     instance_id=item.instance_id, status=error.status,
                     error=p.ErrorBody(code=error.code, message=error.message)))
         return p.BatchStepOutcome(results=outcomes)
+
+    # The other faces come after /v1 because the router tries its routes in order and /v1 (our own
+    # clients) is the one that goes through it; AgentGym's raw-request routes are looked up by exact
+    # method and path (DirectRouteApp), so their place in the list costs nothing. No two routes share
+    # a method and path: where AgentGym's routes exist, OpenEnv's /reset and /step bodies reach
+    # OpenEnv through them (a body that names AgentGym's id field is AgentGym's, any other OpenEnv's).
+    openenv = add_openenv_routes(app, table, env_cls, env_name=env_name, description=_describe(env_cls),
+                                 version=_server_version(), inline=inline, max_message_bytes=max_body_bytes,
+                                 body_of=_json_body)
+    add_agentgym_routes(app, table, env_cls, kwargs, inline=inline, openenv=openenv)
+    app.state.mcp = MCPFace(table, app.state.openenv, env_name=env_name, instruction=lambda: probe_env().instruction,
+                            max_body_bytes=max_body_bytes)
+    app.asgi_paths[MCP_PATH] = app.state.mcp
 
     # AgentGym's routes take the raw request: called directly, they skip FastAPI's per-request
     # stack, which costs more than a TextCraft or BabyAI step (bench/env_server.py --vs-anchor).

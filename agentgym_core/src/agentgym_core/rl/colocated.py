@@ -73,6 +73,11 @@ class RankRollouts:
         """Whether this rank's engine takes weights after every update (the same on every rank)."""
         return self.worker.receives_weights
 
+    @property
+    def sampling_setup(self) -> dict[str, str]:
+        """What this rank's backend samples on (the same on every rank)."""
+        return self.worker.sampling_setup
+
     def collect(self, step: int, sampling_round: int = 0) -> RolloutResult:
         """Every rank's slice of step ``step`` (round ``sampling_round``), in the order one worker returns them."""
         start = time.perf_counter()

@@ -50,6 +50,7 @@ class Driver:
         self.run_dir = Path(config.trainer.run_dir)
         self.writer: MetricsWriter | None = None
         self.bar: Any = None
+        self.setup: dict[str, str] = {}  # what sampling runs on, for the first training line
 
     def open(self, stack: contextlib.ExitStack, worker: RolloutRole, *, start_step: int, resume: bool) -> None:
         """Write ``config.yaml`` and the evaluation panel, open the metrics (closed by ``stack``), tell observers."""
@@ -60,6 +61,9 @@ class Driver:
                                     wandb_project=cfg.trainer.wandb_project, config=cfg.model_dump(mode="json"),
                                     resume_step=start_step if resume else None)
         stack.callback(self.writer.close)
+        # The backend's start-up choices (device, attention kernel), where it says them; a Ray rollout group's
+        # backends live in their actors and say them in their own logs.
+        self.setup = {f"rollout/{name}": value for name, value in (getattr(worker, "sampling_setup", None) or {}).items()}
         self.pm.hook.agentgym_observe_run_start(run_dir=str(self.run_dir), config=cfg.model_dump(mode="json"))
 
     def log_panel(self, worker: RolloutRole, horizon: int) -> None:
@@ -115,8 +119,10 @@ class Driver:
         self.pm.hook.agentgym_observe_update(step=step, metrics=metrics)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        """One training step's line of ``metrics.jsonl`` (``step`` counts completed steps), and the bar's."""
-        self._writer().write(step, metrics)
+        """One training step's line of ``metrics.jsonl`` (``step`` counts completed steps), and the bar's; the
+        first line of this call of the run also says what sampling runs on (``rollout/attention_kernel``, ...)."""
+        self._writer().write(step, {**metrics, **self.setup})
+        self.setup = {}
         if self.bar is not None:
             self.bar.set_postfix(reward=f"{metrics['reward']:.3f}", success=f"{metrics['success']:.2f}",
                                  turns=f"{metrics['turns']:.1f}", horizon=int(metrics["horizon"]),

@@ -147,6 +147,11 @@ class RolloutWorker:
             trajectories += attempts
         return trajectories, reruns, sum(traj.failed for traj in attempts)
 
+    @property
+    def sampling_setup(self) -> dict[str, str]:
+        """What the backend samples on (its optional ``sampling_setup``: device, kernels), empty when it does not say."""
+        return {str(k): str(v) for k, v in (getattr(self.backend, "sampling_setup", None) or {}).items()}
+
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         """Held-out evaluation of the current policy (see :func:`agentgym_core.rl.envs.evaluate`)."""
         return evaluate(self.backend, self.envs, self.config, horizon, step=step)

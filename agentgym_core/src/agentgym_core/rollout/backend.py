@@ -30,6 +30,11 @@ defaults follow from them, never from the backend's name. A factory that declare
 ``shares_trainer_module`` is called as ``factory(options, model=module, tokenizer=tokenizer)`` when
 the trainer has a live module to lend, and then samples from the trainer's own weights.
 
+What sampling runs on (optional): a backend may have a ``sampling_setup`` property, a dict of names
+to strings (the transformers backend: ``device``, ``dtype``, ``decode_engine``, ``attention_kernel``,
+chosen at start-up); the trainer writes each entry once, as ``rollout/<name>``, into the first
+training line of ``metrics.jsonl``, so a run's metrics say which kernels produced them.
+
 Plugins register a factory ``make_backend(config) -> RolloutBackend`` through
 ``agentgym_register_rollout_backends``; :func:`agentgym_core.testing.check_backend` checks one.
 """

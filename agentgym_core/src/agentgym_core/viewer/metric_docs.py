@@ -96,6 +96,17 @@ METRICS: tuple[MetricDoc, ...] = (
               "curriculum's pass rates (rollout.curriculum).", "Above 0.5.",
               "Low: most categories are solved or hopeless; add tasks of middle difficulty."),
     MetricDoc("curriculum/<env>/categories_weighted", "Categories the curriculum draws above its floor.", "", ""),
+    MetricDoc("rollout/attention_kernel", "The attention kernel the rollout backend chose at start-up (sdpa, "
+              "flash_attention_2, flash_attention_3); text on the run's first training line (not charted).",
+              "A flash kernel on a GPU with the flash-attn package and the library decode engine; sdpa elsewhere.",
+              "sdpa where you expected flash: install flash-attn where the rollouts run and set "
+              "rollout.backend_options.decode_engine to library."),
+    MetricDoc("rollout/decode_engine", "Who decodes the rollout batch (own or library), as the backend chose it; "
+              "text on the first training line.", "", ""),
+    MetricDoc("rollout/device", "The device the rollout backend samples on; text on the first training line.",
+              "The GPU you meant (cuda:0, ...).", "cpu where you meant a GPU: check model.device."),
+    MetricDoc("rollout/dtype", "The dtype of the weights the rollout backend samples with; text on the first "
+              "training line.", "", ""),
     # ---- the update: what the policy step is judged by ------------------------------------------------
     MetricDoc("pg_loss", "The clipped policy-gradient loss of the update (mean over its optimizer steps).",
               "Small, around 0, noisy; its sign carries no news.",

@@ -111,7 +111,7 @@ class TransformersBackend:
         self.library_engine_options["auto_switch_to_flash"] = self.attention.startswith("flash")
         if self._library is not None and self.decode_engine != "library":
             self._library.shutdown()
-        log.info("sampling on %s (%s weights): decode engine %s, attention %s", self.device,
+        log.info("sampling on %s (%s weights): decode engine %s, attention kernel %s", self.device,
                  str(next(self.model.parameters()).dtype).removeprefix("torch."), self.decode_engine, self.attention)
 
     @classmethod
@@ -131,9 +131,10 @@ class TransformersBackend:
 
     @property
     def sampling_setup(self) -> dict[str, str]:
-        """What sampling runs on, for a run's metrics: device, weights dtype, decode engine, attention kernel."""
+        """What sampling runs on, written once into a run's metrics as ``rollout/<name>``: device, weights
+        dtype, decode engine and attention kernel (:func:`pick_attention`)."""
         return {"device": str(self.device), "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch."),
-                "decode_engine": self.decode_engine, "attention": self.attention}
+                "decode_engine": self.decode_engine, "attention_kernel": self.attention}
 
     def refresh(self) -> None:
         """Copy the lent module's weights into the sampling copy if they changed since the last copy
