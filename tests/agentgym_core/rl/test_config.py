@@ -18,6 +18,14 @@ def test_yaml_plus_overrides(tmp_path):
     assert config.envs[0].url == "http://127.0.0.1:9"
 
 
+def test_an_unquoted_no_is_the_mixed_precision_setting_no(tmp_path):
+    # YAML 1.1 reads `no` as false; the docs write `model.mixed_precision=no`
+    assert load_config(None, ["envs=[{name: x}]", "model.mixed_precision=no"]).model.mixed_precision == "no"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("envs: [{name: x}]\nmodel: {mixed_precision: no}\n")
+    assert load_config(recipe, []).model.mixed_precision == "no"
+
+
 def test_unknown_key_suggests_the_right_one():
     with pytest.raises(ConfigError, match=r"'algorithm\.ppo_epoch'.*Did you mean 'algorithm\.ppo_epochs'"):
         load_config(None, ["envs=[{name: x}]", "algorithm.ppo_epoch=2"])

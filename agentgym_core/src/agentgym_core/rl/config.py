@@ -95,6 +95,12 @@ class ModelConfig(_Section):
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _yaml_no_is_no(cls, value: Any) -> Any:
+        # YAML 1.1 reads an unquoted `no` (in a recipe or a `model.mixed_precision=no` override) as false
+        return "no" if value is False else value
+
     def check_present(self) -> None:
         """Raise :class:`~agentgym_core.models.ModelNotFoundError` (its message says the fix) when ``path`` names
         no model on this machine. A run checks it before its first phase, so a missing model fails once, in one
