@@ -223,17 +223,12 @@ def test_a_run_with_the_state_on_disk_trains_the_same_weights_and_checkpoints_th
     assert all(torch.allclose(weights["false"][k], v, atol=1e-6) for k, v in model.state_dict().items())
 
 
-def test_several_learner_ranks_refuse_the_state_on_disk(tmp_path, tiny_config):
+def test_several_learner_ranks_refuse_the_state_on_disk_when_the_recipe_loads():
     from agentgym_core.recipes import ConfigError
-    from agentgym_core.rl.distributed import DistContext
-    from agentgym_core.rl.learner import Learner
-    from agentgym_core.testing.tiny_model import tiny_chat_model
+    from agentgym_core.rl.config import load_config
 
-    model, tokenizer = tiny_chat_model(seed=0)
-    ctx = DistContext(device=torch.device("cpu"), rank=0, world_size=2)
     with pytest.raises(ConfigError, match="trainer.learners=1"):
-        Learner(tiny_config(tmp_path, **{"runtime.optimizer_state_to_disk": "true"}), model,
-                tokenizer=tokenizer, ctx=ctx)
+        load_config(None, ["envs=[{name: x}]", "trainer.learners=2", "runtime.optimizer_state_to_disk=true"])
 
 
 def test_the_raw_file_gives_back_every_tensor_and_value_exactly(tmp_path):

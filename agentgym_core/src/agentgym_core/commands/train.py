@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -119,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     except RankFailedError as exc:  # one spawned learner rank failed: its error once, not one traceback per rank
         print(f"agentgym: error: {exc}", file=sys.stderr)
         return 1
+    if os.environ.get("RANK", "0") != "0":  # under torchrun every rank runs this command: rank 0 reports
+        return 0
     table = _success_table(results)
     print(f"\nrun directory: {config.trainer.run_dir}")
     if table:
