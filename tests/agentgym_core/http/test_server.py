@@ -113,6 +113,16 @@ def test_invalid_json_and_oversized_bodies(url):
     assert requests.get(f"{url}/v1/health", timeout=5).status_code == 200
 
 
+@pytest.mark.parametrize("path", ["/v1/instances", "/create"])
+def test_a_body_that_is_not_utf8_is_refused_alike_by_v1_and_the_other_faces(url, path):
+    """JSON encoded as UTF-16 is what ``json.loads`` of bytes would take: every face refuses it the same way."""
+    response = requests.post(f"{url}{path}", data=json.dumps({"task_id": 1, "id": 1}).encode("utf-16"),
+                             headers={"content-type": "application/json"}, timeout=5)
+    assert response.status_code == 422, response.text
+    assert error_code(response) == "malformed_request"
+    assert response.json()["error"]["message"] == "the body is not UTF-8 (byte 0); send JSON encoded as UTF-8"
+
+
 def test_step_after_end_and_before_reset_are_conflicts(url):
     created = post(url, "/v1/instances", {"task_id": 1})
     assert created.status_code == 201

@@ -26,6 +26,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentgym_core.env import Env
@@ -105,6 +106,34 @@ def _describe(env_cls: type[Env]) -> str:
 
 async def _json_body(request: Request) -> Any:
     return parse_json_body(await request.body())
+
+
+class _ProtocolRequest(Request):
+    """A request whose JSON body is read as every face reads it (:func:`parse_json_body`): UTF-8 only,
+    where Starlette's ``json.loads`` of the bytes would also take UTF-16 and UTF-32."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = parse_json_body(await self.body())
+        return self._json
+
+
+class _ProtocolRoute(APIRoute):
+    """A ``/v1`` route that reads its body with :class:`_ProtocolRequest` and answers that reader's
+    refusal as it is (FastAPI would turn it into a 400 that says only "error parsing the body")."""
+
+    def get_route_handler(self) -> Callable[..., Any]:
+        handler = super().get_route_handler()
+
+        async def read_body_as_the_faces_do(request: Request) -> Any:
+            try:
+                return await handler(_ProtocolRequest(request.scope, request.receive))
+            except StarletteHTTPException as exc:
+                if isinstance(exc.__cause__, ServerError):
+                    raise exc.__cause__ from None
+                raise
+
+        return read_body_as_the_faces_do
 
 
 def answer_errors_in_protocol_shape(app: FastAPI) -> None:
@@ -214,6 +243,7 @@ def create_app(
     app.state.env_cls = env_cls
     app.token = token
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
+    app.router.route_class = _ProtocolRoute
     inline = env_cls.inline_calls
 
     def endpoint(handler: Callable[..., Any]) -> Callable[..., Any]:
