@@ -110,3 +110,22 @@ def test_a_reset_with_a_seed_past_64_bits_is_a_tool_error_that_says_so(url):
 
     is_error, text = asyncio.run(reset(2**64))
     assert is_error and "seed" in text and "raised" not in text  # the request's fault, not the environment's
+
+
+@pytest.mark.parametrize(("arguments", "field"), [
+    ({"task_id": True}, "task_id"),     # the SDK's lax reading took this as task 1
+    ({"task_id": "3"}, "task_id"),
+    ({"task_id": TASK, "seed": "7"}, "seed"),
+    ({"task_id": TASK, "seed": False}, "seed"),
+    ({"task_id": TASK, "episode": True}, "episode"),
+])
+def test_reset_reads_its_arguments_as_strictly_as_v1(url, arguments, field):
+    """A bool is not a task id and a string is not a seed, as /v1's reset says (a tool error naming the field)."""
+    async def reset() -> tuple[bool, str]:
+        async with Client(f"{url}/mcp") as client:
+            result = await client.call_tool("reset", arguments)
+            return result.is_error, " ".join(getattr(part, "text", "") for part in result.content)
+
+    is_error, text = asyncio.run(reset())
+    assert is_error, text
+    assert field in text and "integer" in text, text

@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, Strict, ValidationError
 
 from agentgym_core.http.errors import ServerError, error_status, malformed
 from agentgym_core.http.instances import InstanceTable
@@ -35,6 +35,9 @@ from agentgym_core.http.protocol import MAX_ACTION_CHARS, check_text
 __all__ = ["MCPFace", "MCP_PATH"]
 
 MCP_PATH = "/mcp"
+
+StrictInt = Annotated[int, Strict()]
+"""A tool's integer argument, read as /v1 reads one: the SDK's lax reading takes ``true`` as 1 and "7" as 7."""
 
 
 class Started(BaseModel):
@@ -146,8 +149,8 @@ class MCPFace:
             except Exception as exc:  # the protocol's message, as the tool's error
                 raise ToolError(error_status(exc).message) from None
 
-        async def reset(task_id: int | None = None, seed: int | None = None, split: str | None = None,
-                        episode: int | None = None) -> Started:
+        async def reset(task_id: StrictInt | None = None, seed: StrictInt | None = None, split: str | None = None,
+                        episode: StrictInt | None = None) -> Started:
             """Start an episode: on task_id, or one picked from split (default train) by seed, else at random.
             Pass episode to play again on an episode you hold; otherwise a new one is made."""
             def start() -> Started:
@@ -165,7 +168,7 @@ class MCPFace:
 
             return await run(start)
 
-        async def step(episode: int, action: str) -> Stepped:
+        async def step(episode: StrictInt, action: str) -> Stepped:
             def act() -> Stepped:
                 if len(action) > MAX_ACTION_CHARS:
                     raise ServerError(422, "malformed_request",
@@ -180,7 +183,7 @@ class MCPFace:
 
             return await run(act)
 
-        async def close(episode: int) -> Closed:
+        async def close(episode: StrictInt) -> Closed:
             """Close an episode you no longer need (idle ones expire too)."""
             await run(lambda: table.close(episode))
             return Closed(episode=episode, closed=True)
