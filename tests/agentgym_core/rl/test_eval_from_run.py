@@ -60,3 +60,51 @@ def test_from_a_run_without_a_checkpoint_is_one_line(tmp_path, capsys):
     assert main(["eval", "--from", str(run_dir)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no complete checkpoint" in err
+
+
+class _Captured(Exception):
+    """Stops `agentgym eval` at the evaluation, with the settings it was given."""
+
+
+def _settings_of(argv, monkeypatch):
+    import agentgym_core.evaluation as evaluation
+
+    def capture(config, **_):
+        raise _Captured(config)
+
+    monkeypatch.setattr(evaluation, "evaluate", capture)
+    with pytest.raises(_Captured) as stopped:
+        main(argv)
+    return stopped.value.args[0]
+
+
+def test_eval_from_a_tool_call_recipe_plays_through_the_act_tool(pm, tmp_path, monkeypatch, capsys):
+    """A run whose env entry says `action_format: tool_call` is evaluated with tool calls by `--from`, and a
+    plain `agentgym eval --env` can ask for them with `--action-format`."""
+    from agentgym_backend_transformers import TransformersBackend
+    from agentgym_core.evaluation import evaluate
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("envs: [{name: word, action_format: tool_call}]\ntrainer: {eval_tasks: 2}\n")
+    reset_plugin_manager(pm)
+    try:
+        config = _settings_of(["eval", "--from", str(recipe)], monkeypatch)
+        assert config.action_format == "tool_call"
+        assert _settings_of(["eval", "--env", "word"], monkeypatch).action_format == "text"
+        assert _settings_of(["eval", "--env", "word", "--action-format", "tool_call"],
+                            monkeypatch).action_format == "tool_call"
+        with pytest.raises(SystemExit):
+            main(["eval", "--env", "word", "--action-format", "json"])
+        assert "invalid choice" in capsys.readouterr().err
+        monkeypatch.undo()
+
+        out = tmp_path / "eval"
+        config = config.model_copy(update={"out_dir": str(out), "max_rounds": 2, "max_new_tokens": 8})
+        evaluate(config, backend=TransformersBackend(*tiny_chat_model(seed=0)), progress=False)
+    finally:
+        reset_plugin_manager(None)
+    saved = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert len(saved) == 2 and all("<tools>" in record["messages"][0]["content"] for record in saved)
+    # a random model writes no readable call: each turn is refused before it reaches the environment
+    turns = [turn for record in saved for turn in record["turns"]]
+    assert turns and all(turn["observation"].startswith("Invalid tool call: no <tool_call>") for turn in turns)

@@ -165,6 +165,14 @@ def test_a_run_directory_is_never_mixed_into_and_a_resume_must_repeat_the_settin
     )
     assert again.per_task == first.per_task and again.overall == first.overall
     assert len((tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()) == 2
+    # A run saved before a setting existed (action_format) resumes: there it took the default.
+    saved = tmp_path / "run" / "eval_config.json"
+    saved.write_text(json.dumps({k: v for k, v in json.loads(saved.read_text()).items() if k != "action_format"}))
+    resume = config.model_copy(update={"resume": True})
+    assert evaluate(resume, backend=tiny_backend, make_env=GuessEnv, progress=False).per_task == first.per_task
+    with pytest.raises(ValueError, match="action_format 'text' -> 'tool_call'"):
+        evaluate(resume.model_copy(update={"action_format": "tool_call"}), backend=tiny_backend,
+                 make_env=GuessEnv, progress=False)
 
 
 def test_a_line_cut_short_by_the_interrupt_is_dropped_before_resuming(tiny_backend, tmp_path):

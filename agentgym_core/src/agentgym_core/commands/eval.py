@@ -47,6 +47,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="only N tasks, taken round-robin across the split's categories")
     parser.add_argument("--env-kwargs", dest="env_options", type=json_object, default=None,
                         help='JSON object of environment constructor options, e.g. \'{"max_turns": 20}\'')
+    parser.add_argument("--action-format", choices=("text", "tool_call"), default="text",
+                        help="how the model's replies carry actions: an `Action:` line, or a call of the `act` tool "
+                             "whose JSON schema the prompt gives (a recipe's envs entry action_format)")
     parser.add_argument("--n-samples", type=int, default=1, help="K samples per task (Avg@K / Pass@K)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,7 +48,7 @@ from agentgym_core.rollout.trajectory import Trajectory
 __all__ = ["EvalConfig", "EvalInterrupted", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
 
 # Settings that change what an evaluation measures: a resumed run must have the same.
-_RUN_DEFINING = ("env", "model", "backend", "backend_options", "base_url", "split", "limit", "env_options", "n_samples", "temperature",
+_RUN_DEFINING = ("env", "model", "backend", "backend_options", "base_url", "split", "limit", "env_options", "action_format", "n_samples", "temperature",
                  "top_p", "max_new_tokens", "max_rounds", "max_total_tokens", "seed")
 
 
@@ -84,6 +84,10 @@ class EvalConfig(BaseModel):
     )
     env_options: dict[str, Any] = Field(
         default_factory=dict, description="Constructor options of the environment (in-process only)."
+    )
+    action_format: Literal["text", "tool_call"] = Field(
+        default="text", description="How replies carry actions: an `Action:` line, or a call of the `act` tool "
+        "(agentgym_core.rollout.tool_calls), as a recipe's envs entry says (`--from` takes the run's).",
     )
     n_samples: int = Field(default=1, ge=1, description="K: samples per task (Avg@K, Pass@K).")
     temperature: float = Field(default=0.0, ge=0.0, description="Sampling temperature (0 = greedy).")
@@ -175,8 +179,11 @@ def _check_resume(config: EvalConfig, run_dir: Path, records: list[dict[str, Any
     if not saved_path.exists():
         raise ValueError(f"--resume: {saved_path} not found; is {run_dir} the run directory of an `agentgym eval`?")
     saved = json.loads(saved_path.read_text(encoding="utf-8"))
+    # A setting added since the run was saved took its default there.
+    saved = {key: saved.get(key, EvalConfig.model_fields[key].get_default(call_default_factory=True))
+             for key in _RUN_DEFINING}
     now = config.model_dump()
-    changed = [f"{key} {saved.get(key)!r} -> {now[key]!r}" for key in _RUN_DEFINING if saved.get(key) != now[key]]
+    changed = [f"{key} {saved[key]!r} -> {now[key]!r}" for key in _RUN_DEFINING if saved[key] != now[key]]
     if changed:
         raise ValueError(f"--resume: the settings differ from the interrupted run's ({'; '.join(changed)}); "
                          "repeat them, or evaluate into another --out")
@@ -205,7 +212,8 @@ def evaluate(
     """Run the evaluation, write ``results.json`` + ``trajectories.jsonl`` to the run dir, return results."""
     if make_env is None:
         opened = env_factory(config.env, url=config.env_url, env_kwargs=config.env_options,
-                             timeout_s=config.step_timeout_s, where="--env-kwargs")
+                             timeout_s=config.step_timeout_s, where="--env-kwargs",
+                             action_format=config.action_format)
         factory, catalog = opened.make, opened.tasks()
     else:
         factory = make_env

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from agentgym_core.env import Env, TaskCatalog, check_env_options
 from agentgym_core.http.client import EnvClient, HTTPEnv
@@ -45,6 +45,7 @@ def env_factory(
     timeout_s: float = 60.0,
     plugin_manager: PluginManager | None = None,
     where: str = "env_kwargs",
+    action_format: Literal["text", "tool_call"] = "text",
 ) -> EnvFactory:
     """Instances of ``env`` (a registered name or an ``Env`` class) in this process, or of the server at ``url``.
 
@@ -55,7 +56,15 @@ def env_factory(
             server was started with its own, so giving them with ``url`` is a ValueError.
         plugin_manager: where a name is looked up (default: the process-wide manager).
         where: the setting ``env_kwargs`` came from (``--env-kwargs``), named in the errors.
+        action_format: ``"tool_call"`` plays the environment through the ``act`` tool
+            (:func:`~agentgym_core.rollout.tool_calls.tool_call_env`), as a recipe's envs entry does: in this
+            process the class is wrapped, over HTTP the client reads the call and sends the server the plain action.
     """
+    from agentgym_core.rollout.tool_calls import tool_call_env
+
+    def played(cls: type[Env]) -> type[Env]:
+        return tool_call_env(cls) if action_format == "tool_call" else cls
+
     options = dict(env_kwargs or {})
     if url is not None:
         if options:
@@ -63,13 +72,13 @@ def env_factory(
                              "server instead: agentgym serve ENV --env-kwargs '{...}'")
         if env is not None and not isinstance(env, str):
             raise ValueError("with a server URL, name the server's environment (or give none), not an Env class")
-        client = EnvClient(url, timeout=timeout_s)
-        return EnvFactory(make=lambda: HTTPEnv(client=client, env=env), tasks=client.tasks, env_class=None,
+        client, client_cls = EnvClient(url, timeout=timeout_s), played(HTTPEnv)
+        return EnvFactory(make=lambda: client_cls(client=client, env=env), tasks=client.tasks, env_class=None,
                           label=url)
     if env is None:
         raise ValueError("no environment: give a registered name (agentgym envs lists them), an Env class or a URL")
     env_cls = (plugin_manager or get_plugin_manager()).env_class(env) if isinstance(env, str) else env
     check_env_options(env_cls, options, where=where)  # here, not once per episode
-    configured = env_cls.configured(**options)
+    configured = played(env_cls.configured(**options))
     return EnvFactory(make=lambda: configured(**options), tasks=configured.tasks, env_class=configured,
                       label=getattr(env_cls, "name", "") or env_cls.__name__)

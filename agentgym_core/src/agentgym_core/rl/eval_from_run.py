@@ -2,7 +2,8 @@
 
 The trainer's held-out evaluations play the panel of ``trainer.eval_tasks`` test tasks of each
 environment with the run's evaluation sampling (``rollout.eval_temperature``, the rollout's token
-caps, the run's seed), its backend and backend options, and the final horizon of its round schedule.
+caps, the run's seed), its backend and backend options, the environment's action format, and the
+final horizon of its round schedule.
 :func:`eval_config_from_run` gives `agentgym eval` exactly those settings, so the two give the same
 numbers on the same checkpoint, and the same panel hash.
 """
@@ -59,7 +60,8 @@ def eval_config_from_run(source: str | Path, *, env: str | None = None, override
     settings: dict[str, Any] = dict(
         env=chosen.name, model=model, backend=config.rollout.backend, backend_options=options,
         split=chosen.test_split, limit=config.trainer.eval_tasks, env_options=dict(chosen.env_kwargs),
-        n_samples=1, temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens,
+        action_format=chosen.action_format, n_samples=1, temperature=sampling.temperature, top_p=sampling.top_p,
+        max_new_tokens=sampling.max_new_tokens,
         max_rounds=final_horizon_of(config, plugin_manager or get_plugin_manager()),
         max_total_tokens=config.rollout.max_total_tokens, seed=sampling.seed,
         env_url=chosen.server_urls[0] if chosen.server_urls else None, step_timeout_s=config.rollout.env_timeout_s,
