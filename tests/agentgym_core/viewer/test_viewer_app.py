@@ -52,6 +52,20 @@ def test_trajectory_turn_by_turn(serve_viewer, train_run):
     assert d["prompt"][0]["role"] == "system"
 
 
+def test_a_trajectory_with_tools_shows_their_schemas_in_both_log_layouts(serve_viewer, tmp_path):
+    from agentgym_core.rollout.tool_calls import act_tool_schema
+
+    with_tools, plain = trajectories(2)
+    with_tools = with_tools.model_copy(update={"tools": [act_tool_schema("textcraft")]})
+    write_trainer_step(tmp_path / "train", 1, [with_tools, plain])
+    write_log_run(tmp_path / "eval", [with_tools, plain])
+    base = serve_viewer(tmp_path)
+    for run, step in (("train", 1), ("eval", -1)):
+        shown = [httpx.get(f"{base}/api/trajectory", params={"run": run, "step": step, "i": i}).json()["tools"]
+                 for i in (0, 1)]
+        assert shown == [[act_tool_schema("textcraft")], None], run
+
+
 def test_token_view_signs_follow_the_group_baseline(serve_viewer, train_run):
     base = serve_viewer(train_run)
     rows = httpx.get(f"{base}/api/trajectories", params={"step": 1}).json()["rows"]

@@ -351,3 +351,34 @@ def test_babyai_map_is_drawn_from_step_info(page, serve_viewer, tmp_path):
     assert maps.first.locator("td.g-agent").count() == 1
     assert "grid" not in page.inner_text("#detail .turn .info")
     _shot(page, "babyai-map")
+
+
+def test_the_tools_given_to_the_model_are_shown_collapsed_above_the_first_turn(page, serve_viewer, tmp_path):
+    import random
+
+    from viewer_runs import make_trajectory, write_trainer_step
+
+    from agentgym_core.rollout.tool_calls import act_tool_schema
+
+    traj = make_trajectory(random.Random(0), env="textcraft", task_id=7, sample_index=0, turns=2, success=True)
+    write_trainer_step(tmp_path / "tools", 1, [traj.model_copy(update={"tools": [act_tool_schema("textcraft")]})])
+    write_trainer_step(tmp_path / "plain", 1, [traj])
+    base = serve_viewer(tmp_path)
+    _open(page, base, "tools")
+    page.locator("#list tbody tr").first.click()
+    page.wait_for_selector("#detail .turn")
+    tools = page.locator("#detail details.tools")
+    assert tools.count() == 1 and tools.get_attribute("open") is None  # collapsed until clicked
+    assert "tools given to the model (1): act" in tools.locator("summary").inner_text()
+    # above the first turn: it precedes it in the page
+    assert page.evaluate("""() => {
+        const tools = document.querySelector('#detail details.tools'), turn = document.querySelector('#detail .turn');
+        return !!(tools.compareDocumentPosition(turn) & Node.DOCUMENT_POSITION_FOLLOWING);
+    }""")
+    tools.locator("summary").click()
+    assert '"name": "act"' in tools.locator("pre").inner_text()
+    _shot(page, "tools")
+    _open(page, base, "plain")
+    page.locator("#list tbody tr").first.click()
+    page.wait_for_selector("#detail .turn")
+    assert page.locator("#detail details.tools").count() == 0

@@ -168,6 +168,8 @@ def detail_record(raw: dict[str, Any]) -> dict[str, Any]:
         "max_turns": raw.get("max_turns"),
         "timing": timing,
         "prompt": prompt,
+        # The JSON schemas the chat template rendered the prompt with (native tool calls), when there were any.
+        "tools": raw["tools"] if isinstance(raw.get("tools"), list) and raw["tools"] else None,
         "messages": len(messages),
         "turns_detail": view_turns,
         "tokens_available": tokens is not None,

@@ -79,10 +79,18 @@ function envExtras(env, turn, screenshotUrl) {
   return html;
 }
 
+// The tools' JSON schemas the model was given (Trajectory.tools), collapsed: they can be long.
+function toolsHtml(tools) {
+  if (!Array.isArray(tools) || !tools.length) return "";
+  const names = tools.map(t => (t && t.function && t.function.name) || (t && t.name) || "?");
+  return `<details class="tools"><summary>tools given to the model (${tools.length}): ${esc(names.join(", "))}</summary>
+    <pre>${esc(JSON.stringify(tools, null, 2))}</pre></details>`;
+}
+
 function renderTurns(d, screenshotUrl) {
   const prompt = d.prompt.map(m => m.role === "system"
     ? `<details><summary>system prompt (${m.content.length} chars)</summary><pre>${esc(m.content)}</pre></details>`
-    : `<div class="label">first observation</div><pre>${esc(m.content)}</pre>`).join("");
+    : `<div class="label">first observation</div><pre>${esc(m.content)}</pre>`).join("") + toolsHtml(d.tools);
   const turns = d.turns_detail.map(t => {
     const flags = [
       t.terminated ? '<span class="badge ok">terminated</span>' : "",
