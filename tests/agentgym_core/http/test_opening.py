@@ -38,3 +38,22 @@ def test_options_are_checked_once_and_refused_for_a_server():
         env_factory("guess", url="http://127.0.0.1:1", env_kwargs={"high": 5})
     with pytest.raises(ValueError, match="no environment"):
         env_factory()
+
+
+def test_action_format_tool_call_plays_through_the_act_tool_in_process_and_over_a_text_server():
+    from agentgym_core.rollout.tool_calls import act_tool_schema
+
+    reply = '<tool_call>{"name": "act", "arguments": {"action": "guess 50"}}</tool_call>'
+    with serve_env(GuessEnv) as url:
+        for factory in (env_factory(GuessEnv, action_format="tool_call"),
+                        env_factory("guess", url=url, action_format="tool_call")):
+            env = factory()
+            try:
+                assert env.tools == [act_tool_schema("guess")], factory.label
+                env.reset(3)
+                assert "The secret is" in env.step(env.parse_action(reply)).observation
+                refused = env.step(env.parse_action("Action: guess 50"))
+                assert refused.invalid_action is True and "Invalid tool call" in refused.observation
+            finally:
+                env.close()
+        assert env_factory(GuessEnv)().tools is None  # text stays the default
