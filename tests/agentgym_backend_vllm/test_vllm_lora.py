@@ -142,3 +142,35 @@ def test_two_gloo_ranks_each_load_the_same_adapters_and_log_their_bytes(tmp_path
         assert line["weight_sync_bytes"] == adapter_bytes  # the adapters only, in the step's metrics
         assert line["weight_sync_gap"] < 1e-5  # each engine then scores the probe as its learner does
         assert line["rollout_logprob_gap"] < 1e-3  # and sampled with the adapters the learner trains
+
+
+def test_one_learner_trains_lora_through_the_engine_sending_adapters_only(tmp_path, tiny_model_dir, fake_vllm,
+                                                                         monkeypatch):
+    """One process: the learner's adapters (not merged weights) reach the engine after each step."""
+    import fake_vllm as fake
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "agentgym_core" / "rl"))
+    from learner_ranks import BASE
+    from lora_ranks import LORA as LORA_OVERRIDES
+    from word_env import WordPlugin
+
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.rl.config import load_config
+    from agentgym_core.rl.trainer import train
+
+    pytest.importorskip("agentgym_estimators")
+    pm = PluginManager(autoload=True, allow=["estimators", "vllm"])
+    pm.register(WordPlugin(), "word-test")
+    fake.ENGINES.clear()
+    config = load_config(None, [*BASE, *LORA_OVERRIDES, f"model.path={tiny_model_dir}", "model.device=cpu",
+                                "rollout.backend=vllm", f"trainer.run_dir={tmp_path / 'run'}", "trainer.save_every=2"])
+    train(config, plugin_manager=pm)
+    (engine,) = fake.ENGINES
+    assert engine.args.enable_lora and engine.list_loras() == {2}
+    assert not [c for c in engine.calls if c[0] == "collective_rpc"]  # no full-weight sync
+    adapter_bytes = sum(t.numel() * t.element_size() for t in engine.loras[2].tensors.values())
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lines = [x for x in lines if x["kind"] == "train"]
+    assert len(lines) == 2
+    for line in lines:
+        assert line["weight_sync_bytes"] == adapter_bytes and line["weight_sync_gap"] < 1e-5
