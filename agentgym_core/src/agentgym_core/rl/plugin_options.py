@@ -145,7 +145,7 @@ def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> T
     if config.model.lora.enabled and config.trainer.learners > 1 and not capabilities.lora_adapters:
         raise ConfigError(f"model.lora.enabled with trainer.learners={config.trainer.learners}: the ranks send the "
                           f"rollout backend only the adapters, which rollout.backend={config.rollout.backend} does "
-                          "not declare it takes (lora_adapters); use a backend that does (transformers) or one learner")
+                          "not declare it takes (lora_adapters); use a backend that does (transformers, vllm) or one learner")
     bound = config.model_copy(deep=True)
     bound._backend_shares_module = capabilities.shares_trainer_module
     what = f"estimator {alg.estimator!r}"
