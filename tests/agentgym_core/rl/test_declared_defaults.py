@@ -99,13 +99,18 @@ def test_backend_options_are_checked_against_the_declared_schema(plugins):
 
 def test_lora_on_several_learners_needs_a_backend_that_declares_it_takes_adapters(plugins):
     """The ranks send only the adapters after an update: a backend that does not declare ``lora_adapters`` is
-    refused when the recipe loads; ours declare it (vLLM: in engine mode, its server mode refuses LoRA)."""
+    refused when the recipe loads, as is one with weights of its own on one learner; ours declare it (vLLM: in
+    engine mode, its server mode refuses LoRA)."""
     lora = ["model.lora.enabled=true", "trainer.learners=2", "runtime.optimizer_state_to_disk=false"]
     for name in ("transformers", "like_transformers", "like_vllm"):
         bind_plugin_options(recipe(f"rollout.backend={name}", *lora), plugins)
     with pytest.raises(ConfigError, match=r"rollout.backend=no_adapters does not declare it takes \(lora_adapters\)"):
         bind_plugin_options(recipe("rollout.backend=no_adapters", *lora), plugins)
-    bind_plugin_options(recipe("rollout.backend=no_adapters", "model.lora.enabled=true"), plugins)  # one learner
+    # one learner too: a backend with weights of its own receives the adapters alone after every update
+    with pytest.raises(ConfigError, match=r"rollout.backend=no_adapters, which keeps its own weights: .*"
+                                          r"does not declare it takes \(lora_adapters\)"):
+        bind_plugin_options(recipe("rollout.backend=no_adapters", "model.lora.enabled=true"), plugins)
+    bind_plugin_options(recipe("rollout.backend=transformers", "model.lora.enabled=true"), plugins)  # samples the module
     with pytest.raises(ConfigError, match=r"rollout.backend=vllm does not take these options: .*model.lora.enabled "
                                           r"with mode 'server'"):
         bind_plugin_options(recipe("rollout.backend=vllm", *SERVER_MODE, *lora), plugins)

@@ -142,10 +142,16 @@ def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> T
                           "algorithm.critic.enabled=true (or pick an estimator without a critic, e.g. grpo)")
     check_group_size(config, None, registered.declared("min_group_size"))
     capabilities = capabilities_of(backend.declared("capabilities"))
-    if config.model.lora.enabled and config.trainer.learners > 1 and not capabilities.lora_adapters:
-        raise ConfigError(f"model.lora.enabled with trainer.learners={config.trainer.learners}: the ranks send the "
-                          f"rollout backend only the adapters, which rollout.backend={config.rollout.backend} does "
-                          "not declare it takes (lora_adapters); use a backend that does (transformers, vllm) or one learner")
+    # A LoRA learner sends only the adapters to a rollout side with weights of its own: every backend that does
+    # not sample the learner's own module, and a sharing one's private copy (several ranks, asynchronous rollouts).
+    copies = config.trainer.learners > 1 or config.rollout.max_staleness > 0
+    if config.model.lora.enabled and not capabilities.lora_adapters and (
+            copies or not capabilities.shares_trainer_module):
+        where = (f"trainer.learners={config.trainer.learners}, rollout.max_staleness={config.rollout.max_staleness}"
+                 if copies else f"rollout.backend={config.rollout.backend}, which keeps its own weights")
+        raise ConfigError(f"model.lora.enabled with {where}: the learner sends the rollout backend only the adapters, "
+                          f"which rollout.backend={config.rollout.backend} does not declare it takes (lora_adapters); "
+                          "use a backend that does (transformers, vllm)")
     bound = config.model_copy(deep=True)
     bound._backend_shares_module = capabilities.shares_trainer_module
     what = f"estimator {alg.estimator!r}"
