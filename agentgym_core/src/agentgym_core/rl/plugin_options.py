@@ -145,7 +145,7 @@ def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> T
     # A LoRA learner sends only the adapters to a rollout side with weights of its own: every backend that does
     # not sample the learner's own module, and a sharing one's private copy (several ranks, asynchronous rollouts).
     copies = config.trainer.learners > 1 or config.rollout.max_staleness > 0
-    if config.model.lora.enabled and not capabilities.lora_adapters and (
+    if config.model.lora.enabled and not capabilities.lora_adapters and capabilities.weight_sync != "none" and (
             copies or not capabilities.shares_trainer_module):
         where = (f"trainer.learners={config.trainer.learners}, rollout.max_staleness={config.rollout.max_staleness}"
                  if copies else f"rollout.backend={config.rollout.backend}, which keeps its own weights")
