@@ -276,7 +276,8 @@ class VllmEngineBackend:
                 self._sleep()
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Replace the engine's weights in place, in buckets; then drop every cached prefix."""
+        """Replace the engine's weights in place, in buckets; then drop every cached prefix. A LoRA policy's
+        adapter tensors alone (peft's names) become a new LoRA adapter version instead (see the module docstring)."""
         adapters = [name for name in state_dict if ".lora_" in name]
         if adapters:  # peft's names: a LoRA policy's adapters, which vLLM takes as a LoRA request
             self._load_adapter(state_dict)
@@ -314,7 +315,6 @@ class VllmEngineBackend:
         seconds = time.perf_counter() - start
         self.weight_syncs.append({"seconds": seconds, "buckets": float(buckets), "bytes": float(total)})
         log.info("vllm: loaded %.1f MB of weights in %d bucket(s) in %.3fs", total / 2**20, buckets, seconds)
-
 
     def _load_adapter(self, adapters: Mapping[str, Any]) -> None:
         """One adapter version: written in PEFT's format, added to the engine as a new LoRA request that every
