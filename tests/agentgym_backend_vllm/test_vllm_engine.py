@@ -250,11 +250,12 @@ def test_eval_with_vllm_backend_but_no_vllm_says_the_working_install_line_in_one
     assert not (tmp_path / "run").exists()
 
 
-def test_lora_adapter_weights_are_refused_in_one_line(fake_vllm, tiny_model_dir):
+def test_lora_adapter_weights_are_refused_in_one_line_by_an_engine_built_without_lora(fake_vllm, tiny_model_dir):
     from agentgym_core.plugins import PluginError
 
     backend = make(tiny_model_dir)
     adapter = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight": torch.zeros(4, 8)}
-    with pytest.raises(PluginError, match="LoRA adapter weights .*rollout.backend=transformers"):
+    with pytest.raises(PluginError, match="LoRA adapter weights .*built without LoRA: the trainer sets "
+                                          "backend_options.lora from model.lora"):
         backend.load_weights(adapter)
     assert not [c for c in backend.engine.calls if c[0] == "collective_rpc"]

@@ -63,6 +63,8 @@ def facts(vllm: Path) -> dict[str, Callable[[], bool]]:
     reload = _read(vllm / "model_executor" / "model_loader" / "reload" / "__init__.py")
     protocol, serving = _generate_files(vllm)
     cards = "\n".join(_read(p) for p in (vllm / "entrypoints").rglob("*.py"))
+    lora_request = _read(vllm / "lora" / "request.py")
+    lora_utils = _read(vllm / "lora" / "utils.py")
     return {
         "vllm exports TokensPrompt, SamplingParams, EngineArgs, LLMEngine":
             lambda: all(f'"{n}"' in top for n in ("TokensPrompt", "SamplingParams", "EngineArgs", "LLMEngine")),
@@ -95,6 +97,16 @@ def facts(vllm: Path) -> dict[str, Callable[[], bool]]:
         "model_runner.get_model()": lambda: "def get_model(self)" in runner,
         "layerwise reload initialize/finalize": lambda: all(
             f'"{n}"' in reload for n in ("initialize_layerwise_reload", "finalize_layerwise_reload")),
+        "EngineArgs enable_lora/max_lora_rank/max_loras": lambda: _fields(engine_args, "enable_lora max_lora_rank max_loras"),
+        "max_lora_rank takes 1, 8, 16, 32, 64, 128, 256, 320, 512": lambda: "MaxLoRARanks = Literal[1, 8, 16, 32, 64, 128, "
+            "256, 320, 512]" in _read(vllm / "config" / "lora.py"),
+        "LoRARequest(lora_name, lora_int_id, lora_path)": lambda: _fields(lora_request, "lora_name lora_int_id lora_path"),
+        "LLMEngine add_lora/remove_lora/list_loras, add_request(lora_request=)": lambda: all(
+            re.search(p, llm_engine, re.S) for p in (
+                r"def add_lora\(self, lora_request: LoRARequest\) -> bool", r"def remove_lora\(self, lora_id: int\) -> bool",
+                r"def list_loras\(self\) -> set\[int\]", r"def add_request\(.*?lora_request: LoRARequest \| None = None")),
+        "adapter tensors named ...<module>.lora_A.weight / lora_B.weight":
+            lambda: '"lora_A"' in lora_utils and "is unsupported LoRA weight" in lora_utils,
         "POST /inference/v1/generate token_ids + sampling_params":
             lambda: "token_ids: list[int]" in protocol and "sampling_params: SamplingParams" in protocol,
         "generate answers token_ids/logprobs/finish_reason/prompt_logprobs": lambda: all(

@@ -6,6 +6,7 @@ and its ppo_trainer.yaml defaults; each recipe must translate them as the docs' 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,7 @@ def test_every_rl_recipe_states_drop_zero_advantage():
             assert load_config(recipe).algorithm.kl.coef == 0.0, recipe.name
 
 
-# LoRA's adapters reach a transformers rollout copy; the vLLM backend does not take adapter weights yet.
+# LoRA's adapters reach a transformers rollout copy (vLLM's LoRA requests have run against the contract fake only).
 ROLLS_OUT_ON_TRANSFORMERS = {"babyai_grpo_lora_gpu"}
 
 
@@ -96,3 +97,16 @@ def test_the_lora_recipe_rolls_out_on_a_backend_that_takes_adapters():
     config = load_config(EXAMPLES / "babyai_grpo_lora_gpu.yaml")
     assert config.model.lora.enabled and config.trainer.learners > 1
     bind_plugin_options(config, PluginManager(autoload=True, allow=["estimators", "transformers"]))
+
+
+def test_the_lora_recipe_on_vllm_as_its_comment_says_builds_a_lora_engine_covering_its_rank():
+    from agentgym_core.rl.plugin_options import backend_factory_options
+
+    vllm_config = pytest.importorskip("agentgym_backend_vllm.config")
+    comment = (EXAMPLES / "babyai_grpo_lora_gpu.yaml").read_text()
+    options = re.search(r"'rollout.backend_options=(\{.*?\})'", comment).group(1)
+    config = load_config(EXAMPLES / "babyai_grpo_lora_gpu.yaml",
+                         ["rollout.backend=vllm", f"rollout.backend_options={options}"])
+    engine = vllm_config.VllmBackendConfig(**backend_factory_options(config, vllm_config.VllmBackendConfig))
+    assert engine.mode == "engine" and engine.gpu_sharing == "colocate" and engine.lora is not None
+    assert engine.lora.max_lora_rank >= config.model.lora.r == engine.lora.r

@@ -11,6 +11,7 @@ from agentgym_core.plugins import PluginManager
 from agentgym_core.recipes import ConfigError
 from agentgym_core.rl.config import load_config
 from agentgym_core.rl.plugin_options import backend_capabilities, bind_plugin_options
+from agentgym_core.rollout.backend import BackendCapabilities
 
 pytest.importorskip("agentgym_estimators")
 transformers_config = pytest.importorskip("agentgym_backend_transformers.config")
@@ -26,13 +27,15 @@ class ThirdPartyOptions(BaseModel):
 
 
 class ThirdParty:
-    """Two backends declaring what transformers and vLLM declare, and an estimator that reads a critic."""
+    """Two backends declaring what transformers and vLLM declare, one declaring nothing, and an estimator that
+    reads a critic."""
 
     @hookimpl
     def agentgym_register_rollout_backends(self, register):
         register("like_transformers", lambda options: None, capabilities=transformers_config.CAPABILITIES,
                  options=ThirdPartyOptions)
         register("like_vllm", lambda options: None, capabilities=vllm_config.CAPABILITIES)
+        register("no_adapters", lambda options: None, capabilities=BackendCapabilities())
 
     @hookimpl
     def agentgym_register_advantage_estimators(self, register):
@@ -95,14 +98,33 @@ def test_backend_options_are_checked_against_the_declared_schema(plugins):
 
 
 def test_lora_on_several_learners_needs_a_backend_that_declares_it_takes_adapters(plugins):
-    """The ranks send only the adapters after an update: a backend that does not declare ``lora_adapters``
-    (vLLM's, and a third party declaring what it declares) is refused when the recipe loads."""
+    """The ranks send only the adapters after an update: a backend that does not declare ``lora_adapters`` is
+    refused when the recipe loads, as is one with weights of its own on one learner; ours declare it (vLLM: in
+    engine mode, its server mode refuses LoRA)."""
     lora = ["model.lora.enabled=true", "trainer.learners=2", "runtime.optimizer_state_to_disk=false"]
-    bind_plugin_options(recipe("rollout.backend=transformers", *lora), plugins)  # ours takes them
-    bind_plugin_options(recipe("rollout.backend=like_transformers", *lora), plugins)
-    with pytest.raises(ConfigError, match=r"rollout.backend=like_vllm does not declare it takes \(lora_adapters\)"):
-        bind_plugin_options(recipe("rollout.backend=like_vllm", *lora), plugins)
-    bind_plugin_options(recipe("rollout.backend=like_vllm", "model.lora.enabled=true"), plugins)  # one learner: merged
+    for name in ("transformers", "like_transformers", "like_vllm"):
+        bind_plugin_options(recipe(f"rollout.backend={name}", *lora), plugins)
+    with pytest.raises(ConfigError, match=r"rollout.backend=no_adapters does not declare it takes \(lora_adapters\)"):
+        bind_plugin_options(recipe("rollout.backend=no_adapters", *lora), plugins)
+    # one learner too: a backend with weights of its own receives the adapters alone after every update
+    with pytest.raises(ConfigError, match=r"rollout.backend=no_adapters, which keeps its own weights: .*"
+                                          r"does not declare it takes \(lora_adapters\)"):
+        bind_plugin_options(recipe("rollout.backend=no_adapters", "model.lora.enabled=true"), plugins)
+    bind_plugin_options(recipe("rollout.backend=transformers", "model.lora.enabled=true"), plugins)  # samples the module
+    with pytest.raises(ConfigError, match=r"rollout.backend=vllm does not take these options: .*model.lora.enabled "
+                                          r"with mode 'server'"):
+        bind_plugin_options(recipe("rollout.backend=vllm", *SERVER_MODE, *lora), plugins)
+
+
+def test_a_backend_whose_options_have_a_lora_field_gets_the_recipes_lora(plugins):
+    """As ``model`` from ``model.path``: the adapters' shape from ``model.lora``, None when LoRA is off."""
+    from agentgym_core.rl.plugin_options import backend_factory_options
+
+    on = recipe("model.lora.enabled=true", "model.lora.r=8", "model.lora.alpha=4", "model.lora.target_modules=[q_proj]")
+    assert backend_factory_options(on, vllm_config.VllmBackendConfig)["lora"] == {
+        "r": 8, "alpha": 4, "dropout": 0.0, "target_modules": ["q_proj"]}
+    assert backend_factory_options(recipe(), vllm_config.VllmBackendConfig)["lora"] is None
+    assert "lora" not in backend_factory_options(on, ThirdPartyOptions)  # a class without the field: nothing added
 
 
 def test_lora_on_ray_is_refused_when_the_recipe_loads():

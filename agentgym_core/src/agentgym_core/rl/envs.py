@@ -15,6 +15,7 @@ from agentgym_core.evaluation.panel import evaluation_conditions
 from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import EnvConfig, TrainConfig
+from agentgym_core.rl.plugin_options import backend_factory_options
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.tool_calls import tool_call_env
 
@@ -30,7 +31,7 @@ def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: 
     """
     registered = pm.registration("rollout_backend", config.rollout.backend)
     factory = registered.obj
-    options = {"model": config.model.path, **config.rollout.backend_options}
+    options = backend_factory_options(config, registered.declared("options"))
     if model is not None and capabilities_of(registered.declared("capabilities")).shares_trainer_module:
         return factory(options, model=model, tokenizer=tokenizer), True
     return factory(options), False

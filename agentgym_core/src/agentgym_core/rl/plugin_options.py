@@ -23,8 +23,9 @@ that declares no options takes only the core's keys.
 
 The rollout backend is bound the same way: ``rollout.backend_options`` is checked against the options
 class the backend declares (``register(name, factory, options=MyBackendConfig)``), with ``model`` filled
-from ``model.path`` as the trainer fills it, after the class's optional ``missing_requirement(options)``
-(a classmethod) has had its say about what this machine lacks. Declarations decide the rest: an
+from ``model.path`` as the trainer fills it (and ``lora`` from ``model.lora`` when the class has that field:
+:func:`backend_factory_options`), after the class's optional ``missing_requirement(options)`` (a classmethod)
+has had its say about what this machine lacks. Declarations decide the rest: an
 estimator that declares ``critic=True`` needs ``algorithm.critic``, one that declares ``min_group_size``
 needs that many samples per task, and what the backend's ``capabilities`` say sets the defaults that
 depend on it (the off-policy correction). All of this happens when the recipe loads, before any work.
@@ -44,8 +45,8 @@ from agentgym_core.rl.estimator_api import AdvantageConfig
 from agentgym_core.rollout.backend import BackendCapabilities, capabilities_of
 from agentgym_core.schedulers import RoundsConfig, final_horizon
 
-__all__ = ["backend_capabilities", "bind_plugin_options", "check_backend_options", "final_horizon_of",
-           "options_model_of"]
+__all__ = ["backend_capabilities", "backend_factory_options", "bind_plugin_options", "check_backend_options",
+           "final_horizon_of", "options_model_of"]
 
 
 def options_model_of(declared: Any, base: type[BaseModel], *, what: str) -> type[BaseModel]:
@@ -75,6 +76,19 @@ def _bind(section: BaseModel, model: type[BaseModel], where: str, what: str) -> 
         raise ConfigError("invalid config: " + "; ".join(problems)) from None
 
 
+def backend_factory_options(config: TrainConfig, options_model: Any) -> dict[str, Any]:
+    """The options the rollout backend's factory receives: ``rollout.backend_options`` with ``model`` filled from
+    ``model.path`` (unless the recipe names another), and, when the backend's options class has a ``lora`` field,
+    ``lora`` set to ``model.lora``'s shape (r, alpha, dropout, target_modules; None when LoRA is off): a backend
+    with its own copy of the base model must know the adapters' shape before the first sync."""
+    options = {"model": config.model.path, **config.rollout.backend_options}
+    fields = getattr(options_model, "model_fields", None) or {}
+    if "lora" in fields:
+        lora = config.model.lora
+        options["lora"] = lora.model_dump(mode="json", exclude={"enabled"}) if lora.enabled else None
+    return options
+
+
 def check_backend_options(config: TrainConfig, registration: Registration) -> None:
     """Raise :class:`ConfigError` (one line) when the backend cannot start with ``rollout.backend_options``:
     what its options class says this machine lacks, else the keys and values it refuses."""
@@ -84,7 +98,7 @@ def check_backend_options(config: TrainConfig, registration: Registration) -> No
     name = config.rollout.backend
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise PluginError(f"rollout backend {name!r} declares options={model!r}, which must be a pydantic model class")
-    options = {"model": config.model.path, **config.rollout.backend_options}
+    options = backend_factory_options(config, model)
     missing = getattr(model, "missing_requirement", None)
     if missing is not None and (problem := missing(options)) is not None:
         raise ConfigError(f"rollout.backend={name}: {problem}")
@@ -128,10 +142,16 @@ def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> T
                           "algorithm.critic.enabled=true (or pick an estimator without a critic, e.g. grpo)")
     check_group_size(config, None, registered.declared("min_group_size"))
     capabilities = capabilities_of(backend.declared("capabilities"))
-    if config.model.lora.enabled and config.trainer.learners > 1 and not capabilities.lora_adapters:
-        raise ConfigError(f"model.lora.enabled with trainer.learners={config.trainer.learners}: the ranks send the "
-                          f"rollout backend only the adapters, which rollout.backend={config.rollout.backend} does "
-                          "not declare it takes (lora_adapters); use a backend that does (transformers) or one learner")
+    # A LoRA learner sends only the adapters to a rollout side with weights of its own: every backend that does
+    # not sample the learner's own module, and a sharing one's private copy (several ranks, asynchronous rollouts).
+    copies = config.trainer.learners > 1 or config.rollout.max_staleness > 0
+    if config.model.lora.enabled and not capabilities.lora_adapters and capabilities.weight_sync != "none" and (
+            copies or not capabilities.shares_trainer_module):
+        where = (f"trainer.learners={config.trainer.learners}, rollout.max_staleness={config.rollout.max_staleness}"
+                 if copies else f"rollout.backend={config.rollout.backend}, which keeps its own weights")
+        raise ConfigError(f"model.lora.enabled with {where}: the learner sends the rollout backend only the adapters, "
+                          f"which rollout.backend={config.rollout.backend} does not declare it takes (lora_adapters); "
+                          "use a backend that does (transformers, vllm)")
     bound = config.model_copy(deep=True)
     bound._backend_shares_module = capabilities.shares_trainer_module
     what = f"estimator {alg.estimator!r}"

@@ -30,6 +30,11 @@ defaults follow from them, never from the backend's name. A factory that declare
 ``shares_trainer_module`` is called as ``factory(options, model=module, tokenizer=tokenizer)`` when
 the trainer has a live module to lend, and then samples from the trainer's own weights.
 
+LoRA: a backend that declares ``lora_adapters`` takes the adapter tensors alone in ``load_weights`` after
+each update. One that keeps its own base model needs the adapters' shape before the first sync; its
+options class then has a ``lora`` field, which the trainer fills from ``model.lora`` (r, alpha, dropout,
+target_modules; None when LoRA is off), as it fills ``model`` from ``model.path``.
+
 What sampling runs on (optional): a backend may have a ``sampling_setup`` property, a dict of names
 to strings (the transformers backend: ``device``, ``dtype``, ``decode_engine``, ``attention_kernel``,
 chosen at start-up); the trainer writes each entry once, as ``rollout/<name>``, into the first

@@ -11,18 +11,40 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentgym_core.rollout.backend import BackendCapabilities
 
-__all__ = ["CAPABILITIES", "INSTALL_HINT", "VllmBackendConfig"]
+__all__ = ["CAPABILITIES", "INSTALL_HINT", "LORA_RANKS", "VllmBackendConfig", "VllmLoraOptions"]
 
 # Both modes keep their own copy of the policy (never the trainer's module) and take new weights
 # through load_weights after every update; prompts join a running batch; prefix caching plays the
 # part of sessions. vLLM's sleep mode keeps its own memory pool, which refuses expandable segments.
+# Engine mode takes a LoRA policy's adapters alone, as vLLM LoRA requests (server mode refuses LoRA
+# when the recipe loads).
 CAPABILITIES = BackendCapabilities(  # declared where the plugin registers it
     shares_trainer_module=False, sessions=True, continuous_batching=True, weight_sync="load_weights",
-    expandable_segments=False)
+    expandable_segments=False, lora_adapters=True)
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM's ``max_lora_rank`` takes (``MaxLoRARanks`` in ``vllm/config/lora.py``); the engine is built
+with the smallest one at least the recipe's rank."""
 
 INSTALL_HINT = ("backend 'vllm' in engine mode needs vLLM, which is not installed: from a checkout of agentgym run "
                 "pip install -e './plugins/agentgym_backend_vllm[engine]' on a CUDA machine (or set "
                 "backend_options.mode: server and point urls at `vllm serve` replicas)")
+
+
+class VllmLoraOptions(BaseModel):
+    """The LoRA adapters' shape, as the trainer hands it over from ``model.lora`` (never set by hand)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(ge=1, description="Adapter rank.")
+    alpha: int = Field(ge=1, description="LoRA scaling numerator (scale = alpha / r).")
+    dropout: float = Field(0.0, description="Dropout of training (written to the adapter's config; unused in sampling).")
+    target_modules: list[str] = Field(description="Names of the linear layers with adapters.")
+
+    @property
+    def max_lora_rank(self) -> int:
+        """vLLM's ``max_lora_rank`` for these adapters: the smallest value it takes that is at least ``r``."""
+        return next(rank for rank in LORA_RANKS if rank >= self.r)
 
 
 class VllmBackendConfig(BaseModel):
@@ -113,6 +135,12 @@ class VllmBackendConfig(BaseModel):
         default=64, ge=1, description="Server mode: requests in flight at once, over all replicas."
     )
 
+    lora: VllmLoraOptions | None = Field(
+        default=None,
+        description="Filled by the trainer from model.lora (leave unset): with it, engine mode builds vLLM with "
+        "enable_lora and loads each update's adapters as a new LoRA request.",
+    )
+
     @classmethod
     def missing_requirement(cls, options: Mapping[str, Any]) -> str | None:
         """Why this machine cannot start the backend with ``options`` (vLLM missing in engine mode), or None."""
@@ -127,4 +155,19 @@ class VllmBackendConfig(BaseModel):
         if self.mode == "server" and not self.urls:
             raise ValueError("mode 'server' needs `urls`: the base URL of each replica, e.g. "
                              "urls: [http://127.0.0.1:8000]")
+        return self
+
+    @model_validator(mode="after")
+    def _lora_in_engine_mode(self) -> VllmBackendConfig:
+        if self.lora is None:
+            return self
+        if self.mode == "server":
+            raise ValueError("model.lora.enabled with mode 'server': the vLLM backend sends LoRA adapters to its "
+                             "in-process engine only. Use mode: engine, rollout.backend=transformers, or turn "
+                             "model.lora off")
+        if self.lora.r > LORA_RANKS[-1]:
+            raise ValueError(f"model.lora.r={self.lora.r}: vLLM serves LoRA ranks up to {LORA_RANKS[-1]}; lower it")
+        if self.gpu_sharing == "colocate" and self.sleep_level == 2:
+            raise ValueError("sleep_level 2 with model.lora.enabled: the engine discards its base weights when it "
+                             "sleeps, and a LoRA sync sends the adapters only. Use sleep_level: 1")
         return self

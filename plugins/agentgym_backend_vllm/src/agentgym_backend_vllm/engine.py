@@ -24,6 +24,16 @@ GPU (``gpu_sharing: colocate``): the engine sleeps when the last running batch c
 rollout is over, the update is next) and ``load_weights`` wakes it in vLLM's order for weight
 updates: ``wake_up(tags=["weights"])``, the transfer, ``wake_up(tags=["kv_cache"])``.
 
+LoRA (``lora`` in the options, filled by the trainer from ``model.lora``): the engine is built with
+``enable_lora`` and a ``max_lora_rank`` of at least the recipe's rank, and ``load_weights`` takes the
+adapter tensors alone (peft's names, as every learner rank gathers them from its FSDP2 shards). vLLM
+loads adapters from a directory, so each sync writes one in PEFT's format (``adapter_config.json``,
+``adapter_model.safetensors``; kilobytes to megabytes) to this backend's temporary directory, adds it
+as a ``LoRARequest`` with a new id and name (one version per sync), removes the previous version
+from the engine and its directory, and every request from then on carries the new ``lora_request``.
+The base weights never move: vLLM keys cached prefixes by adapter too, and the prefix cache is reset
+anyway, as after a full sync.
+
 Placement (:func:`engine_placement`): with several learner ranks (``WORLD_SIZE > 1``) every rank
 builds its own engine with vLLM's ``external_launcher`` executor, which joins the ranks' process
 group (one data-parallel engine per rank) and takes ``cuda:LOCAL_RANK``. That is the rank's own GPU
@@ -36,13 +46,19 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import os
+import re
+import shutil
+import tempfile
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agentgym_backend_vllm.config import INSTALL_HINT, VllmBackendConfig
@@ -52,7 +68,7 @@ from agentgym_core.plugins import PluginError
 from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams, generate_with_batch
 
 __all__ = ["EngineBatch", "EnginePlacement", "VllmEngineBackend", "VllmNotInstalledError", "engine_placement",
-           "import_vllm"]
+           "import_vllm", "write_peft_adapter"]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +128,9 @@ class VllmEngineBackend:
         self._open_batches = 0
         self._ids = itertools.count()
         self._prefix = uuid.uuid4().hex[:8]
+        self.lora_request: Any = None  # the adapter version every request carries (None: the base model)
+        self._lora_versions = itertools.count(1)  # vLLM's lora_int_id must be positive
+        self._lora_dir: Path | None = None  # this backend's adapter versions, removed with it
 
     @classmethod
     def from_config(cls, config: VllmBackendConfig) -> VllmEngineBackend:
@@ -128,13 +147,15 @@ class VllmEngineBackend:
         if config.engine_in_this_process:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         tokenizer, model_path, tokenizer_dir = ModelTokenizer.load(config.model)
+        lora = {} if config.lora is None else {  # one adapter version at a time: the old one goes as the new one comes
+            "enable_lora": True, "max_lora_rank": config.lora.max_lora_rank, "max_loras": 1}
         args = vllm.EngineArgs(
             model=model_path, tokenizer=tokenizer_dir, dtype=config.dtype, max_model_len=config.max_model_len,
             gpu_memory_utilization=config.gpu_memory_utilization, tensor_parallel_size=config.tensor_parallel_size,
             enable_prefix_caching=config.enable_prefix_caching, enforce_eager=config.enforce_eager, seed=config.seed,
             enable_sleep_mode=config.gpu_sharing == "colocate", logprobs_mode=config.logprobs_mode,
             worker_extension_cls="agentgym_backend_vllm.weights.AgentgymWorkerExtension",
-            distributed_executor_backend=placement.executor,
+            distributed_executor_backend=placement.executor, **lora,
         )
         log.info("vllm: engine on GPU %s (executor %s)", placement.gpu(os.environ.get("CUDA_VISIBLE_DEVICES")),
                  placement.executor or "single-process")
@@ -168,7 +189,8 @@ class VllmEngineBackend:
         request_id = f"agentgym-{self._prefix}-{next(self._ids)}"
         with self._lock:
             self._wake_all()
-            self.engine.add_request(request_id, self.vllm.TokensPrompt(prompt_token_ids=list(prompt)), sampling)
+            self.engine.add_request(request_id, self.vllm.TokensPrompt(prompt_token_ids=list(prompt)), sampling,
+                                    lora_request=self.lora_request)
             self._owners[request_id] = batch
         return request_id
 
@@ -254,12 +276,12 @@ class VllmEngineBackend:
                 self._sleep()
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Replace the engine's weights in place, in buckets; then drop every cached prefix."""
+        """Replace the engine's weights in place, in buckets; then drop every cached prefix. A LoRA policy's
+        adapter tensors alone (peft's names) become a new LoRA adapter version instead (see the module docstring)."""
         adapters = [name for name in state_dict if ".lora_" in name]
-        if adapters:  # peft's names: vLLM takes adapters as LoRA requests, which this backend does not send yet
-            raise PluginError(f"load_weights got LoRA adapter weights ({adapters[0]}, ...): the vLLM backend loads "
-                              "full weights by Hugging Face name only. Train LoRA with rollout.backend=transformers, "
-                              "or set model.lora.enabled=false")
+        if adapters:  # peft's names: a LoRA policy's adapters, which vLLM takes as a LoRA request
+            self._load_adapter(state_dict)
+            return
         bucket_bytes = int(self.config.weight_bucket_mb * 2**20)
         start, buckets, total = time.perf_counter(), 0, 0
         with self._lock:
@@ -293,6 +315,73 @@ class VllmEngineBackend:
         seconds = time.perf_counter() - start
         self.weight_syncs.append({"seconds": seconds, "buckets": float(buckets), "bytes": float(total)})
         log.info("vllm: loaded %.1f MB of weights in %d bucket(s) in %.3fs", total / 2**20, buckets, seconds)
+
+    def _load_adapter(self, adapters: Mapping[str, Any]) -> None:
+        """One adapter version: written in PEFT's format, added to the engine as a new LoRA request that every
+        request from now on carries, the previous version removed (engine and directory)."""
+        if self.config.lora is None:
+            raise PluginError(f"load_weights got LoRA adapter weights ({next(iter(adapters))}, ...) but the engine "
+                              "was built without LoRA: the trainer sets backend_options.lora from model.lora. Build "
+                              "the backend through the trainer, or pass lora={r, alpha, target_modules}")
+        start = time.perf_counter()
+        version = next(self._lora_versions)
+        if self._lora_dir is None:
+            self._lora_dir = Path(tempfile.mkdtemp(prefix="agentgym-vllm-lora-"))
+            weakref.finalize(self, shutil.rmtree, self._lora_dir, ignore_errors=True)
+        path = self._lora_dir / f"v{version}"
+        total = write_peft_adapter(path, adapters, self.config.lora, base_model=self.config.model)
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(
+            lora_name=f"agentgym-{self._prefix}-v{version}", lora_int_id=version, lora_path=str(path))
+        with self._lock:
+            if self._owners:
+                raise RuntimeError(f"load_weights with {len(self._owners)} request(s) still running: load weights "
+                                   "only between rollouts (close every running batch first)")
+            if self.asleep:
+                self.engine.wake_up(tags=["weights"])
+            old, self.lora_request = self.lora_request, None
+            if old is not None:  # vLLM keeps an adapter until told; one version at a time (max_loras=1)
+                self.engine.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+            if not self.engine.add_lora(request):
+                raise RuntimeError(f"vLLM did not add the LoRA adapter at {path}")
+            self.lora_request = request
+            if self.asleep:
+                self.engine.wake_up(tags=["kv_cache"])
+                self.asleep = False
+            if not self.engine.reset_prefix_cache():
+                raise RuntimeError("vLLM did not reset its prefix cache: requests are still running. Load weights "
+                                   "only between rollouts (close every running batch first)")
+        seconds = time.perf_counter() - start
+        self.weight_syncs.append({"seconds": seconds, "buckets": 1.0, "bytes": float(total)})
+        log.info("vllm: loaded LoRA adapter v%d (%.1f KB) in %.3fs", version, total / 2**10, seconds)
+
+
+_PEFT_ADAPTER_NAME = re.compile(r"\.(lora_[AB])\.[^.]+\.weight$")  # ...q_proj.lora_A.<adapter name>.weight
+
+
+def write_peft_adapter(path: Path, adapters: Mapping[str, Any], lora: Any, *, base_model: str) -> int:
+    """Write ``adapters`` (a peft model's adapter tensors, by the learner's names) to ``path`` as PEFT saves
+    an adapter: ``adapter_config.json`` and ``adapter_model.safetensors`` with the adapter's name dropped
+    from each tensor's (``...q_proj.lora_A.weight``, what vLLM parses). Returns the tensors' bytes."""
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, tensor in adapters.items():
+        saved = _PEFT_ADAPTER_NAME.sub(r".\1.weight", name)
+        if saved == name:
+            raise PluginError(f"load_weights got {name} beside LoRA adapters: vLLM takes lora_A and lora_B weights "
+                              "of linear layers only. Keep model.lora.target_modules to linear layers")
+        tensors[saved] = tensor.detach().to("cpu").contiguous()
+    path.mkdir(parents=True)
+    save_file(tensors, str(path / "adapter_model.safetensors"))
+    (path / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model, "r": lora.r,
+        "lora_alpha": lora.alpha, "lora_dropout": lora.dropout, "target_modules": list(lora.target_modules),
+        "bias": "none", "fan_in_fan_out": False, "use_rslora": False, "use_dora": False, "modules_to_save": None,
+    }, indent=1))
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def prompt_logprob_row(sequence: Sequence[int], prompt_logprobs: Sequence[Any]) -> list[float]:
