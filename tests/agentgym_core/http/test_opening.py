@@ -40,13 +40,13 @@ def test_options_are_checked_once_and_refused_for_a_server():
         env_factory()
 
 
-def test_action_format_tool_call_plays_through_the_act_tool_in_process_and_over_a_text_server():
-    from agentgym_core.rollout.tool_calls import act_tool_schema
+def test_tool_call_env_plays_through_the_act_tool_in_process_and_over_a_text_server():
+    from agentgym_core.rollout.tool_calls import act_tool_schema, tool_call_env
 
     reply = '<tool_call>{"name": "act", "arguments": {"action": "guess 50"}}</tool_call>'
     with serve_env(GuessEnv) as url:
-        for factory in (env_factory(GuessEnv, action_format="tool_call"),
-                        env_factory("guess", url=url, action_format="tool_call")):
+        for factory in (env_factory(GuessEnv, played_as=tool_call_env),
+                        env_factory("guess", url=url, played_as=tool_call_env)):
             env = factory()
             try:
                 assert env.tools == [act_tool_schema("guess")], factory.label

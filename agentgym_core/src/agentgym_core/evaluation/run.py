@@ -43,6 +43,7 @@ from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec
 from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter
 from agentgym_core.rollout.text_engine import ChatBackend, TextRolloutLogWriter, is_chat_backend
+from agentgym_core.rollout.tool_calls import tool_call_env
 from agentgym_core.rollout.trajectory import Trajectory
 
 __all__ = ["EvalConfig", "EvalInterrupted", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
@@ -213,7 +214,7 @@ def evaluate(
     if make_env is None:
         opened = env_factory(config.env, url=config.env_url, env_kwargs=config.env_options,
                              timeout_s=config.step_timeout_s, where="--env-kwargs",
-                             action_format=config.action_format)
+                             played_as=tool_call_env if config.action_format == "tool_call" else None)
         factory, catalog = opened.make, opened.tasks()
     else:
         factory = make_env

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from agentgym_core.env import Env, TaskCatalog, check_env_options
 from agentgym_core.http.client import EnvClient, HTTPEnv
@@ -45,7 +45,7 @@ def env_factory(
     timeout_s: float = 60.0,
     plugin_manager: PluginManager | None = None,
     where: str = "env_kwargs",
-    action_format: Literal["text", "tool_call"] = "text",
+    played_as: Callable[[type[Env]], type[Env]] | None = None,
 ) -> EnvFactory:
     """Instances of ``env`` (a registered name or an ``Env`` class) in this process, or of the server at ``url``.
 
@@ -56,14 +56,15 @@ def env_factory(
             server was started with its own, so giving them with ``url`` is a ValueError.
         plugin_manager: where a name is looked up (default: the process-wide manager).
         where: the setting ``env_kwargs`` came from (``--env-kwargs``), named in the errors.
-        action_format: ``"tool_call"`` plays the environment through the ``act`` tool
-            (:func:`~agentgym_core.rollout.tool_calls.tool_call_env`), as a recipe's envs entry does: in this
-            process the class is wrapped, over HTTP the client reads the call and sends the server the plain action.
+        played_as: a wrapper for the class that is played, e.g.
+            :func:`~agentgym_core.rollout.tool_calls.tool_call_env` for a recipe's ``action_format: tool_call``
+            (the caller picks it: opening an environment does not depend on how a model acts in it). In this
+            process the class is wrapped; over HTTP the client is, so it reads the call and sends the server
+            the plain action.
     """
-    from agentgym_core.rollout.tool_calls import tool_call_env
 
     def played(cls: type[Env]) -> type[Env]:
-        return tool_call_env(cls) if action_format == "tool_call" else cls
+        return played_as(cls) if played_as is not None else cls
 
     options = dict(env_kwargs or {})
     if url is not None:
