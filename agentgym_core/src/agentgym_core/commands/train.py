@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         print(show_config(config))
         return 0
     check_envs(config)  # before the model loads: a typo or a dead server fails in a second, in one line
-    # run_rl_recipe checks model.path first: a model this machine lacks fails there, before torch loads
+    config.model.check_present()  # a model this machine lacks: one line, before the imports below load torch
     from agentgym_core.pipeline import run_rl_recipe
     from agentgym_core.rl.distributed import RankFailedError
     from agentgym_core.rl.guards import RunStopped
