@@ -305,16 +305,20 @@ class VllmEngineBackend:
                 raise
             self.engine.collective_rpc(FINISH_METHOD)
             self.weights_discarded = False
-            if self.asleep:
-                self.engine.wake_up(tags=["kv_cache"])
-                self.asleep = False
-            # cached blocks hold keys and values of the old weights; vLLM refuses while requests hold blocks
-            if not self.engine.reset_prefix_cache():
-                raise RuntimeError("vLLM did not reset its prefix cache: requests are still running. Load weights "
-                                   "only between rollouts (close every running batch first)")
+            self._ready_after_load()
         seconds = time.perf_counter() - start
         self.weight_syncs.append({"seconds": seconds, "buckets": float(buckets), "bytes": float(total)})
         log.info("vllm: loaded %.1f MB of weights in %d bucket(s) in %.3fs", total / 2**20, buckets, seconds)
+
+    def _ready_after_load(self) -> None:
+        """After new weights or a new adapter (under the lock): the cache awake again and emptied, since its
+        cached blocks hold keys and values of the old weights (vLLM refuses while requests hold blocks)."""
+        if self.asleep:
+            self.engine.wake_up(tags=["kv_cache"])
+            self.asleep = False
+        if not self.engine.reset_prefix_cache():
+            raise RuntimeError("vLLM did not reset its prefix cache: requests are still running. Load weights "
+                               "only between rollouts (close every running batch first)")
 
     def _load_adapter(self, adapters: Mapping[str, Any]) -> None:
         """One adapter version: written in PEFT's format, added to the engine as a new LoRA request that every
@@ -347,12 +351,7 @@ class VllmEngineBackend:
             if not self.engine.add_lora(request):
                 raise RuntimeError(f"vLLM did not add the LoRA adapter at {path}")
             self.lora_request = request
-            if self.asleep:
-                self.engine.wake_up(tags=["kv_cache"])
-                self.asleep = False
-            if not self.engine.reset_prefix_cache():
-                raise RuntimeError("vLLM did not reset its prefix cache: requests are still running. Load weights "
-                                   "only between rollouts (close every running batch first)")
+            self._ready_after_load()
         seconds = time.perf_counter() - start
         self.weight_syncs.append({"seconds": seconds, "buckets": 1.0, "bytes": float(total)})
         log.info("vllm: loaded LoRA adapter v%d (%.1f KB) in %.3fs", version, total / 2**10, seconds)
