@@ -15,8 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from agentgym_core import commands
-from agentgym_core.env import EnvError
-from agentgym_core.plugins import PluginError
+from agentgym_core.commands._report import SETUP_ERRORS, print_setup_error
 
 EPILOG = """\
 examples:
@@ -107,9 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (PluginError, ValueError, FileNotFoundError, EnvError) as exc:
-        # Setup errors (bad names, options, files, an unreachable server) end as one line that says the fix.
-        print(f"agentgym: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    except SETUP_ERRORS as exc:  # one line that says the fix
+        print_setup_error(exc)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
