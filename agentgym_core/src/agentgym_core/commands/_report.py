@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from agentgym_core.env import EnvError
 from agentgym_core.plugins import PluginError
@@ -17,9 +18,19 @@ def under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ
 
 
+RANK_ZERO_GRACE_S = 60.0  # how long another rank leaves rank 0 to say a refusal first
+
+
 def print_setup_error(exc: BaseException | str) -> None:
-    """``agentgym: error: MESSAGE`` on one line of stderr. Under torchrun every rank runs the command on the
-    same recipe and meets the same refusal: rank 0 alone says it (the others still exit non-zero)."""
-    if under_torchrun() and os.environ.get("RANK", "0") != "0":
-        return
-    print(f"agentgym: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    """``agentgym: error: MESSAGE`` on one line of stderr, said once under torchrun.
+
+    There every rank runs the command on the same recipe and meets the same refusal. torchrun stops the
+    other ranks as soon as one exits, so a rank other than 0 waits before it speaks: rank 0 says the
+    error and exits, and torchrun ends the waiting rank. A rank whose error rank 0 did not meet still
+    says it, with its rank, after RANK_ZERO_GRACE_S."""
+    message = " ".join(str(exc).split())
+    rank = os.environ.get("RANK", "0")
+    if under_torchrun() and rank != "0":
+        time.sleep(RANK_ZERO_GRACE_S)
+        message = f"(rank {rank}) {message}"
+    print(f"agentgym: error: {message}", file=sys.stderr)
