@@ -11,6 +11,38 @@ os.environ["AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+MAX_WORKERS = 4  # each worker may hold a few GB (a browser, two ranks, a Ray cluster): more would not fit a laptop
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (the default in pyproject.toml): one pytest-xdist worker per core, at most MAX_WORKERS;
+    `-n 0` runs the suite in one process (for `-s` or `--pdb`)."""
+    return min(_cores(), MAX_WORKERS)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (`--dist loadgroup`)
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test file runs on one worker (its module fixtures are built once), unless its tests name an
+    ``xdist_group``: the files of one group share a worker, one after another. Groups with slow tests run first."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    # Groups holding slow tests first: workers take groups in this order, so the long ones start early instead
+    # of one of them running alone at the end (the sort keeps the order within each part).
+    group = lambda item: item.get_closest_marker("xdist_group").args[0]  # noqa: E731
+    slow = {group(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: group(item) not in slow)
+
+
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    # Workers share the cores: torch's default of one thread per core in every worker (and in the ranks and
+    # commands each test starts, which inherit this) would oversubscribe them.
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.xdist_group("pip_installs")  # pip builds agentgym_core in its tree: one build at a time
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -22,7 +22,7 @@ from conftest import (
 
 from agentgym_core.rl.ray_launcher import RemoteCallError
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one private Ray cluster at a time
 
 
 def _sampling(actor) -> bool:

@@ -19,7 +19,7 @@ from conftest import (
 
 from agentgym_core.rl.ray_launcher import RemoteCallError
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one private Ray cluster at a time
 
 
 def test_two_learner_ranks_and_two_rollout_workers_train_what_one_process_trains(
