@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from agentgym_core import commands
-from agentgym_core.commands._report import SETUP_ERRORS, print_setup_error
+from agentgym_core.commands._report import SETUP_ERRORS, report_setup_error
 
 EPILOG = """\
 examples:
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SETUP_ERRORS as exc:  # one line that says the fix
-        print_setup_error(exc)
+        report_setup_error(exc)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

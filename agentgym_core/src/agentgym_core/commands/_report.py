@@ -21,7 +21,7 @@ def under_torchrun() -> bool:
 RANK_ZERO_GRACE_S = 60.0  # how long another rank leaves rank 0 to say a refusal first
 
 
-def print_setup_error(exc: BaseException | str) -> None:
+def report_setup_error(exc: BaseException | str) -> None:
     """``agentgym: error: MESSAGE`` on one line of stderr, said once under torchrun.
 
     There every rank runs the command on the same recipe and meets the same refusal. torchrun stops the

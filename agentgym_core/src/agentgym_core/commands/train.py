@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from agentgym_core.commands._recipe import add_recipe_arguments, resolve_recipe
-from agentgym_core.commands._report import print_setup_error, under_torchrun
+from agentgym_core.commands._report import report_setup_error, under_torchrun
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     try:  # before torch is imported: a missing or unreadable recipe is reported at once
         kind = recipe_kind(config_path, overrides)
     except ConfigError as exc:
-        print_setup_error(exc)
+        report_setup_error(exc)
         return 2
     if kind != "rl":  # one entry point for every trainer; finetune reads the same arguments
         from agentgym_core.commands import finetune
@@ -97,15 +97,15 @@ def run(args: argparse.Namespace) -> int:
         # The estimator and scheduler must exist and take the recipe's options, even for --print-config.
         config = bind_plugin_options(load_config(config_path, overrides), get_plugin_manager())
     except ConfigError as exc:
-        print_setup_error(exc)
+        report_setup_error(exc)
         return 2
     if config.trainer.launcher == "ray" and importlib.util.find_spec("ray") is None:  # before any phase runs
-        print_setup_error("trainer.launcher=ray needs Ray, which is not installed: pip install './agentgym_core[ray]' "
+        report_setup_error("trainer.launcher=ray needs Ray, which is not installed: pip install './agentgym_core[ray]' "
                           "(or pip install ray), or set trainer.launcher=local")
         return 2
     started = int(os.environ.get("WORLD_SIZE", "1"))
     if under_torchrun() and started != config.trainer.learners:  # before the warm start and the model load
-        print_setup_error(f"torchrun started {started} ranks but trainer.learners={config.trainer.learners}: set "
+        report_setup_error(f"torchrun started {started} ranks but trainer.learners={config.trainer.learners}: set "
                           f"trainer.learners={started}, or start {config.trainer.learners} ranks (--nproc-per-node "
                           "times --nnodes)")
         return 2
