@@ -27,15 +27,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (`--dist loadgroup`)
 def pytest_collection_modifyitems(config, items) -> None:
     """A test file runs on one worker (its module fixtures are built once), unless its tests name an
-    ``xdist_group``: the files of one group share a worker, one after another. Groups with slow tests run first."""
+    ``xdist_group``: the files of one group share a worker, one after another."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-    # Groups holding slow tests first: workers take groups in this order, so the long ones start early instead
-    # of one of them running alone at the end (the sort keeps the order within each part).
-    group = lambda item: item.get_closest_marker("xdist_group").args[0]  # noqa: E731
-    slow = {group(item) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: group(item) not in slow)
 
 
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
