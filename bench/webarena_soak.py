@@ -9,21 +9,20 @@ context count that never exceeds the live instances mean nothing leaks per episo
 
     python bench/webarena_soak.py --episodes 1000 --every 100
 
-The suite's `test_webarena_memory.py` runs a short version of this (60 episodes) with the same
-checks; this script is the long measurement. Results: bench/results/soak_webarena.json.
+The suite's `test_webarena_memory.py` calls `soak()` for a short version (20 + 40 episodes) and
+checks the same figures; this script is the long measurement. Results: bench/results/soak_webarena.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-from common import write_json
 
 from agentgym_core.http.client import HTTPEnv
 from agentgym_core.testing import serve_env
@@ -65,17 +64,10 @@ def open_contexts_and_pages(pool: BrowserPool) -> tuple[int, int]:
     return pool.run(count(), timeout=30)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=1000, help="episodes after the warm-up")
-    parser.add_argument("--warmup", type=int, default=20, help="episodes before the first sample")
-    parser.add_argument("--every", type=int, default=100, help="sample memory every this many episodes")
-    parser.add_argument("--out", default="bench/results/soak_webarena.json")
-    args = parser.parse_args()
-    if args.episodes < args.every or args.every < CLIENTS:
-        parser.error(f"--episodes must be at least --every, and --every at least {CLIENTS}")
-
+def soak(episodes: int, *, warmup: int = 20, every: int = 100) -> dict:
+    """Play ``warmup`` episodes, then ``episodes`` more, sampling memory and open contexts every ``every``."""
     pool = BrowserPool.shared(BrowserConfig())
+    before = open_contexts_and_pages(pool)  # another user of this process's browser may hold instances
     samples, rewards = [], []
     with serve_env(LocalWebArenaEnv, max_instances=8) as url:
         envs = [HTTPEnv(url) for _ in range(CLIENTS)]
@@ -89,7 +81,7 @@ def main() -> None:
                 return sum(workers.map(play, shares), [])
 
         try:
-            play_block(0, args.warmup)
+            play_block(0, warmup)
             start = time.monotonic()
             done = 0
             while True:
@@ -98,32 +90,51 @@ def main() -> None:
                                 "browser_rss_mb": round(pool.browser_rss_bytes() / 2**20, 1),
                                 "contexts": contexts, "pages": pages, "seconds": round(time.monotonic() - start, 1)})
                 print(samples[-1], flush=True)
-                if done >= args.episodes:
+                if done >= episodes:
                     break
-                block = min(args.every, args.episodes - done)
-                rewards += play_block(args.warmup + done, block)
+                block = min(every, episodes - done)
+                rewards += play_block(warmup + done, block)
                 done += block
         finally:
             for env in envs:
                 env.close()
         after_close = open_contexts_and_pages(pool)
-
     first, last = samples[0], samples[-1]
-    result = {
-        "what": "WebArena server soak: episodes through the in-process HTTP server, memory after the warm-up",
-        "command": f"python bench/webarena_soak.py --episodes {args.episodes} --every {args.every}",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load_average_1_5_15": os.getloadavg(),
-        "episodes": args.episodes, "warmup": args.warmup, "clients": CLIENTS,
-        "solved": rewards.count(1.0), "expected_solved": sum(1 for i in range(args.warmup, args.warmup + args.episodes) if i % 2),
-        "samples": samples, "contexts_and_pages_after_close": list(after_close),
+    return {
+        "episodes": episodes, "warmup": warmup, "clients": CLIENTS,
+        "solved": rewards.count(1.0), "expected_solved": sum(1 for i in range(warmup, warmup + episodes) if i % 2),
+        "samples": samples, "contexts_and_pages_before": list(before), "contexts_and_pages_after_close": list(after_close),
         "server_rss_growth_pct": round(100 * (last["server_rss_mb"] / first["server_rss_mb"] - 1), 2),
         "browser_rss_growth_pct": round(100 * (last["browser_rss_mb"] / first["browser_rss_mb"] - 1), 2),
         "minutes": round(last["seconds"] / 60, 2),
     }
-    out = write_json(args.out, result)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=1000, help="episodes after the warm-up")
+    parser.add_argument("--warmup", type=int, default=20, help="episodes before the first sample")
+    parser.add_argument("--every", type=int, default=100, help="sample memory every this many episodes")
+    parser.add_argument("--out", default="bench/results/soak_webarena.json")
+    args = parser.parse_args()
+    if args.episodes < args.every or args.every < CLIENTS:
+        parser.error(f"--episodes must be at least --every, and --every at least {CLIENTS}")
+
+    measured = soak(args.episodes, warmup=args.warmup, every=args.every)
+    result = {
+        "what": "WebArena server soak: episodes through the in-process HTTP server, memory after the warm-up",
+        "command": f"python bench/webarena_soak.py --episodes {args.episodes} --every {args.every}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load_average_1_5_15": os.getloadavg(),
+        **measured,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    first, last = result["samples"][0], result["samples"][-1]
     print(f"server RSS {first['server_rss_mb']} -> {last['server_rss_mb']} MB ({result['server_rss_growth_pct']:+}%), "
           f"browser RSS {first['browser_rss_mb']} -> {last['browser_rss_mb']} MB ({result['browser_rss_growth_pct']:+}%), "
-          f"most contexts open {max(s['contexts'] for s in samples)}, after close {after_close}; "
+          f"most contexts open {max(s['contexts'] for s in result['samples'])}, "
+          f"after close {result['contexts_and_pages_after_close']}; "
           f"{result['solved']}/{result['expected_solved']} forum episodes solved; wrote {out}")
 
 
