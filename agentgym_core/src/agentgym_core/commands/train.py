@@ -101,13 +101,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if config.trainer.launcher == "ray" and importlib.util.find_spec("ray") is None:  # before any phase runs
         report_setup_error("trainer.launcher=ray needs Ray, which is not installed: pip install './agentgym_core[ray]' "
-                          "(or pip install ray), or set trainer.launcher=local")
+                           "(or pip install ray), or set trainer.launcher=local")
         return 2
     started = int(os.environ.get("WORLD_SIZE", "1"))
     if under_torchrun() and started != config.trainer.learners:  # before the warm start and the model load
         report_setup_error(f"torchrun started {started} ranks but trainer.learners={config.trainer.learners}: set "
-                          f"trainer.learners={started}, or start {config.trainer.learners} ranks (--nproc-per-node "
-                          "times --nnodes)")
+                           f"trainer.learners={started}, or start {config.trainer.learners} ranks (--nproc-per-node "
+                           "times --nnodes)")
         return 2
     if args.print_config:  # a recipe that prints must be one that runs: the same env names and options
         check_envs(config, reach_servers=False)
