@@ -57,5 +57,13 @@ def test_a_step_with_no_advantage_is_marked_skipped(tmp_path, pm, tiny_config, c
     step = [x for x in lines if x["kind"] == "train"][-1]
     assert step["skipped_update"] == skipped
     assert step["trained_trajectories"] == (0 if skipped else step["trajectories"])
+    # the reward signal is counted every step, dynamic sampling or not: groups whose env rewards differ
+    groups: dict[int, set[float]] = {}
+    for line in (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines():
+        t = json.loads(line)
+        if not t["failed"]:
+            groups.setdefault(t["task_id"], set()).add(t["outcome_reward"])
+    assert step["sampled_groups"] == len(groups) > 0
+    assert step["mixed_groups"] == sum(len(rewards) > 1 for rewards in groups.values())
     shown = "update=skipped (groups tied)" in capsys.readouterr().err  # the progress bar's postfix
     assert shown is bool(skipped)

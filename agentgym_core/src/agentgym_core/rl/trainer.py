@@ -57,7 +57,7 @@ from agentgym_core.rl.distributed import (
     visible_gpus,
 )
 from agentgym_core.rl.driver import Driver, NullDriver
-from agentgym_core.rl.dynamic_sampling import SignalSampling, mixed_groups_only
+from agentgym_core.rl.dynamic_sampling import SignalSampling, count_mixed_groups, mixed_groups_only
 from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageOutput
 from agentgym_core.rl.guards import WeightSyncProbe, check_env_failures
 from agentgym_core.rl.learner import Learner, ScoredBatch
@@ -335,6 +335,7 @@ def _step_metrics(rollout: RolloutResult, scored: ScoredBatch, adv: AdvantageOut
                   infra_failed: int) -> dict[str, float]:
     """One step's metrics (every rank computes them; the driver logs them)."""
     trajectories = rollout.trajectories
+    mixed, groups = count_mixed_groups(trajectories)  # groups whose env rewards differ: GRPO's reward signal
     return {
         **metric_record(trajectories),
         **update_metrics,
@@ -354,6 +355,8 @@ def _step_metrics(rollout: RolloutResult, scored: ScoredBatch, adv: AdvantageOut
         "time_generation": rollout.generation_seconds,
         "time_env": sum(t.env_seconds for t in trajectories),
         "generation_calls": float(rollout.generation_calls),
+        "mixed_groups": float(mixed),
+        "sampled_groups": float(groups),
         **rollout.metrics,  # sampling rounds; re-runs of failed episodes; per-server throughput, errors
     }
 

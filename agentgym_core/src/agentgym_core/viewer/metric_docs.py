@@ -86,9 +86,13 @@ METRICS: tuple[MetricDoc, ...] = (
     MetricDoc("staleness_max", "Largest such lag this step.", "At most rollout.max_staleness.", ""),
     MetricDoc("sampling_rounds", "Rounds of sampling this step (rollout.dynamic_sampling).", "1 or 2.",
               "Always max_rounds: too few groups are mixed; pick easier or harder tasks."),
-    MetricDoc("mixed_groups", "Groups with both a success and a failure (they carry an advantage).",
-              "At least rollout.dynamic_sampling.min_mixed_groups.", ""),
-    MetricDoc("sampled_groups", "Groups sampled over all of the step's rounds.", "", ""),
+    MetricDoc("mixed_groups", "Groups whose samples' environment rewards differ (a success and a failure, or "
+              "rewards of different size): the groups a group-relative estimator learns the task from. Logged "
+              "every step.", "A good share of sampled_groups; at least rollout.dynamic_sampling.min_mixed_groups "
+              "when that is on.", "A small share: the other groups teach nothing about the task (only "
+              "algorithm.invalid_action_penalty's charges, if on, tell them apart). Use rollout.curriculum, "
+              "rollout.dynamic_sampling or larger groups; the run's summary names a run under a quarter."),
+    MetricDoc("sampled_groups", "Groups sampled this step, over all of its rounds.", "", ""),
     MetricDoc("rollout_worker_restarts", "Ray rollout workers restarted this step.", "0.",
               "Above 0: a worker died (out of memory, a crash); read its Ray log."),
     MetricDoc("rollout_worker_restarts_total", "Ray rollout workers restarted since the run began.", "0.", ""),
