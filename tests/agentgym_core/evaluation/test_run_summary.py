@@ -85,3 +85,42 @@ def test_a_one_task_panel_gives_both_rates_and_no_interval():
     assert summary["paired"] is None
     text = format_summary(summary)
     assert "0/1" in text and "1/1" in text and "95% CI" not in text
+
+
+def _signal_steps(*mixed: int, groups: int = 8) -> list[dict]:
+    return [{"kind": "train", "step": i + 1, "skipped_update": 0.0, "trained_trajectories": 32.0,
+             "mixed_groups": float(m), "sampled_groups": float(groups)} for i, m in enumerate(mixed)]
+
+
+def test_a_run_with_little_reward_signal_says_how_little():
+    # The main job's steps of 2026-11-28: 1, 0 and 2 of 8 groups had a success and a failure.
+    sft, rl = _eval([1] * 8 + [0] * 32, 0.11), _eval([1] * 9 + [0] * 31, 0.09)
+    summary = summarize_run({"eval_sft": sft, "eval_after": rl}, _signal_steps(1, 0, 2))
+    assert (summary["updates"]["mixed_groups"], summary["updates"]["sampled_groups"]) == (3, 24)
+    (warning,) = summary["warnings"]
+    assert warning.startswith("only 3 of 24 groups had differing rewards")
+    text = format_summary(summary)
+    assert "reward signal: 3 of 24 groups had differing rewards" in text
+    assert text.splitlines()[-1] == f"warning: {warning}"
+
+
+def test_enough_signal_a_real_gain_or_an_old_log_gives_no_signal_warning():
+    sft, flat = _eval([1] * 8 + [0] * 32, 0.11), _eval([1] * 8 + [0] * 32, 0.11)
+    assert summarize_run({"eval_sft": sft, "eval_after": flat}, _signal_steps(2, 2, 2))["warnings"] == []  # 6 of 24
+    gain = _eval([1] * 8 + [1] * 10 + [0] * 22, 0.10)
+    assert summarize_run({"eval_sft": sft, "eval_after": gain}, _signal_steps(0, 1))["warnings"] == []
+    old = summarize_run({"eval_sft": sft, "eval_after": flat}, _steps(False, False))  # logged before the count
+    assert "sampled_groups" not in old["updates"] and old["warnings"] == []
+    assert "reward signal" not in format_summary(old)
+
+
+def test_a_fall_in_success_is_named_even_when_actions_stay_valid():
+    # The bf16 main job of 2026-11-28: 8/40 -> 2/40 (0 gained, 6 lost) while invalid actions went to 0%:
+    # the policy learned to turn in place, which BabyAI never refuses.
+    sft, rl = _eval([1] * 8 + [0] * 32, 0.112), _eval([1, 1] + [0] * 38, 0.0)
+    summary = summarize_run({"eval_sft": sft, "eval_after": rl}, _signal_steps(1, 1, 2, 0, 1, 2, 2, 1))
+    fell, little = summary["warnings"]
+    assert fell.startswith("held-out success fell below the SFT's (-15.0 points, 95% CI [-26.7, -3.3]; 6 tasks lost")
+    assert little.startswith("only 10 of 64 groups had differing rewards")
+    flat = summarize_run({"eval_sft": sft, "eval_after": _eval([1] * 7 + [0] * 33, 0.1)}, _steps(False))
+    assert flat["warnings"] == []  # one task lost: inside the noise, nothing to name

@@ -8,11 +8,15 @@ with the one after RL, on the same tasks:
   and McNemar's exact test on the tasks that flipped, which stays valid where few tasks flip and the t
   interval is shaky;
 * the invalid-action rate at both ends (the share of turns whose action the environment refused);
-* how many RL steps updated the policy (a step whose groups all tied trains nothing).
+* how many RL steps updated the policy (a step whose groups all tied trains nothing), and how many of
+  the sampled groups had differing environment rewards: the groups GRPO-style estimators learn the
+  task from (the others can still differ in ``algorithm.invalid_action_penalty``'s charges).
 
-It names what should not pass unnoticed in ``warnings``: the invalid-action rate rising by more than
-:data:`INVALID_RISE` while success did not rise (its interval does not exclude zero), and a run in which
-no step updated the policy. :func:`format_summary` prints it; ``agentgym train`` writes it to
+It names what should not pass unnoticed in ``warnings``: held-out success falling (its interval below
+zero), the invalid-action rate rising by more than :data:`INVALID_RISE` while success did not rise (its
+interval does not exclude zero), a run in which
+no step updated the policy, and a run in which fewer than :data:`LOW_SIGNAL` of the groups had differing
+rewards. :func:`format_summary` prints it; ``agentgym train`` writes it to
 ``summary.json`` in the run directory.
 """
 
@@ -23,9 +27,10 @@ from typing import Any
 
 from agentgym_core.evaluation.paired import paired_difference
 
-__all__ = ["INVALID_RISE", "format_summary", "summarize_run"]
+__all__ = ["INVALID_RISE", "LOW_SIGNAL", "format_summary", "summarize_run"]
 
 INVALID_RISE = 0.05  # a rise of the invalid-action rate past 5 points is named, unless success rose with it
+LOW_SIGNAL = 0.25  # a run whose groups' rewards differed in fewer than a quarter of them is named
 
 
 def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
@@ -34,7 +39,9 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
     Returns ``start`` ("sft" or "before"), ``tasks``, ``success`` and ``invalid_action_rate`` (each
     ``{start: rate, "after": rate}``, None where not measured), ``paired`` (the paired change with
     ``ci95``, ``interval`` naming its method and ``mcnemar_p``; None unless both ends share 2+ tasks),
-    ``updates`` (``steps``, ``updated``: steps whose update ran, ``trained_trajectories``) and ``warnings``.
+    ``updates`` (``steps``, ``updated``: steps whose update ran, ``trained_trajectories``, and
+    ``mixed_groups`` of ``sampled_groups``: groups whose rewards differed, where the log counts them) and
+    ``warnings``.
     """
     start = "sft" if results.get("eval_sft") else "before"
     first = results.get("eval_sft") or results.get("eval_before") or {}
@@ -57,9 +64,13 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
 
 def _updates(train_log: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     by_step = {int(row["step"]): row for row in train_log if row.get("kind", "train") == "train" and "step" in row}
-    return {"steps": len(by_step),  # a step logged twice (killed, then resumed) counts once: its last row
-            "updated": sum(1 for row in by_step.values() if not row.get("skipped_update", 0.0)),
-            "trained_trajectories": int(sum(row.get("trained_trajectories", 0.0) for row in by_step.values()))}
+    updates = {"steps": len(by_step),  # a step logged twice (killed, then resumed) counts once: its last row
+               "updated": sum(1 for row in by_step.values() if not row.get("skipped_update", 0.0)),
+               "trained_trajectories": int(sum(row.get("trained_trajectories", 0.0) for row in by_step.values()))}
+    if by_step and all("sampled_groups" in row for row in by_step.values()):  # logs before the count have none
+        for key in ("mixed_groups", "sampled_groups"):
+            updates[key] = int(sum(row[key] for row in by_step.values()))
+    return updates
 
 
 def _warnings(summary: dict[str, Any]) -> list[str]:
@@ -68,6 +79,11 @@ def _warnings(summary: dict[str, Any]) -> list[str]:
     before, after = summary["invalid_action_rate"][start], summary["invalid_action_rate"]["after"]
     paired = summary["paired"]
     success_rose = paired is not None and paired["ci95"][0] > 0
+    if paired is not None and paired["ci95"][1] < 0:
+        name = "SFT" if start == "sft" else "start"
+        warnings.append(f"held-out success fell below the {name}'s ({_points(paired['diff'])}, 95% CI "
+                        f"{_interval(paired['ci95'])}; {paired['lost']} tasks lost, {paired['gained']} gained): "
+                        f"the {name} checkpoint is the better policy (checkpoints/ keeps the RL steps')")
     if before is not None and after is not None and after - before > INVALID_RISE and not success_rose:
         change = f" (success {_points(paired['diff'])}, 95% CI {_interval(paired['ci95'])})" if paired else ""
         warnings.append(f"the invalid-action rate rose from {100 * before:.1f}% to {100 * after:.1f}% while "
@@ -77,6 +93,11 @@ def _warnings(summary: dict[str, Any]) -> list[str]:
     if updates["steps"] and not updates["updated"]:
         warnings.append(f"no RL step updated the policy: in all {updates['steps']} steps every group's rewards "
                         "tied (more tasks per step, larger groups or partial credit give groups a signal)")
+    elif (updates.get("sampled_groups") and updates["mixed_groups"] < LOW_SIGNAL * updates["sampled_groups"]
+          and not success_rose):
+        warnings.append(f"only {updates['mixed_groups']} of {updates['sampled_groups']} groups had differing rewards: "
+                        "RL had little to learn the task from (rollout.curriculum, rollout.dynamic_sampling or "
+                        "larger groups put more tasks of middle difficulty in a step)")
     return warnings
 
 
@@ -103,6 +124,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     if updates["steps"]:
         lines.append(f"  RL updates: {updates['updated']} of {updates['steps']} steps updated the policy "
                      f"({updates['trained_trajectories']} episodes trained; a step whose groups all tie trains none)")
+        if "sampled_groups" in updates:
+            lines.append(f"  reward signal: {updates['mixed_groups']} of {updates['sampled_groups']} groups had "
+                         "differing rewards (the rest tied on the task: all solved or all failed)")
     lines += [f"warning: {w}" for w in summary["warnings"]]
     return "\n".join(lines)
 
