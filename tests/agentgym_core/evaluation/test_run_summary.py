@@ -120,7 +120,8 @@ def test_a_fall_in_success_is_named_even_when_actions_stay_valid():
     sft, rl = _eval([1] * 8 + [0] * 32, 0.112), _eval([1, 1] + [0] * 38, 0.0)
     summary = summarize_run({"eval_sft": sft, "eval_after": rl}, _signal_steps(1, 1, 2, 0, 1, 2, 2, 1))
     fell, little = summary["warnings"]
-    assert fell.startswith("held-out success fell below the SFT's (-15.0 points, 95% CI [-26.7, -3.3]; 6 tasks lost")
+    assert fell.startswith("held-out success fell (-15.0 points, 95% CI [-26.7, -3.3]; 6 tasks lost, 0 gained): "
+                           "RL left the policy worse than it was after SFT")
     assert little.startswith("only 10 of 64 groups had differing rewards")
     flat = summarize_run({"eval_sft": sft, "eval_after": _eval([1] * 7 + [0] * 33, 0.1)}, _steps(False))
     assert flat["warnings"] == []  # one task lost: inside the noise, nothing to name

@@ -80,10 +80,10 @@ def _warnings(summary: dict[str, Any]) -> list[str]:
     paired = summary["paired"]
     success_rose = paired is not None and paired["ci95"][0] > 0
     if paired is not None and paired["ci95"][1] < 0:
-        name = "SFT" if start == "sft" else "start"
-        warnings.append(f"held-out success fell below the {name}'s ({_points(paired['diff'])}, 95% CI "
-                        f"{_interval(paired['ci95'])}; {paired['lost']} tasks lost, {paired['gained']} gained): "
-                        f"the {name} checkpoint is the better policy (checkpoints/ keeps the RL steps')")
+        name = "after SFT" if start == "sft" else "before RL"
+        warnings.append(f"held-out success fell ({_points(paired['diff'])}, 95% CI {_interval(paired['ci95'])}; "
+                        f"{paired['lost']} tasks lost, {paired['gained']} gained): RL left the policy worse than it "
+                        f"was {name}; the metrics' mixed_groups and the trajectories show what it learned instead")
     if before is not None and after is not None and after - before > INVALID_RISE and not success_rose:
         change = f" (success {_points(paired['diff'])}, 95% CI {_interval(paired['ci95'])})" if paired else ""
         warnings.append(f"the invalid-action rate rose from {100 * before:.1f}% to {100 * after:.1f}% while "
