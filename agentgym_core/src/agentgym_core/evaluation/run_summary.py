@@ -14,10 +14,9 @@ with the one after RL, on the same tasks:
 
 It names what should not pass unnoticed in ``warnings``: held-out success falling (its interval below
 zero), the invalid-action rate rising by more than :data:`INVALID_RISE` while success did not rise (its
-interval does not exclude zero), a run in which
-no step updated the policy, and a run in which fewer than :data:`LOW_SIGNAL` of the groups had differing
-rewards. :func:`format_summary` prints it; ``agentgym train`` writes it to
-``summary.json`` in the run directory.
+interval does not exclude zero), a run in which no step updated the policy, and a run in which fewer
+than :data:`LOW_SIGNAL` of the groups had differing rewards. :func:`format_summary` prints it;
+``agentgym train`` writes it to ``summary.json`` in the run directory.
 """
 
 from __future__ import annotations
