@@ -27,6 +27,8 @@ from pathlib import Path
 from common import write_json
 
 from agentgym_core.evaluation.paired import paired_difference
+from agentgym_core.rl.dynamic_sampling import count_mixed_groups
+from agentgym_core.rollout.trajectory import Trajectory
 
 STEP_KEYS = ("horizon", "success", "invalid_action_rate", "trained_trajectories", "time_step", "time_rollout",
              "update_seconds")
@@ -40,18 +42,16 @@ def action_kind(reply: str) -> str:
 
 
 def step_groups(path: Path) -> dict[str, object]:
-    """Group and action counts of one step's trajectories file."""
-    rewards: dict[int, set[float]] = defaultdict(set)
-    successes: dict[int, set[bool]] = defaultdict(set)
+    """Group and action counts of one step's trajectories file (``mixed_groups`` as the trainer logs it)."""
+    trajectories = [Trajectory.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    mixed, sampled = count_mixed_groups(trajectories)
+    successes: dict[tuple[str, int], set[bool]] = defaultdict(set)
     actions: Counter[str] = Counter()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        t = json.loads(line)
-        if t["failed"]:
-            continue
-        rewards[t["task_id"]].add(t["outcome_reward"])
-        successes[t["task_id"]].add(bool(t["success"]))
-        actions.update(action_kind(m["content"]) for m in t["messages"] if m["role"] == "assistant")
-    return {"sampled_groups": len(rewards), "mixed_groups": sum(len(r) > 1 for r in rewards.values()),
+    for t in trajectories:
+        if not t.failed:  # the environment broke it, not the policy
+            successes[(t.env, t.task_id)].add(t.success)
+            actions.update(action_kind(m["content"]) for m in t.messages if m["role"] == "assistant")
+    return {"sampled_groups": sampled, "mixed_groups": mixed,
             "success_mixed_groups": sum(len(s) > 1 for s in successes.values()),
             "action_mix": dict(actions.most_common())}
 

@@ -30,7 +30,8 @@ def _trajectory(task: int, success: bool, reward: float, actions: list[str], fai
     messages = [{"role": "user", "content": "obs"}]
     for a in actions:
         messages += [{"role": "assistant", "content": f"Thought: ...\nAction: {a}"}, {"role": "user", "content": "obs"}]
-    return {"task_id": task, "success": success, "outcome_reward": reward, "failed": failed, "messages": messages}
+    return {"env": "babyai", "task_id": task, "success": success, "outcome_reward": reward, "failed": failed,
+            "messages": messages}
 
 
 def test_the_run_peak_is_the_largest_phase_peak_not_the_last(record, tmp_path):
