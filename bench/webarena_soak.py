@@ -16,13 +16,14 @@ checks the same figures; this script is the long measurement. Results: bench/res
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from common import write_json
 
 from agentgym_core.http.client import HTTPEnv
 from agentgym_core.testing import serve_env
@@ -127,9 +128,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load_average_1_5_15": os.getloadavg(),
         **measured,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_json(args.out, result)
     first, last = result["samples"][0], result["samples"][-1]
     print(f"server RSS {first['server_rss_mb']} -> {last['server_rss_mb']} MB ({result['server_rss_growth_pct']:+}%), "
           f"browser RSS {first['browser_rss_mb']} -> {last['browser_rss_mb']} MB ({result['browser_rss_growth_pct']:+}%), "

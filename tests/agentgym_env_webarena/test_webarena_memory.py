@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 SOAK = Path(__file__).parents[2] / "bench" / "webarena_soak.py"
 
 
-def test_episodes_keep_browser_contexts_bounded_and_memory_flat():
+def test_episodes_keep_browser_contexts_bounded_and_memory_flat(monkeypatch):
+    monkeypatch.syspath_prepend(str(SOAK.parent))  # the script imports bench/common.py
     spec = importlib.util.spec_from_file_location("webarena_soak", SOAK)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
