@@ -129,6 +129,26 @@ class TaskCatalog(BaseModel):
         """Task id -> category name (tasks without a category are absent)."""
         return {task: name for name, tasks in self.categories.items() for task in tasks}
 
+    def in_categories(self, task_ids: list[int], names: list[str], *, what: str = "tasks") -> list[int]:
+        """The ids of ``task_ids`` whose category is one of ``names``, in their order.
+
+        Raises :class:`InvalidTaskError` naming what to fix: a name the catalog does not offer (with the
+        closest one), a catalog without categories, or a choice that leaves none of ``what``.
+        """
+        if not self.categories:
+            raise InvalidTaskError("this environment's catalog has no categories to choose from; drop categories")
+        unknown = [name for name in names if name not in self.categories]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], list(self.categories), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidTaskError(f"unknown category {unknown[0]!r}{hint}; this environment offers "
+                                   f"{', '.join(self.categories)}")
+        wanted = {task for name in names for task in self.categories[name]}
+        kept = [task for task in task_ids if task in wanted]
+        if not kept:
+            raise InvalidTaskError(f"none of the {len(task_ids)} {what} is in categories {', '.join(names)}")
+        return kept
+
     def sizes(self) -> dict[str, int]:
         return {name: len(ids) for name, ids in self.splits.items()}
 

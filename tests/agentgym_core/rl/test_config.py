@@ -42,6 +42,14 @@ def test_invalid_values_name_the_key():
         load_config(None, ["trainer.steps"])
 
 
+def test_env_categories_must_be_a_non_empty_list_without_repeats():
+    assert load_config(None, ["envs=[{name: x, categories: [a, b]}]"]).envs[0].categories == ["a", "b"]
+    with pytest.raises(ConfigError, match="categories is empty"):
+        load_config(None, ["envs=[{name: x, categories: []}]"])
+    with pytest.raises(ConfigError, match="categories lists 'a' more than once"):
+        load_config(None, ["envs=[{name: x, categories: [a, b, a]}]"])
+
+
 def test_resolved_config_round_trips(tmp_path):
     config = load_config(None, ["envs=[{name: x}]", "algorithm.clip_high=0.28"])
     save_config(config, tmp_path / "config.yaml")

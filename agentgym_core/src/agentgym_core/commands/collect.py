@@ -16,6 +16,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--env", required=True, help="environment name (see `agentgym envs`)")
     parser.add_argument("--policy", default="expert", help="'expert', or a model: named model, .gguf file or HF dir")
     parser.add_argument("--split", default="train", help="task split")
+    parser.add_argument("--category", action="append", default=None, metavar="NAME", dest="categories",
+                        help="only tasks of this catalog category (a BabyAI level, a TextCraft depth); repeatable")
     parser.add_argument("--n", type=int, default=100, help="number of tasks")
     parser.add_argument("--offset", type=int, default=0, help="skip this many tasks of the split first")
     parser.add_argument("--shuffle", action="store_true", help="seeded random task order instead of split order")
@@ -44,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     import yaml
     from pydantic import ValidationError
 
+    from agentgym_core.env import InvalidTaskError
     from agentgym_core.finetune.collect import collect
     from agentgym_core.finetune.config import CollectConfig
     from agentgym_core.finetune.experts import NoExpertError
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         kwargs[key] = yaml.safe_load(value)
     try:
         config = CollectConfig(
-            env=args.env, policy=args.policy, split=args.split, n=args.n, offset=args.offset, shuffle=args.shuffle,
+            env=args.env, policy=args.policy, split=args.split, categories=args.categories, n=args.n, offset=args.offset, shuffle=args.shuffle,
             samples=args.samples, out=args.out, env_url=args.env_url, env_kwargs=kwargs, tokenizer=args.tokenizer,
             max_turns=args.max_turns, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
             num_envs=args.num_envs, device=args.device, threads=args.threads, seed=args.seed,
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         result = collect(config)
-    except NoExpertError as exc:
+    except (NoExpertError, InvalidTaskError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {result.trajectories} trajectories to {result.path}: {result.successes} successful "

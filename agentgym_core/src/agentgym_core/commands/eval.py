@@ -43,6 +43,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--request-timeout", dest="request_timeout_s", type=float, default=None,
                         help="limit in seconds on one API request (--backend openai)")
     parser.add_argument("--split", default="test", help="task split")
+    parser.add_argument("--category", action="append", default=None, metavar="NAME", dest="categories",
+                        help="only tasks of this catalog category (a BabyAI level, a TextCraft depth); repeatable")
     parser.add_argument("--limit", type=int, default=None,
                         help="only N tasks, taken round-robin across the split's categories")
     parser.add_argument("--env-kwargs", dest="env_options", type=json_object, default=None,

@@ -67,11 +67,26 @@ def check_envs(config, *, reach_servers: bool = True) -> None:
             client = EnvClient(env.url, timeout=10.0, retries=1)
             try:
                 client.health()
+                if env.categories:
+                    _check_categories(client.tasks(), env, index)
             finally:
                 client.close()
         else:
-            check_env_options(get_plugin_manager().env_class(env.name), env.env_kwargs,
-                              where=f"envs[{index}].env_kwargs")
+            env_class = get_plugin_manager().env_class(env.name)
+            check_env_options(env_class, env.env_kwargs, where=f"envs[{index}].env_kwargs")
+            if env.categories:
+                _check_categories(env_class.tasks(), env, index)
+
+
+def _check_categories(catalog, env, index: int) -> None:
+    """``envs[i].categories`` name categories of the catalog that hold tasks of both splits; else a ValueError."""
+    from agentgym_core.env import InvalidTaskError
+
+    try:
+        for split in (env.train_split, env.test_split):
+            catalog.in_categories(catalog.split(split), env.categories, what=f"{split} tasks")
+    except InvalidTaskError as exc:
+        raise ValueError(f"envs[{index}].categories: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,16 @@ from typing import Any
 
 from agentgym_core.rollout.backend import SamplingParams
 
-__all__ = ["describe_panel", "evaluation_conditions", "evaluation_panel", "panel_hash", "panel_record", "panel_tasks"]
+__all__ = ["describe_panel", "evaluation_conditions", "evaluation_panel", "held_out_order", "panel_hash", "panel_record",
+           "panel_tasks"]
+
+
+def held_out_order(catalog: Any, split: str, categories: Sequence[str] | None = None) -> list[int]:
+    """Every task of ``split`` in :meth:`agentgym_core.env.TaskCatalog.spread` order (round-robin across its
+    categories), only those of ``categories`` when given: the order a panel of the first N is taken from, by
+    the trainer and by ``agentgym eval`` alike."""
+    ordered = catalog.spread(split, len(catalog.split(split)))
+    return catalog.in_categories(ordered, list(categories), what=f"{split} tasks") if categories else ordered
 
 
 def panel_tasks(spread: Sequence[int], n: int | None) -> list[int]:

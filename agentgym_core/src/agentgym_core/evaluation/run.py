@@ -33,6 +33,7 @@ from agentgym_core.evaluation.held_out import play
 from agentgym_core.evaluation.panel import (
     describe_panel,
     evaluation_conditions,
+    held_out_order,
     panel_hash,
     panel_record,
     panel_tasks,
@@ -49,7 +50,7 @@ from agentgym_core.rollout.trajectory import Trajectory
 __all__ = ["EvalConfig", "EvalInterrupted", "EvalResults", "GroupMetrics", "evaluate", "summarize"]
 
 # Settings that change what an evaluation measures: a resumed run must have the same.
-_RUN_DEFINING = ("env", "model", "backend", "backend_options", "base_url", "split", "limit", "env_options", "action_format", "n_samples", "temperature",
+_RUN_DEFINING = ("env", "model", "backend", "backend_options", "base_url", "split", "categories", "limit", "env_options", "action_format", "n_samples", "temperature",
                  "top_p", "max_new_tokens", "max_rounds", "max_total_tokens", "seed")
 
 
@@ -80,6 +81,8 @@ class EvalConfig(BaseModel):
         default=None, gt=0, description="Limit on one API request (backend 'openai'; default: the backend's).",
     )
     split: str = Field(default="test", description="Task split to evaluate on.")
+    categories: list[str] | None = Field(
+        default=None, description="Only tasks of these catalog categories (BabyAI levels, TextCraft depths, ...).")
     limit: int | None = Field(
         default=None, ge=1, description="Evaluate N tasks of the split, taken round-robin across its categories."
     )
@@ -224,7 +227,7 @@ def evaluate(
         finally:
             probe.close()
     # The split round-robin across categories (as the trainer orders its held-out tasks), then the panel of it.
-    task_ids = panel_tasks(catalog.spread(config.split, len(catalog.split(config.split))), config.limit)
+    task_ids = panel_tasks(held_out_order(catalog, config.split, config.categories), config.limit)
     categories = catalog.category_index()
     episodes = [
         EpisodeSpec(task_id=t, sample_index=s, category=categories.get(t), seed=None, env=config.env)

@@ -142,7 +142,10 @@ def collect(
             catalog = probe.tasks()
         finally:
             probe.close()
-    tasks = select_tasks(catalog.split(config.split), config.n, offset=config.offset, shuffle=config.shuffle,
+    split = catalog.split(config.split)
+    if config.categories:
+        split = catalog.in_categories(split, config.categories, what=f"{config.split} tasks")
+    tasks = select_tasks(split, config.n, offset=config.offset, shuffle=config.shuffle,
                          seed=config.seed)
     categories = catalog.category_index()
     out = Path(config.out or f"runs/collect-{config.env}-{datetime.now():%Y%m%d-%H%M%S}/trajectories.jsonl")

@@ -92,6 +92,8 @@ class CollectConfig(_Section):
     policy: str = Field("expert", description="'expert' (the env's expert policy) or a model: name, .gguf or HF dir.")
     split: str = Field("train", description="Task split to draw tasks from.")
     n: int = Field(100, ge=1, description="Number of tasks.")
+    categories: list[str] | None = Field(
+        None, description="Only tasks of these catalog categories (BabyAI levels, TextCraft depths, ...).")
     offset: int = Field(0, ge=0, description="Skip the first tasks of the split (after shuffling).")
     shuffle: bool = Field(False, description="Draw tasks in a seeded random order instead of the split's order.")
     samples: int = Field(1, ge=1, description="Trajectories per task (model policy).")

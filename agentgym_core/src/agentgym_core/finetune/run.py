@@ -104,7 +104,8 @@ def _collect_expert_demos(train_config: Any, out: Path, plugin_manager: PluginMa
         raise ValueError(f"warm_start.expert.env={demos.env!r} is not one of the recipe's envs")
     partial = out.with_suffix(".partial.jsonl")
     partial.unlink(missing_ok=True)
-    collect(CollectConfig(env=env.name, policy="expert", split=env.train_split, n=demos.n, shuffle=True,
+    collect(CollectConfig(env=env.name, policy="expert", split=env.train_split, categories=env.categories,
+                          n=demos.n, shuffle=True,
                           seed=train_config.trainer.seed, max_turns=demos.max_turns, workers=demos.workers,
                           env_url=(env.server_urls or [None])[0],  # the expert plays one episode at a time
                           env_kwargs=env.env_kwargs, out=str(partial)),

@@ -177,6 +177,9 @@ class EnvConfig(_Section):
     test_split: str = Field("test", description="Catalog split used for evaluation.")
     train_tasks: list[int] | None = Field(None, description="Restrict training to these task ids.")
     test_tasks: list[int] | None = Field(None, description="Restrict evaluation to these task ids.")
+    categories: list[str] | None = Field(
+        None, description="Only these categories of the env's catalog (BabyAI levels, TextCraft depths, ...): "
+        "training, evaluation and the warm start's expert demos draw their tasks from them.")
     max_concurrency: int = Field(16, ge=1, description="Most live episodes of this environment at once (over all "
                                  "its servers).")
 
@@ -193,6 +196,17 @@ class EnvConfig(_Section):
             repeated = sorted({u for u in stripped if stripped.count(u) > 1})
             if repeated:
                 raise ValueError(f"envs entry {self.name!r}: urls lists {repeated[0]} more than once; each server once")
+        return self
+
+    @model_validator(mode="after")
+    def _categories_listed_once(self) -> EnvConfig:
+        if self.categories is not None:
+            if not self.categories:
+                raise ValueError(f"envs entry {self.name!r}: categories is empty; list at least one, or drop the key "
+                                 "to use every category")
+            repeated = sorted({c for c in self.categories if self.categories.count(c) > 1})
+            if repeated:
+                raise ValueError(f"envs entry {self.name!r}: categories lists {repeated[0]!r} more than once")
         return self
 
     @model_validator(mode="after")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym_core.evaluation.held_out import PanelShare, panel_results, play_panel_share
-from agentgym_core.evaluation.panel import evaluation_conditions
+from agentgym_core.evaluation.panel import evaluation_conditions, held_out_order
 from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
 from agentgym_core.rl.config import EnvConfig, TrainConfig
@@ -94,8 +94,10 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float =
             catalog = pool.check()
             train = cfg.train_tasks if cfg.train_tasks is not None else catalog.split(cfg.train_split)
             # Round-robin over categories; evaluation.panel.panel_tasks takes the panel from it.
-            test = cfg.test_tasks if cfg.test_tasks is not None else catalog.spread(
-                cfg.test_split, len(catalog.split(cfg.test_split)))
+            test = cfg.test_tasks if cfg.test_tasks is not None else held_out_order(catalog, cfg.test_split)
+            if cfg.categories is not None:
+                train = catalog.in_categories(list(train), cfg.categories, what=f"{cfg.name} training tasks")
+                test = catalog.in_categories(list(test), cfg.categories, what=f"{cfg.name} held-out tasks")
             handles.append(EnvHandle(cfg, pool, list(train), list(test), catalog.category_index(), env_class))
         yield handles
 

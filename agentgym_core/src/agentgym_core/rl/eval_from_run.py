@@ -59,7 +59,7 @@ def eval_config_from_run(source: str | Path, *, env: str | None = None, override
     options = {k: v for k, v in config.rollout.backend_options.items() if k != "model"}
     settings: dict[str, Any] = dict(
         env=chosen.name, model=model, backend=config.rollout.backend, backend_options=options,
-        split=chosen.test_split, limit=config.trainer.eval_tasks, env_options=dict(chosen.env_kwargs),
+        split=chosen.test_split, categories=chosen.categories, limit=config.trainer.eval_tasks, env_options=dict(chosen.env_kwargs),
         action_format=chosen.action_format, n_samples=1, temperature=sampling.temperature, top_p=sampling.top_p,
         max_new_tokens=sampling.max_new_tokens,
         max_rounds=final_horizon_of(config, plugin_manager or get_plugin_manager()),
