@@ -271,8 +271,8 @@ def test_the_main_job_announces_its_phases():
 
     recipe = Path(__file__).parents[3] / "examples" / "babyai_grpo_cpu.yaml"
     text = plan_text(load_config(recipe))
-    assert "1/5 expert demonstrations: 400 episodes" in text
+    assert "1/5 expert demonstrations: 260 episodes" in text
     assert "base model" not in text  # warm_start.eval_base is off in the main recipe
-    assert text.strip().endswith("5/5 held-out evaluation after RL: 40 tasks")
+    assert text.strip().endswith("5/5 held-out evaluation after RL: 50 tasks")
     with_base = plan_text(load_config(recipe, ["warm_start.eval_base=true"]))
     assert "2/6 held-out evaluation of the base model: 40 tasks" in with_base
