@@ -82,6 +82,7 @@ def _points(x: float) -> str:
 # (JSON, which comparison, how the results page writes success at both ends)
 RESULTS_PAGE_ROWS = [
     ("learn_main_job.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_main_job_all_levels.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_babyai.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_babyai_fixed.json", "fixed: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_babyai_vs_fixed.json", "fixed vs scaling_inter", "{b}/{n} vs {a}/{n}"),
