@@ -275,4 +275,4 @@ def test_the_main_job_announces_its_phases():
     assert "base model" not in text  # warm_start.eval_base is off in the main recipe
     assert text.strip().endswith("5/5 held-out evaluation after RL: 50 tasks")
     with_base = plan_text(load_config(recipe, ["warm_start.eval_base=true"]))
-    assert "2/6 held-out evaluation of the base model: 40 tasks" in with_base
+    assert "2/6 held-out evaluation of the base model: 50 tasks" in with_base
