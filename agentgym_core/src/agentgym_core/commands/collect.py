@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         kwargs[key] = yaml.safe_load(value)
     try:
         config = CollectConfig(
-            env=args.env, policy=args.policy, split=args.split, categories=args.categories, n=args.n, offset=args.offset, shuffle=args.shuffle,
+            env=args.env, policy=args.policy, split=args.split, categories=args.categories, n=args.n,
+            offset=args.offset, shuffle=args.shuffle,
             samples=args.samples, out=args.out, env_url=args.env_url, env_kwargs=kwargs, tokenizer=args.tokenizer,
             max_turns=args.max_turns, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
             num_envs=args.num_envs, device=args.device, threads=args.threads, seed=args.seed,
