@@ -118,3 +118,82 @@ def test_agentgym_eval_reports_the_rate_beside_success(tmp_path):
     header, _, *rows = render_table(results).splitlines()
     assert header.split()[3:7] == ["success", "Avg@1", "success", "Pass@1"] and "invalid actions" in header
     assert rows[-1].split()[:6] == ["ALL", "2", "2", "0.0%", "0.0%", "100.0%"]
+
+
+def test_budget_policies_keep_episodes_ended_at_a_refused_action_as_failures():
+    from agentgym_core.rl.batch import apply_truncation_policy
+
+    refused = _traj([False, True]).model_copy(update={"truncated": True, "truncation_reason": "invalid_action"})
+    cut = _traj([False, False]).model_copy(update={"truncated": True, "truncation_reason": "max_turns"})
+    assert apply_truncation_policy([refused, cut], "drop") == [refused]
+    priced = apply_truncation_policy([refused, cut], -0.5)
+    assert priced[0] is refused and priced[0].turns[-1].reward == 0.0
+    assert priced[1].turns[-1].reward == -0.5
+
+
+class _RefuseThenSearch:
+    """A scripted chat player: a refused reply (``Action: dance``) on turn ``refuse_on``, binary search otherwise."""
+
+    name = "refuse-then-search"
+
+    def __init__(self, refuse_on: int) -> None:
+        self.refuse_on = refuse_on
+
+    def chat(self, messages, params):
+        from agentgym_core.rollout.text_engine import ChatReply
+
+        low, high, turn = 1, 100, 0
+        for reply, answer in zip(messages[2::2], messages[3::2], strict=False):
+            turn += 1
+            if "guess" not in reply["content"]:
+                continue
+            guess_n = int(reply["content"].split()[-1])
+            if "higher" in answer["content"]:
+                low = guess_n + 1
+            elif "lower" in answer["content"]:
+                high = guess_n - 1
+        action = "dance" if turn == self.refuse_on else f"guess {(low + high) // 2}"
+        return ChatReply(text=f"Thought: go.\nAction: {action}", finish_reason="eos", prompt_tokens=10,
+                         completion_tokens=5)
+
+
+@pytest.mark.parametrize("end_on_invalid", [False, True])
+def test_the_text_engine_ends_an_episode_at_its_first_refused_action_when_asked(end_on_invalid):
+    from agentgym_core.rollout import EngineConfig, EpisodeSpec, SamplingParams
+    from agentgym_core.rollout.text_engine import TextRolloutEngine
+
+    config = EngineConfig(sampling=SamplingParams(max_new_tokens=16), max_turns=10, step_timeout_s=10.0,
+                          end_on_invalid_action=end_on_invalid)
+    with TextRolloutEngine(_RefuseThenSearch(refuse_on=1), guess.GuessEnv, num_envs=2, config=config) as engine:
+        trajs = engine.run([EpisodeSpec(task_id=t) for t in (3, 17)])
+    for traj in trajs:
+        flags = [turn.invalid_action for turn in traj.turns]
+        assert flags[:2] == [False, True]  # one valid guess, then the refused reply
+        if end_on_invalid:
+            assert len(traj.turns) == 2 and traj.truncation_reason == "invalid_action" and not traj.success
+        else:  # the episode plays on past the refusal, and binary search finds the number
+            assert len(traj.turns) > 2 and traj.success
+
+
+def test_the_token_engine_ends_an_episode_at_its_first_refused_action_when_asked():
+    """The tiny random model's replies are mostly not ``guess N``: every episode stops at its first one."""
+    from agentgym_backend_transformers import TransformersBackend
+    from agentgym_core.rollout import EngineConfig, EpisodeSpec, RolloutEngine, SamplingParams
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(seed=0)
+    backend = TransformersBackend(model, tokenizer)
+    ran = {}
+    for end_on_invalid in (False, True):
+        config = EngineConfig(sampling=SamplingParams(max_new_tokens=8, seed=0), max_turns=4, step_timeout_s=10.0,
+                              end_on_invalid_action=end_on_invalid)
+        with RolloutEngine(backend, guess.GuessEnv, num_envs=2, config=config) as engine:
+            ran[end_on_invalid] = engine.run([EpisodeSpec(task_id=t) for t in range(6)])
+    # Without the option the same replies run on past a refused action; with it, nothing follows one.
+    assert any(True in [turn.invalid_action for turn in t.turns[:-1]] for t in ran[False])
+    for traj in ran[True]:
+        flags = [turn.invalid_action for turn in traj.turns]
+        assert True not in flags[:-1]
+        if flags[-1]:
+            assert traj.truncation_reason == "invalid_action"
+    assert any(t.truncation_reason == "invalid_action" for t in ran[True])

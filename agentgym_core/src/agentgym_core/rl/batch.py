@@ -54,14 +54,18 @@ def apply_truncation_policy(trajectories: Sequence[Trajectory], policy: str | fl
     budget ran out, not that the policy failed. ``"train"`` keeps it as it is; ``"drop"`` leaves it
     out of the batch (its group's baseline comes from the episodes that ended); a number replaces its
     last turn's reward, so the budget running out has a price of its own.
+
+    An episode ended at a refused action (``rollout.end_on_invalid_action``) is a failure, not a
+    budget cut: every policy keeps it as it is.
     """
     if policy == "train":
         return list(trajectories)
+    cut = [t.truncated and t.truncation_reason != "invalid_action" for t in trajectories]
     if policy == "drop":
-        return [t for t in trajectories if not t.truncated]
+        return [t for t, was_cut in zip(trajectories, cut, strict=True) if not was_cut]
     out = []
-    for t in trajectories:
-        if t.truncated and t.turns:
+    for t, was_cut in zip(trajectories, cut, strict=True):
+        if was_cut and t.turns:
             last = t.turns[-1].model_copy(update={"reward": float(policy)})
             # the outcome too: dynamic sampling tells groups with signal from tied ones by it
             outcome = t.outcome_reward - t.turns[-1].reward + float(policy)

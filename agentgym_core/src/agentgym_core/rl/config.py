@@ -283,6 +283,10 @@ class RolloutConfig(_Section):
         0.1, gt=0.0, description="After each weight sync to a backend with its own copy, stop the run when its "
         "log-probs of a fixed probe differ from the learner's by more than this (mean nats per token); None: no check.",
     )
+    end_on_invalid_action: bool = Field(
+        False, description="End a training episode at the first action the environment refuses (it keeps the "
+        "reward earned so far: usually a failure); evaluation plays on. Every episode RL reinforces is then free "
+        "of refused actions, with no penalty weight to trade against success.")
     eval_temperature: float = Field(0.0, ge=0.0, description="Temperature at evaluation (0 = greedy).")
     dynamic_sampling: DynamicSamplingConfig = Field(
         default_factory=DynamicSamplingConfig, description="Sample more tasks until enough groups have signal.")

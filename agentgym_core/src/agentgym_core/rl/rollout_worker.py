@@ -66,6 +66,7 @@ class RolloutWorker:
             backend, sources, scheduler=scheduler,
             config=EngineConfig(max_total_tokens=rollout.max_total_tokens, step_timeout_s=rollout.env_timeout_s,
                                 env_workers=sum(env.config.max_concurrency for env in envs),
+                                end_on_invalid_action=rollout.end_on_invalid_action,
                                 sampling=SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
                                                         max_new_tokens=rollout.max_new_tokens)))
         self._probe_scores: list[float] | None = None  # the backend's score of the sync probe after the last sync

@@ -303,7 +303,8 @@ class RolloutEngine(EngineBase[RolloutBackend]):
                 truncate(traj, "token_budget")
             return
         action, result, seconds = future.result()
-        if record_step(traj, action, result, seconds, max_turns):
+        if record_step(traj, action, result, seconds, max_turns,
+                       end_on_invalid=cfg.end_on_invalid_action):
             span = traj.turns[-1].action_span
             live.pending_ids = self.chat.turn_ids(
                 traj.token_ids[span.start:span.end], result.observation, with_system=live.with_system,

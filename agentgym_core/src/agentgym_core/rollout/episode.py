@@ -13,8 +13,8 @@ environment the same way. That part lives here, once:
 - :class:`EngineBase`: the constructor both engines take, the turn budget, a fresh trajectory per
   episode, the reset call, the run statistics, and closing;
 - :func:`record_reset` / :func:`record_step`: fold an environment answer into the trajectory and
-  decide whether the episode ends (``terminated``, or truncated by ``env_step_limit`` or
-  ``max_turns``);
+  decide whether the episode ends (``terminated``, or truncated by ``env_step_limit``,
+  ``max_turns`` or, when asked, a refused action);
 - :func:`timeout_reason` / :func:`env_error_reason`: the recorded ``failure_reason`` strings.
 
 The token budget is not here: the token engine counts the tokens it appends, the text engine the
@@ -83,6 +83,11 @@ class EngineConfig(BaseModel):
     )
     synchronous: bool = Field(
         default=False, description="Round-synchronous baseline: every turn waits for the slowest trajectory."
+    )
+    end_on_invalid_action: bool = Field(
+        default=False,
+        description="End an episode at the first action the environment refuses (truncation_reason "
+        "'invalid_action'), keeping the reward earned so far.",
     )
     reuse_kv_cache: bool = Field(
         default=True,
@@ -266,11 +271,12 @@ def record_reset(
         traj.messages = [{"role": "user", "content": f"{instruction}\n\n{observation}"}]
 
 
-def record_step(traj: Trajectory, action: str, result: StepResult, seconds: float, max_turns: int) -> bool:
+def record_step(traj: Trajectory, action: str, result: StepResult, seconds: float, max_turns: int, *,
+                end_on_invalid: bool = False) -> bool:
     """Fold a step's answer into the last turn; True while the episode goes on.
 
-    The episode ends when the env terminated it, truncated it (``env_step_limit``), or the turn
-    budget is spent (``max_turns``).
+    The episode ends when the env terminated it, truncated it (``env_step_limit``), the turn budget
+    is spent (``max_turns``), or, with ``end_on_invalid``, the env refused the action (``invalid_action``).
     """
     turn = traj.turns[-1]
     turn.action, turn.observation, turn.reward = action, result.observation, float(result.reward)
@@ -285,6 +291,8 @@ def record_step(traj: Trajectory, action: str, result: StepResult, seconds: floa
         traj.terminated = True
     elif result.truncated:
         truncate(traj, "env_step_limit")
+    elif end_on_invalid and result.invalid_action:
+        truncate(traj, "invalid_action")
     elif len(traj.turns) >= max_turns:
         truncate(traj, "max_turns")
     else:

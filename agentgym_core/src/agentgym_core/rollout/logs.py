@@ -16,7 +16,7 @@ key                 meaning
                     ``reward, success, finish_reason, sampled_tokens, gen_seconds, env_seconds``
 ``rewards``         per-turn rewards; ``outcome_reward`` their sum (the raw "score")
 ``success``         the environment's success flag at the end
-``terminated``      ``truncated``, ``truncation_reason`` (max_turns | token_budget | env_step_limit),
+``terminated``      ``truncated``, ``truncation_reason`` (max_turns | token_budget | env_step_limit | invalid_action),
                     ``failed``, ``failure_reason``
 ``num_turns``       turns taken; ``max_turns`` the budget it ran under
 ``mask``            ``{total, sampled, context}`` token counts

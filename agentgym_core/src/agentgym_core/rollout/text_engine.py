@@ -279,7 +279,8 @@ class TextRolloutEngine(EngineBase[ChatBackend]):
                 return action, env.step(action)
 
             (action, result), seconds = self._env_call(slot, step, "step", deadline)
-            if not record_step(traj, action, result, seconds, max_turns):
+            if not record_step(traj, action, result, seconds, max_turns,
+                               end_on_invalid=cfg.end_on_invalid_action):
                 return
             if used >= cfg.max_total_tokens:
                 truncate(traj, "token_budget")

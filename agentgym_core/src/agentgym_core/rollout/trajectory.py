@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 __all__ = ["Span", "Trajectory", "Turn", "invalid_action_rate"]
 
 FinishReason = Literal["eos", "stop_string", "length", "token_budget"]
-TruncationReason = Literal["max_turns", "token_budget", "env_step_limit"]
+TruncationReason = Literal["max_turns", "token_budget", "env_step_limit", "invalid_action"]
 
 
 class Span(BaseModel):
