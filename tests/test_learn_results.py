@@ -83,6 +83,7 @@ def _points(x: float) -> str:
 RESULTS_PAGE_ROWS = [
     ("learn_main_job.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_main_job_all_levels.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_main_job_penalty.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_babyai.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_babyai_fixed.json", "fixed: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_babyai_vs_fixed.json", "fixed vs scaling_inter", "{b}/{n} vs {a}/{n}"),

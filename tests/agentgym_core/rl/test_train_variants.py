@@ -61,3 +61,25 @@ def test_batch_mixing_two_envs_reports_per_env_metrics(tmp_path, tiny_config):
         assert key in line and key in result["eval_after"]
     trajs = [json.loads(x) for x in (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
     assert sorted(t["env"] for t in trajs) == ["word", "word", "word2", "word2", "word2", "word2"]
+
+
+def test_end_on_invalid_action_ends_training_episodes_but_not_the_evaluation(tmp_path, tiny_config):
+    """The guessing game refuses anything but ``guess N``, which the tiny random model rarely writes."""
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    pm = PluginManager(autoload=True, allow=["estimators", "transformers", "guess"])
+    model, tokenizer = tiny_chat_model(seed=0)
+    config = tiny_config(tmp_path / "run", **{
+        "envs": "[{name: guess, max_concurrency: 2}]", "trainer.steps": 1, "trainer.eval_tasks": 2,
+        "rollout.end_on_invalid_action": "true", "algorithm.rounds_ctrl.rounds": 3,
+    })
+    train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
+    trajs = [json.loads(x) for x in (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
+    assert any(t["truncation_reason"] == "invalid_action" for t in trajs)
+    for t in trajs:  # nothing follows a refused action in training
+        flags = [turn["invalid_action"] for turn in t["turns"]]
+        assert True not in flags[:-1]
+    evals = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
+    # the held-out evaluation plays every episode to its 3-turn horizon past refusals
+    assert evals and all(e["turns"] == 3 for e in evals), evals
