@@ -63,6 +63,7 @@ def test_eval_writes_results_and_a_text_only_log(api_url, tmp_path):
 
 def test_eval_against_an_env_server(api_url, tmp_path):
     from agentgym_backend_openai import make_backend
+    from agentgym_backend_openai.backend import normalize_base_url
 
     backend = make_backend({"model": SERVED_NAME, "base_url": api_url})
     with serve_env(GuessEnv) as env_url:
@@ -71,6 +72,10 @@ def test_eval_against_an_env_server(api_url, tmp_path):
     assert results.overall.samples == 2 and results.overall.failed == 0
     for record in read_rollout_log(tmp_path / "run" / "trajectories.jsonl"):
         _replay(record)
+    # what sampled the episodes, as far as a client can say (issue 46): a remote server, and which one
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["sampling_setup"] == {"device": "remote", "decode_engine": "openai-compatible server",
+                                       "server": f"{normalize_base_url(api_url)} (model {SERVED_NAME})"}
 
 
 def test_server_down_is_recorded_per_trajectory(dead_url, tmp_path):

@@ -220,12 +220,26 @@ class EngineArgs:
             raise ValueError(f"invalid logprobs_mode {self.logprobs_mode!r}")
 
 
+class _TorchSdpaBackend:
+    """What an Attention layer's ``attn_backend`` is: a class whose ``get_name()`` names the kernel."""
+
+    @staticmethod
+    def get_name() -> str:
+        return "TORCH_SDPA"
+
+
 class _VllmModel:
     """What ``model_runner.get_model()`` is in a vLLM worker: the network plus its ``load_weights``."""
 
     def __init__(self, hf_model: Any) -> None:
         self.hf = hf_model
         self.reloading = False  # between initialize_layerwise_reload and finalize_layerwise_reload
+        for module in hf_model.modules():  # vLLM's Attention layers name the backend they run on
+            if type(module).__name__.endswith("Attention"):
+                module.attn_backend = _TorchSdpaBackend
+
+    def modules(self) -> Iterable[Any]:
+        return self.hf.modules()
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

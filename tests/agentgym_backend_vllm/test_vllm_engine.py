@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from agentgym_backend_vllm.weights import SETUP_METHOD
 
 from agentgym_core.rollout.backend import ContinuousBackend, SamplingParams
 from agentgym_core.testing import check_backend
@@ -117,7 +118,7 @@ def test_load_weights_goes_to_the_workers_in_buckets_then_resets_the_prefix_cach
     new = _perturbed(tiny_model_dir)
     backend.load_weights(new)
     calls = backend.engine.calls
-    rpcs = [c[1] for c in calls if c[0] == "collective_rpc"]
+    rpcs = [c[1] for c in calls if c[0] == "collective_rpc" and c[1] != SETUP_METHOD]
     # one update: open, several buckets, close (vLLM re-processes the layers between open and close)
     assert rpcs[0] == "agentgym_begin_weight_update" and rpcs[-1] == "agentgym_finish_weight_update"
     assert len(rpcs) > 3 and set(rpcs[1:-1]) == {"agentgym_load_weights"}
@@ -174,7 +175,8 @@ def test_load_weights_refuses_while_requests_hold_the_cache(fake_vllm, tiny_mode
     batch.add("a", prompt(backend), max_new_tokens=50)
     with pytest.raises(RuntimeError, match="still running"):
         backend.load_weights(_perturbed(tiny_model_dir))
-    assert not [c for c in backend.engine.calls if c[0] == "collective_rpc"]  # refused before touching weights
+    # refused before touching weights
+    assert not [c for c in backend.engine.calls if c[0] == "collective_rpc" and c[1] != SETUP_METHOD]
     batch.close()
 
 
@@ -182,6 +184,7 @@ def test_colocated_engine_sleeps_after_a_rollout_and_wakes_weights_then_kv_cache
     backend = make(tiny_model_dir, gpu_sharing="colocate", sleep_level=2)
     ids = prompt(backend)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=3)
+    backend.engine.calls.clear()  # the workers were asked what they sample on when the engine was built
     backend.generate([ids], greedy)
     assert backend.engine.calls == [("sleep", 2)] and backend.engine.is_sleeping()
     new = _perturbed(tiny_model_dir)
@@ -258,4 +261,13 @@ def test_lora_adapter_weights_are_refused_in_one_line_by_an_engine_built_without
     with pytest.raises(PluginError, match="LoRA adapter weights .*built without LoRA: the trainer sets "
                                           "backend_options.lora from model.lora"):
         backend.load_weights(adapter)
-    assert not [c for c in backend.engine.calls if c[0] == "collective_rpc"]
+    assert not [c for c in backend.engine.calls if c[0] == "collective_rpc" and c[1] != SETUP_METHOD]
+
+
+def test_the_engine_says_what_its_workers_sample_on(fake_vllm, tiny_model_dir):
+    # Issue 46: rollout/* names the device, dtype and kernel of every backend, vLLM's from its workers.
+    backend = make(tiny_model_dir, dtype="bfloat16", gpu_sharing="colocate")
+    assert backend.sampling_setup == {"device": "cpu", "dtype": "bfloat16", "attention_kernel": "TORCH_SDPA",
+                                      "decode_engine": f"vllm {fake_vllm.__version__}"}
+    backend.sleep()  # asked when the engine was built: a sleeping engine still answers
+    assert backend.sampling_setup["attention_kernel"] == "TORCH_SDPA"

@@ -214,3 +214,21 @@ def test_the_worker_extension_loads_a_bucket_sent_in_the_request_bit_for_bit():
     got = dict(taken)
     assert sorted(got) == sorted(n for n, _ in bucket)
     assert all(got[n].dtype == t.dtype and torch.equal(got[n], t) for n, t in bucket)
+
+
+def test_replicas_say_what_they_sample_on_and_one_without_the_routes_shows_as_unknown(replica, tiny_model_dir,
+                                                                                   stand_in, caplog):
+    from agentgym_core.model_server import create_model_app
+
+    url, _app, local = replica
+    setup = make(tiny_model_dir, [url]).sampling_setup
+    # the stand-in answers with its transformers backend's own setup, as vLLM's worker extension answers
+    assert setup == {**local.sampling_setup, "server": url}
+    app, _ = stand_in()
+    bare = create_model_app(app.state.generation.backend, {"model_name": "tiny", "max_context_tokens": 512,
+                                                           "control_routes": False})
+    with serve_app(bare) as bare_url:
+        setup = make(tiny_model_dir, [url, bare_url]).sampling_setup
+    assert setup["attention_kernel"] == f"{local.sampling_setup['attention_kernel']} (replica 0), unknown (replica 1)"
+    assert setup["device"] == "cpu (replica 0), - (replica 1)" and setup["server"] == f"{url}, {bare_url}"
+    assert "cannot say what it samples on" in caplog.text

@@ -43,10 +43,12 @@ def config(run_dir, model_dir, options):
     ])
 
 
-def trained(run_dir):
+def trained(run_dir, setup):
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     lines = [x for x in lines if x["kind"] == "train"]
     assert [x["step"] for x in lines] == [1, 2]
+    # what sampled the run, on its first line (issue 46), as the engine's workers or the replica said it
+    assert {k.removeprefix("rollout/"): v for k, v in lines[0].items() if k.startswith("rollout/")} == setup
     for x in lines:
         assert x["trajectories"] == 6 and x["sampled_tokens"] > 0
         # The trainer recomputes the rollout's log-probs with its own weights: they match only if the
@@ -63,7 +65,8 @@ def test_two_training_steps_through_the_fake_engine(tmp_path, pm, fake_vllm, tin
     fake.ENGINES.clear()
     train(config(tmp_path / "run", tiny_model_dir, {"gpu_sharing": "colocate", "weight_bucket_mb": 0.05}),
           plugin_manager=pm)
-    final = trained(tmp_path / "run")
+    final = trained(tmp_path / "run", {"device": "cpu", "dtype": "float32", "attention_kernel": "TORCH_SDPA",
+                                       "decode_engine": f"vllm {fake.__version__}"})
     (engine,) = fake.ENGINES
     syncs = [i for i, c in enumerate(engine.calls) if c == ("wake_up", ("weights",))]
     if engine.is_sleeping():  # the sync check's probe ran a batch after the last load, and the engine slept after it
@@ -78,6 +81,6 @@ def test_two_training_steps_through_a_stand_in_replica(tmp_path, pm, tiny_model_
     app, local = stand_in()
     with serve_app(app) as url:
         train(config(tmp_path / "run", tiny_model_dir, {"mode": "server", "urls": [url]}), plugin_manager=pm)
-    final = trained(tmp_path / "run")
+    final = trained(tmp_path / "run", {**local.sampling_setup, "server": url})
     assert all(torch.equal(local.model.state_dict()[k], v) for k, v in final.items()), "replica has stale weights"
     assert app.state.control_calls.count(("reset_prefix_cache",)) == 2

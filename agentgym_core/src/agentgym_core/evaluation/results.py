@@ -103,6 +103,9 @@ class EvalResults(BaseModel):
         default=None, description="Hash of the evaluated task ids (agentgym_core.evaluation.panel.panel_hash): equal "
         "hashes, equal tasks, whatever the number of workers or servers.")
     run_dir: str | None = None
+    sampling_setup: dict[str, str] = Field(
+        default_factory=dict, description="What the backend sampled on, as it says it (device, dtype, decode engine, "
+        "attention kernel; an API backend: the server): the trainer's rollout/* keys.")
 
     def trainer_record(self) -> dict[str, Any]:
         """The record the trainer logs: its flat metric names, success per ``env:task`` (for
@@ -126,7 +129,8 @@ def _flat(groups: dict[str, GroupMetrics], prefix: str = "") -> dict[str, float]
 
 
 def build_results(rows: Sequence[tuple[Trajectory, int, int]], *, config: dict[str, Any], panel_hash: str,
-                  timing: dict[str, float], trainable: bool = True, run_dir: str | None = None) -> EvalResults:
+                  timing: dict[str, float], trainable: bool = True, run_dir: str | None = None,
+                  sampling_setup: dict[str, str] | None = None) -> EvalResults:
     """:class:`EvalResults` of ``rows``: (trajectory, turns, invalid actions) in the panel's order (the turn and
     invalid-action counts come from the log for trajectories read back from it)."""
     trajs = [t for t, _, _ in rows]
@@ -144,4 +148,4 @@ def build_results(rows: Sequence[tuple[Trajectory, int, int]], *, config: dict[s
     return EvalResults(config=config, overall=overall, categories=per_category,
                        environments=_grouped(trajs, lambda t: str(t.env), turns), per_task=per_task,
                        failure_reasons=failure_reasons, timing=timing, trainable=trainable, panel_hash=panel_hash,
-                       run_dir=run_dir)
+                       run_dir=run_dir, sampling_setup=dict(sampling_setup or {}))

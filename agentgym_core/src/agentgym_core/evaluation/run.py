@@ -288,6 +288,7 @@ def evaluate(
         rows, config=config.model_dump(exclude={"api_key"}), panel_hash=panel_hash(panel, conditions), trainable=not text_only,
         timing={"wall_seconds": wall, "gen_seconds": stats.gen_seconds, "sampled_tokens": float(stats.sampled_tokens),
                 "trajectories_per_min": 60 * len(trajs) / wall if wall else 0.0},
-        run_dir=str(run_dir))
+        run_dir=str(run_dir),
+        sampling_setup={str(k): str(v) for k, v in (getattr(backend, "sampling_setup", None) or {}).items()})
     (run_dir / "results.json").write_text(json.dumps(results.model_dump(), indent=2) + "\n", encoding="utf-8")
     return results

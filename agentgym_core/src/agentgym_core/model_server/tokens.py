@@ -19,7 +19,8 @@ replica, so it stands in for one on a machine without a GPU (and in tests):
                                    in the request; ``agentgym_load_weights_file`` (``[path]``): from a
                                    safetensors file;
                                    ``agentgym_begin_weight_update`` / ``agentgym_finish_weight_update``
-                                   (no args) bracket one update's files, as on the vLLM worker
+                                   (no args) bracket one update's files, as on the vLLM worker;
+                                   ``agentgym_sampling_setup`` (no args): device, dtype and kernels
 =================================  ===================================================================
 
 vLLM serves the control routes only with ``VLLM_SERVER_DEV_MODE=1``; this server serves them
@@ -38,8 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentgym_core.rollout.backend import RolloutBackend, Sample, SamplingParams
 
-__all__ = ["CONTROL_ROUTES", "LOAD_WEIGHTS_BYTES_METHOD", "LOAD_WEIGHTS_FILE_METHOD", "WEIGHT_UPDATE_BRACKETS",
-           "GenerateTokensRequest", "add_token_routes"]
+__all__ = ["CONTROL_ROUTES", "LOAD_WEIGHTS_BYTES_METHOD", "LOAD_WEIGHTS_FILE_METHOD", "SAMPLING_SETUP_METHOD",
+           "WEIGHT_UPDATE_BRACKETS", "GenerateTokensRequest", "add_token_routes"]
 
 LOAD_WEIGHTS_FILE_METHOD = "agentgym_load_weights_file"
 """The ``collective_rpc`` method that loads weights (the vLLM backend's worker extension has it too)."""
@@ -51,6 +52,10 @@ backend's worker extension has it too)."""
 WEIGHT_UPDATE_BRACKETS = frozenset({"agentgym_begin_weight_update", "agentgym_finish_weight_update"})
 """``collective_rpc`` methods (no arguments) around one update's files. vLLM's worker needs them to re-run
 its layerwise weight processing; this server loads each file completely, so it only records them."""
+
+SAMPLING_SETUP_METHOD = "agentgym_sampling_setup"
+"""``collective_rpc`` method (no arguments): what the server samples on (its backend's ``sampling_setup``:
+device, dtype, kernels), as the vLLM backend's worker extension answers it."""
 
 CONTROL_ROUTES = frozenset({"/sleep", "/wake_up", "/is_sleeping", "/pause", "/resume", "/is_paused",
                             "/reset_prefix_cache", "/collective_rpc"})
@@ -238,9 +243,11 @@ def add_token_routes(app: FastAPI, backend: RolloutBackend, *, submit: Any, mode
         if method in WEIGHT_UPDATE_BRACKETS:
             state.calls.append(("collective_rpc", method))
             return {"results": [None]}
+        if method == SAMPLING_SETUP_METHOD:  # what this replica samples on, as vLLM's worker extension says it
+            return {"results": [dict(getattr(backend, "sampling_setup", None) or {})]}
         loaders = {LOAD_WEIGHTS_FILE_METHOD: _load_file, LOAD_WEIGHTS_BYTES_METHOD: _load_bytes}
         if method not in loaders:
-            known = sorted({*loaders, *WEIGHT_UPDATE_BRACKETS})
+            known = sorted({*loaders, *WEIGHT_UPDATE_BRACKETS, SAMPLING_SETUP_METHOD})
             raise OpenAIError(400, f"this server runs only the collective_rpc methods {known}, got {method!r}",
                               param="method")
         args = body.get("args") or []

@@ -61,8 +61,8 @@ class Driver:
                                     wandb_project=cfg.trainer.wandb_project, config=cfg.model_dump(mode="json"),
                                     resume_step=start_step if resume else None)
         stack.callback(self.writer.close)
-        # The backend's start-up choices (device, attention kernel), where it says them; a Ray rollout group's
-        # backends live in their actors and say them in their own logs.
+        # The backend's start-up choices (device, attention kernel), where it says them; a Ray rollout group
+        # asks each of its actors.
         self.setup = {f"rollout/{name}": value for name, value in (getattr(worker, "sampling_setup", None) or {}).items()}
         self.pm.hook.agentgym_observe_run_start(run_dir=str(self.run_dir), config=cfg.model_dump(mode="json"))
 

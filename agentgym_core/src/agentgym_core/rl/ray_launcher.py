@@ -46,6 +46,7 @@ from agentgym_core.rl.guards import SyncExpectation
 from agentgym_core.rl.plugin_options import backend_capabilities
 from agentgym_core.rl.roles import Unmeasured
 from agentgym_core.rl.rollout_worker import RolloutResult, merge_slices
+from agentgym_core.rollout.backend import merge_sampling_setups
 from agentgym_core.training.memory import HeapTrimmer, prefer_expandable_cuda_segments
 
 __all__ = ["RayLearnerGroup", "RayRoles", "RayRolloutGroup", "RemoteCallError", "import_ray"]
@@ -221,6 +222,10 @@ class RolloutActor:
 
     def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
         return self.worker.evaluate(horizon, step)
+
+    def sampling_setup(self) -> dict[str, str]:
+        """What this actor's backend samples on (RolloutWorker.sampling_setup)."""
+        return self.worker.sampling_setup
 
     def evaluate_share(self, horizon: int, step: int, share: tuple[int, int]) -> PanelShare:
         """This worker's share of a held-out evaluation the group plays together (RolloutWorker.evaluate_share)."""
@@ -414,6 +419,11 @@ class RayRolloutGroup:
                                       f"{exc}") from exc
         if self.weights is not None:  # the restarted actor holds model.path's weights
             self.remote.get(worker.load_weights.remote(self.weights), f"rollout worker {i}: weights")
+
+    @property
+    def sampling_setup(self) -> dict[str, str]:
+        """What the workers' backends sample on, asked of each (a value they differ on names every worker's)."""
+        return merge_sampling_setups(self._on_each("sampling_setup", lambda w: w.sampling_setup.remote()))
 
     def restart_metrics(self) -> dict[str, float]:
         """Restarts since the last call (those while weights were loaded count with the next batch) and in all."""

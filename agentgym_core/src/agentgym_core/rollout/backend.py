@@ -37,8 +37,10 @@ target_modules; None when LoRA is off), as it fills ``model`` from ``model.path`
 
 What sampling runs on (optional): a backend may have a ``sampling_setup`` property, a dict of names
 to strings (the transformers backend: ``device``, ``dtype``, ``decode_engine``, ``attention_kernel``,
-chosen at start-up); the trainer writes each entry once, as ``rollout/<name>``, into the first
-training line of ``metrics.jsonl``, so a run's metrics say which kernels produced them.
+chosen at start-up; vLLM: what its workers chose; an API backend: the server), and the trainer writes
+each entry once, as ``rollout/<name>``, into the first training line of ``metrics.jsonl``, so a run's
+metrics say which kernels produced them. Where several engines sample (Ray's rollout workers, vLLM
+replicas), :func:`merge_sampling_setups` says each value once, or each engine's where they differ.
 
 Plugins register a factory ``make_backend(config) -> RolloutBackend`` through
 ``agentgym_register_rollout_backends``; :func:`agentgym_core.testing.check_backend` checks one.
@@ -52,7 +54,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "BackendCapabilities", "ContinuousBackend", "capabilities_of", "generate_with_batch", "RolloutBackend", "RunningBatch",
+    "BackendCapabilities", "ContinuousBackend", "capabilities_of", "generate_with_batch", "merge_sampling_setups",
+    "RolloutBackend", "RunningBatch",
     "RowSeeds", "Sample", "SamplingParams", "SessionBackend", "row_seed",
 ]
 
@@ -267,3 +270,16 @@ def generate_with_batch(
     finally:
         batch.close()
     return [out[i] for i in range(len(prompts))]
+
+
+def merge_sampling_setups(setups: Sequence[Mapping[str, str]], *, engine: str = "worker") -> dict[str, str]:
+    """One ``sampling_setup`` for several engines: a value they all share once, else every engine's value
+    beside its index (``"cuda:0 (worker 0), cpu (worker 1)"``), so one that fell back to another device or
+    kernel shows in the run's metrics. An engine that does not name a key counts as ``-`` for it."""
+    names = dict.fromkeys(name for setup in setups for name in setup)
+    merged = {}
+    for name in names:
+        values = [str(setup.get(name, "-")) for setup in setups]
+        merged[name] = values[0] if len(set(values)) == 1 else ", ".join(
+            f"{value} ({engine} {i})" for i, value in enumerate(values))
+    return merged

@@ -101,14 +101,18 @@ METRICS: tuple[MetricDoc, ...] = (
               "Low: most categories are solved or hopeless; add tasks of middle difficulty."),
     MetricDoc("curriculum/<env>/categories_weighted", "Categories the curriculum draws above its floor.", "", ""),
     MetricDoc("rollout/attention_kernel", "The attention kernel the rollout backend chose at start-up (sdpa, "
-              "flash_attention_2, flash_attention_3); text on the run's first training line (not charted).",
+              "flash_attention_2, flash_attention_3; vLLM's backend names, e.g. FLASH_ATTN); text on the run's first "
+              "training line (not charted).",
               "A flash kernel on a GPU with the flash-attn package and the library decode engine; sdpa elsewhere.",
               "sdpa where you expected flash: install flash-attn where the rollouts run and set "
               "rollout.backend_options.decode_engine to library."),
-    MetricDoc("rollout/decode_engine", "Who decodes the rollout batch (own or library), as the backend chose it; "
-              "text on the first training line.", "", ""),
+    MetricDoc("rollout/decode_engine", "Who decodes the rollout batch, as the backend says it (transformers: own or "
+              "library; vllm <version>; vllm serve; an openai-compatible server); text on the first training line.",
+              "", ""),
     MetricDoc("rollout/device", "The device the rollout backend samples on; text on the first training line.",
               "The GPU you meant (cuda:0, ...).", "cpu where you meant a GPU: check model.device."),
+    MetricDoc("rollout/server", "The server an API backend (openai) samples through, and the model it asks for; "
+              "text on the first training line.", "", ""),
     MetricDoc("rollout/dtype", "The dtype of the weights the rollout backend samples with; text on the first "
               "training line.", "", ""),
     # ---- the update: what the policy step is judged by ------------------------------------------------

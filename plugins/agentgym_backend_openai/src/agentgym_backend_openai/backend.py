@@ -65,6 +65,14 @@ class OpenAIChatBackend:
         self.api_key = config.api_key or os.environ.get("OPENAI_API_KEY") or None
         self._local = threading.local()
 
+    @property
+    def sampling_setup(self) -> dict[str, str]:
+        """What sampling runs on, as far as a client can say, written once into a run's metrics as
+        ``rollout/<name>``: a remote server, and which one. Its device, dtype and kernels are the server's
+        (``agentgym serve-model`` and vLLM print theirs at start-up)."""
+        return {"device": "remote", "decode_engine": "openai-compatible server",
+                "server": f"{self.base_url} (model {self.config.model})"}
+
     # -- HTTP -----------------------------------------------------------------------------------
     def _session(self) -> requests.Session:
         session = getattr(self._local, "session", None)

@@ -63,9 +63,21 @@ from typing import Any
 
 from agentgym_backend_vllm.config import INSTALL_HINT, VllmBackendConfig
 from agentgym_backend_vllm.tokenizer import ModelTokenizer, finish_reason, request_cap
-from agentgym_backend_vllm.weights import BEGIN_METHOD, FINISH_METHOD, LOAD_METHOD, weight_buckets
+from agentgym_backend_vllm.weights import (
+    BEGIN_METHOD,
+    FINISH_METHOD,
+    LOAD_METHOD,
+    SETUP_METHOD,
+    weight_buckets,
+)
 from agentgym_core.plugins import PluginError
-from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams, generate_with_batch
+from agentgym_core.rollout.backend import (
+    RowSeeds,
+    Sample,
+    SamplingParams,
+    generate_with_batch,
+    merge_sampling_setups,
+)
 
 __all__ = ["EngineBatch", "EnginePlacement", "VllmEngineBackend", "VllmNotInstalledError", "engine_placement",
            "import_vllm", "write_peft_adapter"]
@@ -131,6 +143,12 @@ class VllmEngineBackend:
         self.lora_request: Any = None  # the adapter version every request carries (None: the base model)
         self._lora_versions = itertools.count(1)  # vLLM's lora_int_id must be positive
         self._lora_dir: Path | None = None  # this backend's adapter versions, removed with it
+        try:
+            workers = engine.collective_rpc(SETUP_METHOD)
+        except (AttributeError, RuntimeError) as exc:  # an engine built without agentgym's worker extension
+            log.warning("vllm: the workers cannot say what they sample on (%s); rollout/* shows it as unknown", exc)
+            workers = [{"attention_kernel": "unknown"}]
+        self._setup = {**merge_sampling_setups(workers), "decode_engine": f"vllm {getattr(vllm, '__version__', '?')}"}
 
     @classmethod
     def from_config(cls, config: VllmBackendConfig) -> VllmEngineBackend:
@@ -160,6 +178,13 @@ class VllmEngineBackend:
         log.info("vllm: engine on GPU %s (executor %s)", placement.gpu(os.environ.get("CUDA_VISIBLE_DEVICES")),
                  placement.executor or "single-process")
         return cls(vllm.LLMEngine.from_engine_args(args), tokenizer, config, vllm)
+
+    @property
+    def sampling_setup(self) -> dict[str, str]:
+        """What sampling runs on, written once into a run's metrics as ``rollout/<name>``: each worker's device,
+        dtype and attention kernel, asked through ``collective_rpc`` when the engine was built (a sleeping
+        engine's workers answer nothing), and vLLM's version."""
+        return self._setup
 
     # -- tokenizer side -------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool,

@@ -64,10 +64,17 @@ from agentgym_backend_vllm.weights import (
     FINISH_METHOD,
     LOAD_BYTES_METHOD,
     LOAD_FILE_METHOD,
+    SETUP_METHOD,
     bucket_payload,
     weight_buckets,
 )
-from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams, generate_with_batch
+from agentgym_core.rollout.backend import (
+    RowSeeds,
+    Sample,
+    SamplingParams,
+    generate_with_batch,
+    merge_sampling_setups,
+)
 
 __all__ = ["ReplicaError", "ServerBatch", "VllmServerBackend"]
 
@@ -113,6 +120,25 @@ class VllmServerBackend:
     def from_config(cls, config: VllmBackendConfig) -> VllmServerBackend:
         tokenizer, _path, _dir = ModelTokenizer.load(config.model)
         return cls(config, tokenizer)
+
+    @property
+    def sampling_setup(self) -> dict[str, str]:
+        """What sampling runs on, written once into a run's metrics as ``rollout/<name>``: every replica's
+        workers' device, dtype and attention kernel (the dev route ``/collective_rpc``), and the replicas.
+        A replica that cannot say (no dev routes, no worker extension) is logged and counted as unknown: a
+        report never stops a run."""
+        setups = []
+        for replica in self.replicas:
+            try:
+                answer = self._call(replica, "POST", "/collective_rpc", body={"method": SETUP_METHOD})
+                workers = [w for w in (answer or {}).get("results") or [] if isinstance(w, dict)]
+            except ReplicaError as exc:
+                log.warning("vllm: %s cannot say what it samples on (%s); rollout/* shows it as unknown",
+                            replica.url, exc)
+                workers = []
+            setups.append(merge_sampling_setups(workers) if workers else {"attention_kernel": "unknown"})
+        return {"decode_engine": "vllm serve", **merge_sampling_setups(setups, engine="replica"),
+                "server": ", ".join(r.url for r in self.replicas)}
 
     # -- tokenizer side -------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool,

@@ -31,7 +31,7 @@ from typing import Any
 
 __all__ = [
     "AgentgymWorkerExtension", "BEGIN_METHOD", "FINISH_METHOD", "LOAD_BYTES_METHOD", "LOAD_FILE_METHOD", "LOAD_METHOD",
-    "bucket_payload", "weight_buckets",
+    "SETUP_METHOD", "bucket_payload", "weight_buckets",
 ]
 
 BEGIN_METHOD = "agentgym_begin_weight_update"
@@ -46,6 +46,9 @@ LOAD_FILE_METHOD = "agentgym_load_weights_file"
 LOAD_BYTES_METHOD = "agentgym_load_weights_bytes"
 """collective_rpc method: load a bucket sent in the request itself, safetensors bytes in base64 (server mode's
 http transport: the dev route's JSON arguments carry it, and no file is written)."""
+
+SETUP_METHOD = "agentgym_sampling_setup"
+"""collective_rpc method: the worker's device, weights dtype and the attention kernels its model's layers run."""
 
 FINISH_METHOD = "agentgym_finish_weight_update"
 """collective_rpc method: end one weight update (after the last bucket); returns how many tensors it took."""
@@ -136,3 +139,12 @@ class AgentgymWorkerExtension:
         finalize_layerwise_reload(self.model_runner.get_model(), self.model_config)
         loaded, self._agentgym_loaded = self._agentgym_loaded, None
         return loaded
+
+    def agentgym_sampling_setup(self) -> dict[str, str]:
+        """The worker's device, weights dtype and the attention kernel(s) vLLM chose for this model's layers: the name of
+        each layer's ``attn_backend`` (``FLASH_ATTN``, ``FLASHINFER``, ``CPU_ATTN``, ...), found by walking the
+        model's modules, which holds across vLLM's moves of the Attention class between modules."""
+        names = sorted({module.attn_backend.get_name() for module in self.model_runner.get_model().modules()
+                        if callable(getattr(getattr(module, "attn_backend", None), "get_name", None))})
+        return {"device": str(self.device), "dtype": str(self.model_config.dtype).removeprefix("torch."),
+                "attention_kernel": ", ".join(names) or "unknown"}

@@ -41,6 +41,10 @@ def test_two_learner_ranks_and_two_rollout_workers_train_what_one_process_trains
     assert [(x["step"], list(x["per_task"].items()), x["turns"]) for x in ours] == \
         [(x["step"], list(x["per_task"].items()), x["turns"]) for x in theirs]
     assert (run_dir / "checkpoints" / "step_000002" / "DONE").exists()  # written by learner rank 0
+    # what the rollout workers sample on, asked of each actor: both on the CPU with sdpa, so said once
+    setup = {k: v for k, v in train_lines(run_dir)[0].items() if k.startswith("rollout/")}
+    assert setup == {k: v for k, v in train_lines(local)[0].items() if k.startswith("rollout/")}
+    assert setup["rollout/device"] == "cpu" and setup["rollout/attention_kernel"] == "sdpa"
 
 
 def test_the_curriculum_on_ray_draws_what_one_process_draws(ray_cluster, tiny_path, tmp_path):
