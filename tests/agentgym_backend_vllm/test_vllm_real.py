@@ -129,6 +129,12 @@ def test_check_backend_passes_on_the_real_engine(engine_backend):
     check_backend(engine_backend)
 
 
+def test_the_engines_workers_name_their_device_dtype_and_attention_backend(engine_backend):
+    setup = engine_backend.sampling_setup
+    assert setup["device"] == "cpu" and setup["dtype"] == "float32"
+    assert setup["attention_kernel"] not in ("", "unknown") and setup["decode_engine"] == f"vllm {vllm.__version__}"
+
+
 def test_greedy_ids_and_logprobs_match_the_transformers_backend(engine_backend, reference):
     ids = prompts(engine_backend)
     assert ids == prompts(reference)  # same tokenizer and chat template
@@ -200,6 +206,9 @@ def test_server_mode_on_a_real_vllm_serve_replica(replica_url, smollm2_dir, refe
                             "weight_bucket_mb": 64})
     assert backend.max_model_len == 1024  # read from GET /v1/models
     check_backend(backend)
+    setup = backend.sampling_setup  # the replica's worker, through /collective_rpc
+    assert setup["device"] == "cpu" and setup["dtype"] == "float32" and setup["server"] == replica_url
+    assert setup["attention_kernel"] not in ("", "unknown") and setup["decode_engine"] == "vllm serve"
     ids = prompts(backend)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
     ours, theirs = backend.generate(ids, greedy), reference.generate(ids, greedy)
