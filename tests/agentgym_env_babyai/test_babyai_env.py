@@ -215,3 +215,24 @@ def test_state_key_follows_pickups_and_toggles():
             if result.terminated or result.truncated:
                 break
     assert changing > 20  # the loop did exercise grid-changing primitives
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_a_go_to_the_object_already_faced_is_listed_by_default_and_refused_on_request(refuse):
+    env = BabyAIEnv(refuse_no_op_go_to=refuse)
+    env.reset(11)  # Open: "open the green door"; going to the red door does not end it
+    there = env.step("go to red closed door 1")
+    assert there.info["action_valid"] and there.info["primitive_steps"] > 0 and not there.done
+    assert ("go to red closed door 1" in listed_actions(there.observation)) is not refuse
+    assert ("go to red closed door 1" in env.available_actions()) is not refuse
+    assert "toggle" in env.available_actions()  # what the agent can do there instead
+
+    again = env.step("go to red closed door 1")
+    assert again.info["primitive_steps"] == 0 and again.info["state_key"] == there.info["state_key"]
+    assert again.invalid_action is refuse and again.info["action_valid"] is not refuse
+    if refuse:
+        assert again.observation.startswith("Invalid action 'go to red closed door 1': You are already facing "
+                                            "the red closed door 1: going to it would do nothing.")
+    else:
+        assert again.observation.startswith("You are already facing the red closed door 1.")
+    env.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentgym_env_babyai import TEST_IDS, BabyAIEnv, ExpertDesyncError, ExpertPolicy, solve, task_level_seed
+from agentgym_env_babyai.expert import play_with_lookahead
 
 # The bot's documented failures (minigrid's BabyAIBot docstring; measured in PROBES.md); the
 # expert's rescues cover most of them, and nothing else may fail.
@@ -121,3 +122,22 @@ def test_the_expert_plays_the_same_episodes_in_worker_processes(tmp_path, monkey
         results[workers] = (result.trajectories, result.successes, _records(out))
     assert in_processes == [1]  # the second collection really ran in workers
     assert results[1][0] == 6 and results[1][2] and results[1] == results[2]
+
+
+def test_the_expert_plays_an_env_that_refuses_no_op_go_tos_as_well_as_the_default_one():
+    from agentgym_core.finetune.experts import RecordingEnv, _TurnBudget
+
+    def play(inner: BabyAIEnv) -> list[list[str]]:
+        episodes = []
+        for task in range(20):  # the first 20 levels (the main job's), seed 0
+            recorder = RecordingEnv(inner, max_turns=12)  # as the warm start wraps it: the replica sees through
+            try:
+                play_with_lookahead(recorder, task)
+            except _TurnBudget:
+                pass
+            assert not any(result.invalid_action for _, result, _ in recorder.steps), task
+            episodes.append([action for action, _, _ in recorder.steps] + [str(recorder.steps[-1][1].success)])
+        return episodes
+
+    default, refusing = play(BabyAIEnv()), play(BabyAIEnv(refuse_no_op_go_to=True))
+    assert [e[-1] for e in refusing].count("True") >= [e[-1] for e in default].count("True") > 10

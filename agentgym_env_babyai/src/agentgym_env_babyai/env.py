@@ -81,6 +81,12 @@ class BabyAIConfig(BaseModel):
         description="Put a compact text map of the whole grid in each step's info['grid'] (for the "
         "trajectory viewer; the agent never sees it). See agentgym_env_babyai.grid.",
     )
+    refuse_no_op_go_to: bool = Field(
+        default=False,
+        description="Leave 'go to X' out of the available actions while the agent already faces X, "
+        "and refuse it like any unlisted action (it would do nothing). With rollout.end_on_invalid_action "
+        "a training episode then ends at such a move instead of repeating it. False lists it, as AgentGym does.",
+    )
     repair_strict_order: bool = Field(
         default=True,
         description="Repair minigrid 3.2's verifier bug that fails ordered Debug missions (e.g. "
@@ -276,7 +282,10 @@ class BabyAIEnv(Env):
     def _look(self, obs: dict[str, Any]) -> View:
         carrying = self._game.carrying if self._game is not None else None
         held = (carrying.color, carrying.type) if carrying is not None else None
-        return View(obs["image"].tolist(), held)
+        view = View(obs["image"].tolist(), held)
+        if self.config.refuse_no_op_go_to:
+            view.actions = {text: plan for text, plan in view.actions.items() if plan or not text.startswith("go to ")}
+        return view
 
     def _with_actions(self, description: str) -> str:
         if not self.config.list_actions or self._view is None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from agentgym_core.env import Env
-from agentgym_env_babyai.env import BabyAIEnv
+from agentgym_env_babyai.env import BabyAIConfig, BabyAIEnv
 from agentgym_env_babyai.view import DROP, FORWARD, LEFT, PICKUP, RIGHT, TOGGLE
 
 __all__ = ["ExpertDesyncError", "ExpertPolicy", "ExpertResult", "solve"]
@@ -48,9 +48,9 @@ class ExpertDesyncError(RuntimeError):
 class ExpertPolicy:
     """The bot's next text action for one task; call :meth:`act`, then :meth:`observe`."""
 
-    def __init__(self, task_id: int) -> None:
+    def __init__(self, task_id: int, config: BabyAIConfig | None = None) -> None:
         self.task_id = task_id
-        self.replica = BabyAIEnv()
+        self.replica = BabyAIEnv(config)  # the options of the env under test: the same observations
         self.first_observation = self.replica.reset(task_id).observation
         assert self.replica.game is not None
         self.bot = BabyAIBot(self.replica.game)
@@ -120,6 +120,9 @@ class ExpertPolicy:
                     self._pending.clear()
                     self._pending.append("toggle")
                     return f"go to {obj.label}"
+                if obj.name.endswith(" box") and obj is view.front():  # faced, its no-op 'go to' not offered
+                    self._pending.clear()
+                    return "toggle"
             return "turn left" if self._pending else None
         return action
 
@@ -151,7 +154,7 @@ class ExpertResult:
 
 def solve(env: Env, task_id: int, *, max_turns: int = 2000) -> ExpertResult:
     """Play task `task_id` on `env` (a BabyAIEnv or an HTTPEnv serving one) with the expert."""
-    expert = ExpertPolicy(task_id)
+    expert = ExpertPolicy(task_id, _options_of(env))
     try:
         first = env.reset(task_id).observation
         if first != expert.first_observation:
@@ -190,7 +193,7 @@ def play_with_lookahead(env: Env, task_id: int) -> None:
     completes the mission at once (the highest reward, the list's order on ties) is taken instead.
     Demonstrations then show the macro an agent should use, and stay short enough to train on.
     """
-    expert = ExpertPolicy(task_id)
+    expert = ExpertPolicy(task_id, _options_of(env))
     try:
         env.reset(task_id)
         while True:
@@ -208,6 +211,14 @@ def play_with_lookahead(env: Env, task_id: int) -> None:
                 return
     finally:
         expert.close()
+
+
+def _options_of(env: Env) -> BabyAIConfig | None:
+    """The options of the local BabyAIEnv under test, seen through wrappers that keep it as ``inner``
+    (the warm start's recorder); None (the defaults) for a served one."""
+    while not isinstance(env, BabyAIEnv) and isinstance(getattr(env, "inner", None), Env):
+        env = env.inner  # type: ignore[attr-defined]
+    return env.config if isinstance(env, BabyAIEnv) else None
 
 
 def _copy(env: BabyAIEnv) -> BabyAIEnv:

@@ -222,6 +222,8 @@ class View:
             obj = self.by_label.get(f"{name} {number}")
             if obj is None:
                 return f"There is no {name} {number} in sight."
+            if verb == "go to" and self.path_to_face(obj) == []:
+                return f"You are already facing the {obj.label}: going to it would do nothing."
             if verb == "pickup":
                 if obj.kind not in _PICKABLE:
                     return f"You cannot pick up the {obj.label}."
