@@ -139,3 +139,16 @@ def test_on_cuda_decode_steps_run_no_cudnn_attention_kernel():
     ops = {event.key for event in prof.key_averages()}
     assert any("scaled_dot_product" in op for op in ops), sorted(ops)
     assert not any("cudnn_attention" in op for op in ops), sorted(op for op in ops if "attention" in op)
+
+
+def test_overlapping_holders_of_decode_attention_restore_the_flag_whichever_leaves_last():
+    from agentgym_backend_transformers.backend import decode_attention
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    engine_thread, caller = decode_attention(), decode_attention()  # e.g. the library engine's thread and a scoring call
+    engine_thread.__enter__()
+    caller.__enter__()
+    engine_thread.__exit__(None, None, None)  # the first in leaves first: not LIFO
+    assert not torch.backends.cuda.cudnn_sdp_enabled()  # the caller still samples without cuDNN's kernel
+    caller.__exit__(None, None, None)
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before

@@ -35,7 +35,12 @@ def _lively_model(seed: int = 0):
 def engines():
     """The same model behind the library engine and the own engine."""
     model, tokenizer = _lively_model()
-    return TransformersBackend(model, tokenizer, decode_engine="library"), TransformersBackend(model, tokenizer)
+    library = TransformersBackend(model, tokenizer, decode_engine="library")
+    yield library, TransformersBackend(model, tokenizer)
+    # Its running thread holds the sampling kernels, a process-wide flag: later tests of this worker see
+    # torch's default again only once it stops (test_fast_sampling checks that default).
+    library.stop_library_engine()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
 
 
 # The seeded settings both sampling checks run under: plain sampling, and top-k with top-p.
@@ -175,19 +180,22 @@ def test_a_dead_manager_thread_raises_instead_of_hanging(engines):
 def test_weights_updated_in_place_are_sampled_from_without_a_reload():
     model, tokenizer = _lively_model(seed=1)
     library = make_backend({"decode_engine": "library"}, model=model, tokenizer=tokenizer)
-    long = library.encode(" ".join(TEXTS) * 12)  # longer than a page: later requests share its full pages
-    prompts = [long + p for p in _prompts(library)]
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=10)
-    before = [s.token_ids for s in library.generate(prompts, greedy)]
-    manager = library._library.manager
-    assert any(a.ledger.hash_to_block for a in manager.batch_processor.cache.cache_allocators.values())
-    with torch.no_grad():  # an optimizer step, in place, on the lent module
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    after = [s.token_ids for s in library.generate(prompts, greedy)]
-    assert library._library.manager is manager  # kept: its cache emptied, nothing rebuilt or reloaded
-    assert after != before  # no page of the old weights' keys was reused
-    assert after == [_plain_generate(library, p, 10) for p in prompts]
+    try:
+        long = library.encode(" ".join(TEXTS) * 12)  # longer than a page: later requests share its full pages
+        prompts = [long + p for p in _prompts(library)]
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=10)
+        before = [s.token_ids for s in library.generate(prompts, greedy)]
+        manager = library._library.manager
+        assert any(a.ledger.hash_to_block for a in manager.batch_processor.cache.cache_allocators.values())
+        with torch.no_grad():  # an optimizer step, in place, on the lent module
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.2)
+        after = [s.token_ids for s in library.generate(prompts, greedy)]
+        assert library._library.manager is manager  # kept: its cache emptied, nothing rebuilt or reloaded
+        assert after != before  # no page of the old weights' keys was reused
+        assert after == [_plain_generate(library, p, 10) for p in prompts]
+    finally:
+        library.stop_library_engine()  # its thread holds a process-wide attention flag (the fixture above)
 
 
 def test_an_unknown_engine_is_refused_with_the_choices():

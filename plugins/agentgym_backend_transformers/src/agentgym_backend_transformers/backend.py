@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import threading
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -239,6 +240,13 @@ class TransformersBackend:
             return LibraryBatch(self._library, params, weights_version=_version(self.model))
         return DecodeBatch(self, params, max_rows=self.max_batch_size)
 
+    def stop_library_engine(self) -> None:
+        """Stop the library engine's thread and free its paged cache (the next library batch starts a new
+        one). While that thread runs it holds :meth:`sampling_kernels`, whose attention flag is
+        process-wide: cuDNN's attention stays off for every thread of the process until it stops."""
+        if self._library is not None:
+            self._library.shutdown()
+
     @torch.inference_mode()
     def score(self, sequences: Sequence[Sequence[int]], *, temperature: float = 1.0) -> list[list[float]]:
         self.refresh()
@@ -318,7 +326,12 @@ def _version(model: Any) -> int:
     return sum(p._version for p in model.parameters())
 
 
-def decode_attention() -> contextlib.AbstractContextManager:
+_CUDNN_ATTENTION_LOCK = threading.Lock()
+_cudnn_attention = {"holders": 0, "before": True}  # decode_attention's holders; the flag before the first
+
+
+@contextlib.contextmanager
+def decode_attention() -> Iterator[None]:
     """Scaled-dot-product attention without the cuDNN kernels: flash, memory-efficient or math.
 
     Recent torch prefers cuDNN's attention on Hopper GPUs, and cuDNN keeps an execution plan per
@@ -328,10 +341,23 @@ def decode_attention() -> contextlib.AbstractContextManager:
     NVIDIA H100"). The other kernels take any length as it comes. Prefill and scoring meet new
     shapes too, so the whole of sampling runs under this. On a CPU it changes nothing (torch has no
     cuDNN attention there).
-    """
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+    The flag is process-wide, and holders overlap in any order (the library engine's thread holds it
+    while the caller's thread scores): the first holder saves it, the last one out restores it.
+    Nested ``sdpa_kernel`` contexts would restore in the order they exit and could leave it off.
+    """
+    with _CUDNN_ATTENTION_LOCK:
+        if _cudnn_attention["holders"] == 0:
+            _cudnn_attention["before"] = torch.backends.cuda.cudnn_sdp_enabled()
+        _cudnn_attention["holders"] += 1
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        with _CUDNN_ATTENTION_LOCK:
+            _cudnn_attention["holders"] -= 1
+            if _cudnn_attention["holders"] == 0:
+                torch.backends.cuda.enable_cudnn_sdp(_cudnn_attention["before"])
 
 
 @contextlib.contextmanager
