@@ -129,15 +129,14 @@ def test_the_expert_plays_the_same_episodes_in_worker_processes(tmp_path, monkey
 def test_the_expert_plays_an_env_that_refuses_no_op_go_tos_as_well_as_the_default_one():
     from agentgym_core.finetune.experts import RecordingEnv, _TurnBudget
 
-    def play(inner: BabyAIEnv) -> list[list[str]]:
-        episodes = []
+    def successes(inner: BabyAIEnv) -> int:
+        solved = 0
         for task in range(20):  # the first 20 levels (the main job's), seed 0
             recorder = RecordingEnv(inner, max_turns=12)  # as the warm start wraps it: the replica sees through
             with contextlib.suppress(_TurnBudget):  # the recorder stops the expert at its budget
                 play_with_lookahead(recorder, task)
             assert not any(result.invalid_action for _, result, _ in recorder.steps), task
-            episodes.append([action for action, _, _ in recorder.steps] + [str(recorder.steps[-1][1].success)])
-        return episodes
+            solved += bool(recorder.steps[-1][1].success)
+        return solved
 
-    default, refusing = play(BabyAIEnv()), play(BabyAIEnv(refuse_no_op_go_to=True))
-    assert [e[-1] for e in refusing].count("True") >= [e[-1] for e in default].count("True") > 10
+    assert successes(BabyAIEnv(refuse_no_op_go_to=True)) >= successes(BabyAIEnv()) > 10
