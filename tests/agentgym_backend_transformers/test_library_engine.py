@@ -39,7 +39,7 @@ def engines():
     yield library, TransformersBackend(model, tokenizer)
     # Its running thread holds the sampling kernels, a process-wide flag: later tests of this worker see
     # torch's default again only once it stops (test_fast_sampling checks that default).
-    library.stop_library_engine()
+    library.close()
     assert torch.backends.cuda.cudnn_sdp_enabled()
 
 
@@ -195,7 +195,7 @@ def test_weights_updated_in_place_are_sampled_from_without_a_reload():
         assert after != before  # no page of the old weights' keys was reused
         assert after == [_plain_generate(library, p, 10) for p in prompts]
     finally:
-        library.stop_library_engine()  # its thread holds a process-wide attention flag (the fixture above)
+        library.close()  # its thread holds a process-wide attention flag (the fixture above)
 
 
 def test_an_unknown_engine_is_refused_with_the_choices():

@@ -6,6 +6,7 @@ import json
 import logging
 
 import pytest
+import torch
 
 from agentgym_core.rl.trainer import train
 
@@ -29,3 +30,6 @@ def test_one_grpo_step_on_the_library_decode_engine(tmp_path, pm, tiny_config, c
     assert step[0]["trajectories"] == 6 and step[0]["sampled_tokens"] > 0 and step[0]["turns"] > 1
     assert step[0]["rollout_logprob_gap"] < 1e-3  # the library engine's log-probs are the learner's
     assert any((before[k] - v).abs().sum() > 0 for k, v in model.state_dict().items())  # the step trained
+    # The run closed its backend: the library engine's thread, which holds cuDNN attention's process-wide
+    # flag off while it runs, has stopped and handed the flag back.
+    assert torch.backends.cuda.cudnn_sdp_enabled()

@@ -102,12 +102,13 @@ def open_evaluation(pm: PluginManager, config: FinetuneConfig, model: Any, token
     The backend wraps the training module itself (no weight copy), as in the RL trainer.
     """
     from agentgym_core.rl.envs import evaluate, make_backend, open_envs
+    from agentgym_core.rollout.backend import closing_backend
 
     if not config.envs or not config.trainer.eval_tasks:
         yield lambda step: None
         return
     backend, shares = make_backend(pm, config, model, tokenizer)  # type: ignore[arg-type]
-    with open_envs(pm, config.envs) as envs:
+    with closing_backend(backend), open_envs(pm, config.envs) as envs:
         def run(step: int) -> dict[str, Any]:
             if not shares:
                 backend.load_weights(model.state_dict())

@@ -31,7 +31,7 @@ from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
 from agentgym_core.finetune.data import Example, TokenizerChat, load_examples
 from agentgym_core.plugins import PluginManager, get_plugin_manager
 from agentgym_core.rl.batch import step_seed, tasks_for_step
-from agentgym_core.rollout.backend import SamplingParams
+from agentgym_core.rollout.backend import SamplingParams, closing_backend
 from agentgym_core.rollout.chat import ChatFormat
 from agentgym_core.rollout.engine import EngineConfig, EpisodeSpec, RolloutEngine
 from agentgym_core.rollout.logs import RolloutLogWriter
@@ -107,7 +107,7 @@ def run_rejection_sampling(
     horizon = config.trainer.eval_max_turns
 
     backend, shares = make_backend(pm, config, model, tokenizer)  # type: ignore[arg-type]
-    with open_envs(pm, config.envs) as envs:
+    with closing_backend(backend), open_envs(pm, config.envs) as envs:
         def held_out(step: int) -> dict[str, Any] | None:
             if not config.trainer.eval_tasks:
                 return None

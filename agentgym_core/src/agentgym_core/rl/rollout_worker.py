@@ -28,7 +28,7 @@ from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
 from agentgym_core.rl.envs import EnvHandle, evaluate, evaluation_share, make_backend, open_envs
 from agentgym_core.rl.guards import SyncExpectation
-from agentgym_core.rollout.backend import SamplingParams
+from agentgym_core.rollout.backend import SamplingParams, close_backend
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
 from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory
@@ -197,9 +197,11 @@ def build_rollout_worker(stack: contextlib.ExitStack, pm: Any, config: TrainConf
     a module for a backend that samples from one (None: the backend loads ``model.path``);
     ``private_copy``: that module is the rollout side's own copy, so it takes new weights after every
     update (otherwise a sharing backend samples the learner's own module and takes none). ``progress``:
-    show each step's rollout as a console line that moves every turn.
+    show each step's rollout as a console line that moves every turn. The backend closes with ``stack``
+    (:func:`~agentgym_core.rollout.backend.close_backend`).
     """
     backend, shares = make_backend(pm, config, model, tokenizer)
+    stack.callback(close_backend, backend)  # after the worker's own close (the stack unwinds in reverse)
     envs = stack.enter_context(open_envs(pm, config.envs, timeout_s=config.rollout.env_timeout_s))
     worker = RolloutWorker(config, envs, backend, scheduler=scheduler, receives_weights=private_copy or not shares,
                            shard=shard, curriculum=curriculum, progress=progress)

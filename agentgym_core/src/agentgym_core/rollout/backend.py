@@ -35,6 +35,11 @@ each update. One that keeps its own base model needs the adapters' shape before 
 options class then has a ``lora`` field, which the trainer fills from ``model.lora`` (r, alpha, dropout,
 target_modules; None when LoRA is off), as it fills ``model`` from ``model.path``.
 
+Closing (optional): a backend that holds more than memory -- a decode thread, a server process, a GPU
+engine -- implements :class:`ClosableBackend`; whoever made it calls :func:`close_backend` once it is done
+(a rollout worker when it closes, an evaluation or fine-tuning run at its end), so nothing it started
+outlives the run.
+
 What sampling runs on (optional): a backend may have a ``sampling_setup`` property, a dict of names
 to strings (the transformers backend: ``device``, ``dtype``, ``decode_engine``, ``attention_kernel``,
 chosen at start-up; vLLM: what its workers chose; an API backend: the server), and the trainer writes
@@ -48,14 +53,17 @@ Plugins register a factory ``make_backend(config) -> RolloutBackend`` through
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+import contextlib
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+_B = TypeVar("_B")
+
 __all__ = [
-    "BackendCapabilities", "ContinuousBackend", "capabilities_of", "generate_with_batch", "merge_sampling_setups",
-    "RolloutBackend", "RunningBatch",
+    "BackendCapabilities", "ClosableBackend", "ContinuousBackend", "capabilities_of", "close_backend",
+    "closing_backend", "generate_with_batch", "merge_sampling_setups", "RolloutBackend", "RunningBatch",
     "RowSeeds", "Sample", "SamplingParams", "SessionBackend", "row_seed",
 ]
 
@@ -219,6 +227,30 @@ class ContinuousBackend(SessionBackend, Protocol):
     def open_batch(self, params: SamplingParams) -> RunningBatch:
         """A new, empty running batch sampling with ``params``."""
         ...
+
+
+@runtime_checkable
+class ClosableBackend(Protocol):
+    """A backend that frees what it started (threads, processes, engines) when its maker is done with it."""
+
+    def close(self) -> None:
+        """Stop and free what the backend started. Calling it twice is harmless."""
+        ...
+
+
+def close_backend(backend: object) -> None:
+    """Close ``backend`` if it is a :class:`ClosableBackend`; any other backend has nothing to free."""
+    if isinstance(backend, ClosableBackend):
+        backend.close()
+
+
+@contextlib.contextmanager
+def closing_backend(backend: _B) -> Iterator[_B]:
+    """``with closing_backend(make_backend(...)) as backend:``: :func:`close_backend` when the block exits."""
+    try:
+        yield backend
+    finally:
+        close_backend(backend)
 
 
 def row_seed(seed: int, key: Hashable, turn: int) -> int:

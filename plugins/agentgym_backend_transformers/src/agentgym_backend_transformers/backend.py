@@ -240,10 +240,11 @@ class TransformersBackend:
             return LibraryBatch(self._library, params, weights_version=_version(self.model))
         return DecodeBatch(self, params, max_rows=self.max_batch_size)
 
-    def stop_library_engine(self) -> None:
-        """Stop the library engine's thread and free its paged cache (the next library batch starts a new
-        one). While that thread runs it holds :meth:`sampling_kernels`, whose attention flag is
-        process-wide: cuDNN's attention stays off for every thread of the process until it stops."""
+    def close(self) -> None:
+        """Stop the library engine's thread and free its paged cache (a later library batch starts a new
+        one, so the backend stays usable). While that thread runs it holds :meth:`sampling_kernels`, whose
+        attention flag is process-wide: cuDNN's attention stays off for every thread of the process until
+        it stops. The trainer, fine-tuning and evaluation runs call it at their end (``close_backend``)."""
         if self._library is not None:
             self._library.shutdown()
 
