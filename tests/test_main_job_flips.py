@@ -1,0 +1,55 @@
+"""bench/main_job_flips.py: which held-out tasks RL flips across the main job's recorded runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def flips():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(BENCH))  # the script imports bench/common.py
+        spec = importlib.util.spec_from_file_location("main_job_flips", BENCH / "main_job_flips.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
+
+def _run(path: Path, panel: str, sft: dict[str, int], rl: dict[str, int]) -> Path:
+    path.write_text(json.dumps({"panel_hash": panel, "sft_per_task": sft, "rl_per_task": rl}))
+    return path
+
+
+def test_counts_each_tasks_gains_and_losses_over_the_runs_of_one_panel(flips, tmp_path):
+    sft = {"babyai:40": 0, "babyai:41": 1, "babyai:81": 1}  # levels 0, 1, 1 (task i is level i % 40)
+    paths = [_run(tmp_path / "a.json", "p", sft, {"babyai:40": 1, "babyai:41": 0, "babyai:81": 1}),
+             _run(tmp_path / "b.json", "p", sft, {"babyai:40": 1, "babyai:41": 1, "babyai:81": 0}),
+             _run(tmp_path / "c.json", "p", sft, {"babyai:40": 0, "babyai:41": 1, "babyai:81": 1}),
+             _run(tmp_path / "other.json", "q", sft, {"babyai:40": 0, "babyai:41": 0, "babyai:81": 0})]
+    runs = flips.load_runs(paths)
+    assert list(runs) == ["a", "b", "c"]  # the run on another panel is left out
+    table = flips.flips(runs)
+    assert table["babyai:40"] == {"sft": 0, "sft_differs": 0, "gained": 2, "lost": 0}
+    assert table["babyai:41"] == {"sft": 1, "sft_differs": 0, "gained": 0, "lost": 1}
+    assert table["babyai:81"]["lost"] == 1
+    levels = flips.by_level(table)
+    first, second = (flips.LEVEL_NAMES[0], flips.LEVEL_NAMES[1])
+    assert levels[first] == {"tasks": 1, "sft": 0, "gained": 2, "lost": 0}
+    assert levels[second] == {"tasks": 2, "sft": 2, "gained": 0, "lost": 2}
+
+
+def test_the_recorded_runs_read_and_the_script_writes_its_json(flips, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "flips.json"
+    monkeypatch.setattr("sys.argv", ["main_job_flips.py", "--out", str(out)])
+    flips.main()
+    data = json.loads(out.read_text())
+    assert len(data["runs"]) >= 2 and len(data["per_task"]) >= 40
+    flipped = [r for r in data["per_task"].values() if r["gained"] or r["lost"]]
+    assert data["flipped"] == len(flipped)
+    assert "tasks ever flipped" in capsys.readouterr().out
