@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -37,6 +38,23 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     # Workers share the cores: torch's default of one thread per core in every worker (and in the ranks and
     # commands each test starts, which inherit this) would oversubscribe them.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+
+@pytest.fixture(scope="session")
+def bench_script():
+    """``bench_script(name)``: the script ``bench/<name>.py`` loaded as a module, with ``bench/`` on the path
+    while it loads (the scripts import ``bench/common.py``)."""
+    bench = Path(__file__).parents[1] / "bench"
+
+    def load(name: str):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.syspath_prepend(str(bench))
+            spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session")

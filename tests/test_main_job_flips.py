@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[1] / "bench"
-
 
 @pytest.fixture(scope="module")
-def flips():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BENCH))  # the script imports bench/common.py
-        spec = importlib.util.spec_from_file_location("main_job_flips", BENCH / "main_job_flips.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
+def flips(bench_script):
+    return bench_script("main_job_flips")
 
 
 def _run(path: Path, panel: str, sft: dict[str, int], rl: dict[str, int]) -> Path:

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[1] / "bench"
-
 
 @pytest.fixture(scope="module")
-def record():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BENCH))  # the script imports bench/common.py
-        spec = importlib.util.spec_from_file_location("record_main_job", BENCH / "record_main_job.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
+def record(bench_script):
+    return bench_script("record_main_job")
 
 
 def _jsonl(path: Path, rows: list[dict]) -> None:
