@@ -214,7 +214,14 @@ def evaluate(
     make_env: Callable[[], Env] | None = None,
     progress: bool = True,
 ) -> EvalResults:
-    """Run the evaluation, write ``results.json`` + ``trajectories.jsonl`` to the run dir, return results."""
+    """Run the evaluation, write ``results.json`` + ``trajectories.jsonl`` to the run dir, return results.
+    A backend it makes itself (``backend`` None) is closed at the end; a caller's is left to the caller."""
+    with contextlib.ExitStack() as owned:
+        return _evaluate(config, backend, make_env, progress, owned)
+
+
+def _evaluate(config: EvalConfig, backend: RolloutBackend | ChatBackend | None, make_env: Callable[[], Env] | None,
+              progress: bool, owned: contextlib.ExitStack) -> EvalResults:
     if make_env is None:
         opened = env_factory(config.env, url=config.env_url, env_kwargs=config.env_options,
                              timeout_s=config.step_timeout_s, where="--env-kwargs",
@@ -242,57 +249,54 @@ def evaluate(
     order = {(spec.task_id, spec.sample_index): i for i, spec in enumerate(episodes)}
     kept = [r for r in kept if (r["task_id"], r.get("sample_index", 0)) in order]
     episodes = [spec for spec in episodes if (spec.task_id, spec.sample_index) not in finished]
-    owned = contextlib.ExitStack()  # a backend made here is closed here; a caller's is the caller's
-    if backend is None:
-        backend = owned.enter_context(closing_backend(_make_backend(config)))
-    with owned:
-        text_only = is_chat_backend(backend)
-        if text_only and config.include_tokens:
-            raise ValueError(f"include_tokens needs a local backend: {config.backend!r} returns text only, so there "
-                             "are no token ids to log; drop --include-tokens or use --backend transformers")
-        if text_only and hasattr(backend, "preflight"):
-            backend.preflight()  # a wrong model name or key fails here, before any episode
-        run_dir.mkdir(parents=True, exist_ok=True)
-        sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
-                                  max_new_tokens=config.max_new_tokens, seed=config.seed)
-        conditions = evaluation_conditions(sampling, horizon=config.max_rounds, max_total_tokens=config.max_total_tokens,
-                                           samples_per_task=config.n_samples)
-        panel = {config.env: list(task_ids)}  # logged before any episode: which tasks this run evaluates, and how
-        (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel, conditions)) + "\n",
-                                                       encoding="utf-8")
-        if progress:
-            print(describe_panel(panel, conditions), file=sys.stderr)
-        if not kept:
-            (run_dir / "eval_config.json").write_text(
-                json.dumps(config.model_dump(exclude={"api_key"}), indent=2) + "\n", encoding="utf-8")
-        rollout = EngineConfig(
-            sampling=sampling, max_turns=config.max_rounds, max_total_tokens=config.max_total_tokens,
-            step_timeout_s=config.step_timeout_s, env_workers=min(config.num_envs, 32),
-        )
-        desc = f"eval {config.env}" + (f" (resumed: {len(kept)} kept)" if kept else "")
-        done: list[Trajectory] = []
-        start = time.perf_counter()
-        with (TextRolloutLogWriter(log_path) if text_only
-              else RolloutLogWriter(log_path, include_tokens=config.include_tokens)) as log:
-            def on_done(traj: Trajectory) -> None:
-                done.append(traj)
-                log.write(traj)  # flushed: an interrupted run keeps every trajectory that finished
+    backend = backend or owned.enter_context(closing_backend(_make_backend(config)))
+    text_only = is_chat_backend(backend)
+    if text_only and config.include_tokens:
+        raise ValueError(f"include_tokens needs a local backend: {config.backend!r} returns text only, so there "
+                         "are no token ids to log; drop --include-tokens or use --backend transformers")
+    if text_only and hasattr(backend, "preflight"):
+        backend.preflight()  # a wrong model name or key fails here, before any episode
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
+                              max_new_tokens=config.max_new_tokens, seed=config.seed)
+    conditions = evaluation_conditions(sampling, horizon=config.max_rounds, max_total_tokens=config.max_total_tokens,
+                                       samples_per_task=config.n_samples)
+    panel = {config.env: list(task_ids)}  # logged before any episode: which tasks this run evaluates, and how
+    (run_dir / "evaluation_panel.json").write_text(json.dumps(panel_record(panel, conditions)) + "\n",
+                                                   encoding="utf-8")
+    if progress:
+        print(describe_panel(panel, conditions), file=sys.stderr)
+    if not kept:
+        (run_dir / "eval_config.json").write_text(
+            json.dumps(config.model_dump(exclude={"api_key"}), indent=2) + "\n", encoding="utf-8")
+    rollout = EngineConfig(
+        sampling=sampling, max_turns=config.max_rounds, max_total_tokens=config.max_total_tokens,
+        step_timeout_s=config.step_timeout_s, env_workers=min(config.num_envs, 32),
+    )
+    desc = f"eval {config.env}" + (f" (resumed: {len(kept)} kept)" if kept else "")
+    done: list[Trajectory] = []
+    start = time.perf_counter()
+    with (TextRolloutLogWriter(log_path) if text_only
+          else RolloutLogWriter(log_path, include_tokens=config.include_tokens)) as log:
+        def on_done(traj: Trajectory) -> None:
+            done.append(traj)
+            log.write(traj)  # flushed: an interrupted run keeps every trajectory that finished
 
-            try:
-                trajs, stats = play(backend, {config.env: EnvSource(factory, config.num_envs)}, episodes, rollout,
-                                    desc=desc, progress=progress, on_done=on_done)
-            except KeyboardInterrupt:
-                raise EvalInterrupted(run_dir, len(kept) + len(done), len(kept) + len(episodes)) from None
-        # Every trajectory of the run directory, in the order of the split: earlier runs' and this one's.
-        rows = sorted([(_record_trajectory(r), r.get("num_turns", 0), _logged_invalid_actions(r)) for r in kept]
-                      + [(t, t.num_turns, t.invalid_actions) for t in trajs],
-                      key=lambda row: order[(row[0].task_id, row[0].sample_index)])
-        wall = time.perf_counter() - start
-        results = build_results(
-            rows, config=config.model_dump(exclude={"api_key"}), panel_hash=panel_hash(panel, conditions), trainable=not text_only,
-            timing={"wall_seconds": wall, "gen_seconds": stats.gen_seconds, "sampled_tokens": float(stats.sampled_tokens),
-                    "trajectories_per_min": 60 * len(trajs) / wall if wall else 0.0},
-            run_dir=str(run_dir),
-            sampling_setup={str(k): str(v) for k, v in (getattr(backend, "sampling_setup", None) or {}).items()})
-        (run_dir / "results.json").write_text(json.dumps(results.model_dump(), indent=2) + "\n", encoding="utf-8")
-        return results
+        try:
+            trajs, stats = play(backend, {config.env: EnvSource(factory, config.num_envs)}, episodes, rollout,
+                                desc=desc, progress=progress, on_done=on_done)
+        except KeyboardInterrupt:
+            raise EvalInterrupted(run_dir, len(kept) + len(done), len(kept) + len(episodes)) from None
+    # Every trajectory of the run directory, in the order of the split: earlier runs' and this one's.
+    rows = sorted([(_record_trajectory(r), r.get("num_turns", 0), _logged_invalid_actions(r)) for r in kept]
+                  + [(t, t.num_turns, t.invalid_actions) for t in trajs],
+                  key=lambda row: order[(row[0].task_id, row[0].sample_index)])
+    wall = time.perf_counter() - start
+    results = build_results(
+        rows, config=config.model_dump(exclude={"api_key"}), panel_hash=panel_hash(panel, conditions), trainable=not text_only,
+        timing={"wall_seconds": wall, "gen_seconds": stats.gen_seconds, "sampled_tokens": float(stats.sampled_tokens),
+                "trajectories_per_min": 60 * len(trajs) / wall if wall else 0.0},
+        run_dir=str(run_dir),
+        sampling_setup={str(k): str(v) for k, v in (getattr(backend, "sampling_setup", None) or {}).items()})
+    (run_dir / "results.json").write_text(json.dumps(results.model_dump(), indent=2) + "\n", encoding="utf-8")
+    return results
