@@ -1,12 +1,14 @@
 """Multi-turn rollouts: the trajectory record, the backend protocol, the engine, the logs."""
 
 from agentgym_core.rollout.backend import (
+    ClosableBackend,
     ContinuousBackend,
     RolloutBackend,
     RunningBatch,
     Sample,
     SamplingParams,
     SessionBackend,
+    closing_backend,
 )
 from agentgym_core.rollout.chat import ChatFormat, ChatTemplateError
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
@@ -19,6 +21,8 @@ __all__ = [
     "read_rollout_log",
     "trajectory_log_record",
     "ChatFormat",
+    "ClosableBackend",
+    "closing_backend",
     "ContinuousBackend",
     "ChatTemplateError",
     "EnvSource",
