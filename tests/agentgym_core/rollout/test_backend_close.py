@@ -8,7 +8,7 @@ from agentgym_core.rollout.backend import ClosableBackend, close_backend, closin
 
 
 class _Holds:
-    """A stand-in for a backend with something to free (the real one is tested in test_library_engine_train)."""
+    """A stand-in for a backend with something to free (the real one: the last test here, test_library_engine_train)."""
 
     def __init__(self) -> None:
         self.closed = 0
