@@ -11,7 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["DPOOptions", "DataConfig", "ExpertDemos", "RejectionOptions", "SFTOptions", "WarmStartConfig"]
+__all__ = [
+    "DPOOptions", "DataConfig", "ExpertDemos", "RejectionOptions", "ReplayOptions", "SFTOptions", "WarmStartConfig",
+]
 
 
 class _Section(BaseModel):
@@ -86,6 +88,18 @@ class ExpertDemos(_Section):
         "same episodes as one).")
 
 
+class ReplayOptions(_Section):
+    """``warm_start.replay``: the warm start's examples kept in every RL update (PPO-ptx, Ouyang et al. 2022).
+
+    Each update adds ``coef`` times the mean negative log-likelihood of ``examples`` warm-start
+    examples (a seeded draw per step) to the policy loss, so RL does not unlearn what SFT taught on
+    tasks whose groups all succeed or all fail (those carry no GRPO signal).
+    """
+
+    coef: float = Field(0.0, ge=0.0, description="Weight of the SFT loss in each RL update (0: no replay).")
+    examples: int = Field(8, ge=1, description="Warm-start examples in each update's SFT term.")
+
+
 class WarmStartConfig(_Section):
     """``warm_start`` of an RL recipe: SFT first (on ``data`` and/or fresh expert demos), then RL from it."""
 
@@ -97,6 +111,8 @@ class WarmStartConfig(_Section):
     )
     sft: SFTOptions = Field(default_factory=SFTOptions, description="SFT settings.")
     lr: float = Field(1e-5, gt=0.0, description="SFT learning rate (the RL recipe's optim.lr is for RL).")
+    replay: ReplayOptions = Field(
+        default_factory=ReplayOptions, description="Keep training on the SFT examples during RL (off by default).")
     eval_base: bool = Field(
         False, description="Also evaluate the model before SFT (off: a base model that writes no parseable "
         "action only scores 0).")

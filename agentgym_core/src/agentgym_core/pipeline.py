@@ -42,18 +42,21 @@ def run_rl_recipe(
         return train(config, resume=resume, plugin_manager=plugin_manager, model=model, tokenizer=tokenizer,
                      stop_after=stop_after)
 
-    from agentgym_core.finetune.run import warm_start_sft
+    from agentgym_core.finetune.run import warm_start_examples, warm_start_sft
 
     if config.trainer.learners > 1:  # learner ranks load the warm start's weights from its model directory
         warm = warm_start_sft(config, plugin_manager=pm)
         tuned = config.model_copy(update={"model": config.model.model_copy(update={"path": str(warm.model_path)})})
-        results = train(tuned, resume=resume, stop_after=stop_after, eval_before=warm.eval_after)
+        # no tokenizer in this process: replay reads the token ids the records hold (expert demos, rollout logs)
+        replay = warm_start_examples(config, None, None) if config.warm_start.replay.coef > 0 else None
+        results = train(tuned, resume=resume, stop_after=stop_after, eval_before=warm.eval_after, replay=replay)
     else:
         if model is None:
             model, tokenizer = load_policy(config.model, runtime=config.runtime)
         warm = warm_start_sft(config, plugin_manager=pm, model=model, tokenizer=tokenizer)  # trains model in place
+        replay = warm_start_examples(config, model, tokenizer) if config.warm_start.replay.coef > 0 else None
         results = train(config, resume=resume, plugin_manager=pm, model=model, tokenizer=tokenizer,
-                        stop_after=stop_after, eval_before=warm.eval_after)
+                        stop_after=stop_after, eval_before=warm.eval_after, replay=replay)
     return {"eval_base": warm.eval_before, "eval_sft": warm.eval_after, **results}
 
 

@@ -9,7 +9,7 @@ from agentgym_core.finetune.common import FinetuneResult
 from agentgym_core.finetune.config import FinetuneConfig
 from agentgym_core.plugins import PluginManager
 
-__all__ = ["run_finetune", "warm_start_sft"]
+__all__ = ["run_finetune", "warm_start_examples", "warm_start_sft"]
 
 
 def run_finetune(config: FinetuneConfig, *, resume: bool = False, plugin_manager: PluginManager | None = None,
@@ -70,9 +70,9 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
             load_policy_weights(model, done)
             release_memory()
         return result
-    paths = list(warm.data.paths)
     if warm.expert is not None:
-        paths.append(str(_collect_expert_demos(train_config, run_dir / "expert.jsonl", plugin_manager, tokenizer)))
+        _collect_expert_demos(train_config, run_dir / "expert.jsonl", plugin_manager, tokenizer)
+    paths = _warm_start_paths(train_config)  # what warm_start_examples reads back for replay
     horizon = final_horizon_of(train_config, plugin_manager)  # the RL run's evaluations play it too
     config = FinetuneConfig.model_validate({
         "kind": "sft", "model": train_config.model, "envs": train_config.envs, "rollout": train_config.rollout,
@@ -89,6 +89,27 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
         raise RuntimeError(f"warm start: SFT in {run_dir} wrote no checkpoint")
     release_memory()  # what SFT and its evaluation freed, before RL's learner and rollouts
     return result
+
+
+def warm_start_examples(train_config: Any, model: Any, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
+    """The examples the finished warm start trained on, as ``(token_ids, loss_mask)`` pairs (``warm_start.replay``).
+
+    The same files and filters as :func:`warm_start_sft` (``warm_start.data`` and the run's ``expert.jsonl``).
+    Without ``tokenizer`` only records that hold token ids can be read (others raise ``DataFormatError``).
+    """
+    from agentgym_core.finetune.common import select_examples
+    from agentgym_core.finetune.data import TokenizerChat, load_examples
+    from agentgym_core.rollout.chat import ChatFormat
+
+    chat = ChatFormat(TokenizerChat.for_model(model, tokenizer)) if tokenizer is not None else None
+    examples = select_examples(load_examples(_warm_start_paths(train_config), chat), train_config.warm_start.data)
+    return [(e.token_ids, e.loss_mask) for e in examples]
+
+
+def _warm_start_paths(train_config: Any) -> list[str]:
+    warm = train_config.warm_start
+    expert = [str(Path(train_config.trainer.run_dir) / "warm_start" / "expert.jsonl")] if warm.expert is not None else []
+    return [*warm.data.paths, *expert]
 
 
 def _collect_expert_demos(train_config: Any, out: Path, plugin_manager: PluginManager | None, tokenizer: Any) -> Path:

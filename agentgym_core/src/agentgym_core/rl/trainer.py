@@ -28,6 +28,7 @@ actors answering the same calls (:mod:`agentgym_core.rl.ray_launcher`). ``rollou
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import pickle
@@ -67,6 +68,7 @@ from agentgym_core.rl.plugin_options import backend_capabilities, bind_plugin_op
 from agentgym_core.rl.policy import load_policy, load_policy_for_ranks, resolve_device
 from agentgym_core.rl.roles import LearnerRole, PlacedRollouts, Roles, RolloutRole
 from agentgym_core.rl.rollout_worker import RolloutResult, build_rollout_worker
+from agentgym_core.rl.sft_replay import ReplayPool, check_replay_pool, replay_fields
 from agentgym_core.rl.update import UpdateInputs
 from agentgym_core.rl.weight_sync import engine_dtype, weight_sync_metrics
 from agentgym_core.rollout.backend import capabilities_of
@@ -91,11 +93,15 @@ def train(
     tokenizer: Any = None,
     stop_after: int | None = None,
     eval_before: dict[str, Any] | None = None,
+    replay: ReplayPool | None = None,
 ) -> dict[str, Any]:
     """Train the policy as ``config`` says; returns ``{"final": metrics, "eval_before", "eval_after"}``.
 
     ``model``/``tokenizer`` replace loading ``config.model.path`` (tests, notebooks).
     ``stop_after`` ends the run after that many steps of this call, as a kill would (tests).
+    ``replay`` is the warm start's SFT examples as ``(token_ids, loss_mask)`` pairs, which
+    ``warm_start.replay.coef > 0`` keeps in every update (:mod:`agentgym_core.rl.sft_replay`).
+
     ``eval_before`` is a held-out evaluation of the starting policy made elsewhere (a warm start's,
     on the same tasks and horizon), used instead of evaluating again (under torchrun: the same on every rank,
     which all play a share of an evaluation that is run).
@@ -105,6 +111,7 @@ def train(
     under ``torchrun`` every rank calls ``train`` and rank 0 returns the results.
     """
     ranks_running = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    replay = check_replay_pool(config, replay)  # before anything loads
     if resolve_device(config.model.device).type == "cuda":  # before anything starts CUDA; spawned ranks inherit it
         prefer_expandable_cuda_segments(backend_capabilities(config, plugin_manager).expandable_segments)
     if config.trainer.launcher == "ray":
@@ -115,24 +122,24 @@ def train(
 
         pm = plugin_manager or get_plugin_manager()
         return _train(bind_plugin_options(config, pm), pm, RayRoles, resume=resume, stop_after=stop_after,
-                      eval_before=eval_before)
+                      eval_before=eval_before, replay=replay)
     if config.trainer.learners > 1 and not ranks_running:
         if model is not None or plugin_manager is not None:
             raise ValueError("trainer.learners > 1 spawns fresh processes: they load config.model.path and installed "
                              "plugins themselves, so model=/plugin_manager= cannot be passed (or start the ranks "
                              "yourself with torchrun and call train() in each)")
-        return _spawn_learners(config, resume=resume, stop_after=stop_after, eval_before=eval_before)
+        return _spawn_learners(config, resume=resume, stop_after=stop_after, eval_before=eval_before, replay=replay)
     pm = plugin_manager or get_plugin_manager()
     config = bind_plugin_options(config, pm)  # estimator/scheduler plugins get their own typed options
     return _train(config, pm, _LocalRoles.with_model(model, tokenizer), resume=resume, stop_after=stop_after,
-                  eval_before=eval_before)
+                  eval_before=eval_before, replay=replay)
 
 
 PlaceRoles = Callable[[TrainConfig, PluginManager, DistContext], Roles]
 
 
 def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, resume: bool, stop_after: int | None,
-           eval_before: dict[str, Any] | None) -> dict[str, Any]:
+           eval_before: dict[str, Any] | None, replay: ReplayPool | None) -> dict[str, Any]:
     """The loop, the same on every rank; ``place_roles(config, pm, ctx)`` says where the learner and the rollout
     worker live (:class:`_LocalRoles`: in this process; the Ray launcher: actors answering the same calls)."""
     cfg, alg = config, config.algorithm
@@ -205,6 +212,8 @@ def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, r
                 if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
                     keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
                 inputs = _update_inputs(batch.sequences, scored, adv, keep, labels) if keep else None
+                if inputs is not None and replay is not None:  # warm_start.replay: SFT examples join the loss
+                    inputs = dataclasses.replace(inputs, **replay_fields(replay, cfg, step, inputs.mask.device))
 
                 # ---- 5. policy (and critic) update --------------------------------------------------------
                 update_metrics: dict[str, float] = {}
@@ -532,18 +541,18 @@ class _LocalRoles:
 
 # ---- several learner ranks on this machine --------------------------------------------------------------
 def _rank_main(config: TrainConfig, resume: bool, stop_after: int | None, eval_before: dict[str, Any] | None,
-               result_path: str, gpus: list[str] | None) -> None:
+               replay: ReplayPool | None, result_path: str, gpus: list[str] | None) -> None:
     if gpus is not None:  # before anything starts CUDA in this process
         pin_one_gpu(gpus, int(os.environ["RANK"]))
     pm = get_plugin_manager()
     results = _train(bind_plugin_options(config, pm), pm, _LocalRoles.with_model(None, None), resume=resume,
-                     stop_after=stop_after, eval_before=eval_before)
+                     stop_after=stop_after, eval_before=eval_before, replay=replay)
     if int(os.environ["RANK"]) == 0:
         Path(result_path).write_bytes(pickle.dumps(results))
 
 
 def _spawn_learners(config: TrainConfig, *, resume: bool, stop_after: int | None,
-                    eval_before: dict[str, Any] | None) -> dict[str, Any]:
+                    eval_before: dict[str, Any] | None, replay: ReplayPool | None) -> dict[str, Any]:
     """``trainer.learners = N``: N processes on this machine, rank 0 drives; its results come back.
     On CUDA each rank sees one GPU of its own (:func:`~agentgym_core.rl.distributed.pin_one_gpu`)."""
     gpus = None
@@ -555,5 +564,6 @@ def _spawn_learners(config: TrainConfig, *, resume: bool, stop_after: int | None
                              "Lower trainer.learners, or set model.device=cpu")
     with tempfile.TemporaryDirectory() as tmp:
         result_path = str(Path(tmp) / "results.pkl")
-        spawn(_rank_main, config.trainer.learners, config, resume, stop_after, eval_before, result_path, gpus)
+        spawn(_rank_main, config.trainer.learners, config, resume, stop_after, eval_before, replay, result_path,
+              gpus)
         return pickle.loads(Path(result_path).read_bytes())

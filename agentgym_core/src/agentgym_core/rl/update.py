@@ -48,6 +48,10 @@ class UpdateInputs:
     old_values: torch.Tensor | None = None
     rollout_logprobs: torch.Tensor | None = None  # the sampler's (behaviour policy): correction weights, metrics
     row_labels: list[tuple[str, ...]] | None = None  # each row's groups (env, worker): the mismatch per group
+    # SFT replay (``warm_start.replay``): sequences whose masked tokens' NLL, times replay_coef, joins the loss
+    replay_sequences: list[list[int]] | None = None
+    replay_mask: torch.Tensor | None = None  # (R, T_r)
+    replay_coef: float = 0.0
 
 
 def _micro_batches(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
@@ -96,6 +100,10 @@ def ppo_update(
     and ``rollout_logprob_gap`` over the trained tokens (the scoring pass reports them otherwise), and
     the sampler-mismatch metrics (``sampler_*``, :func:`agentgym_core.rl.off_policy.mismatch_stats`).
 
+    With ``inputs.replay_sequences``, each mini-batch also takes its share of them (every
+    ``mini_batches``-th) and adds ``replay_coef`` times their mean NLL over masked tokens, at
+    temperature 1 as in SFT (``sft_replay_loss``, the NLL before the coefficient).
+
     ``correction`` (``none``, ``tis``, ``decoupled``) weighs each token's loss by its behaviour weight
     against ``inputs.rollout_logprobs``; ``is_weight_mean`` reports the mean weight applied.
 
@@ -110,6 +118,8 @@ def ppo_update(
                          f"(ppo_epochs={config.ppo_epochs}, mini_batches={config.mini_batches})")
     B = len(inputs.sequences)
     lengths = [len(s) for s in inputs.sequences]
+    replay = inputs.replay_sequences or []
+    replay_lengths = [len(s) for s in replay]
     # A separate critic's gradients are clipped on their own (its value loss is not the policy's step);
     # a shared-trunk head's share the policy's norm, as its loss flows through the same trunk.
     critic_params = list(value_head.parameters()) if isinstance(value_head, SeparateCritic) else []
@@ -127,7 +137,8 @@ def ppo_update(
     for _epoch in range(config.ppo_epochs):
         order = torch.randperm(B, generator=generator).tolist()
         chunks = [order[i :: config.mini_batches] for i in range(config.mini_batches)]
-        for rows in (c for c in chunks if c):
+        replay_chunks = [list(range(len(replay)))[i :: config.mini_batches] for i in range(config.mini_batches)]
+        for rows, replay_rows in ((c, r) for c, r in zip(chunks, replay_chunks, strict=True) if c):
             m_all = inputs.mask[rows]
             num_tokens = float(m_all.sum().clamp(min=1.0))
             agg_kw = {"num_tokens": num_tokens, "num_seqs": float(len(rows)), "norm_length": norm_length}
@@ -193,6 +204,10 @@ def ppo_update(
                 for k, v in pg_stats.items():
                     stats[k] = stats.get(k, 0.0) + v * share
                 tokens += sum(len(s) for s in seqs)
+            if replay_rows and inputs.replay_coef > 0:
+                stats["sft_replay_loss"] = _replay_passes(model, inputs, replay_rows, replay_lengths, config, ctx,
+                                                          pad_token_id)
+                tokens += sum(replay_lengths[r] for r in replay_rows)
             stats = all_reduce_stats(stats, ctx)
             if any(k.startswith("sampler_kl_sum/") for k in stats):  # before the (only) optimizer step
                 by_label = mismatch_by_label(stats)
@@ -227,6 +242,25 @@ def ppo_update(
     metrics.update(update_seconds=seconds, update_tokens=float(tokens),
                    update_tokens_per_s=tokens / seconds if seconds > 0 else 0.0, optimizer_steps=float(n_steps))
     return metrics
+
+
+def _replay_passes(model: torch.nn.Module, inputs: UpdateInputs, rows: list[int], lengths: list[int],
+                   config: AlgorithmConfig, ctx: DistContext, pad_token_id: int) -> float:
+    """Backward ``replay_coef`` x the mean NLL of the replay ``rows``' masked tokens; return this rank's share of it."""
+    sequences, replay_mask = cast(list[list[int]], inputs.replay_sequences), cast(torch.Tensor, inputs.replay_mask)
+    num_tokens = float(replay_mask[rows].sum().clamp(min=1.0))  # over every rank's rows: the global mean
+    nll_share = 0.0
+    for micro in _rank_micro_batches(rows, lengths, config.micro_batch_tokens, ctx):
+        if not micro:
+            _empty_pass(model, pad_token_id)
+            continue
+        mask = replay_mask[micro]  # (b, T_r)
+        out = forward_tokens(model, [sequences[r] for r in micro], mask, temperature=1.0, packing=config.packing,
+                             max_tokens=config.micro_batch_tokens, pad_token_id=pad_token_id)
+        nll = -(out.logprobs[:, : mask.shape[1]] * mask).sum() / num_tokens
+        (inputs.replay_coef * nll * ctx.world_size).backward()
+        nll_share += float(nll.detach())
+    return nll_share
 
 
 def _empty_pass(model: torch.nn.Module, pad_token_id: int) -> None:

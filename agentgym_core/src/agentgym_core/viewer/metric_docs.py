@@ -122,6 +122,9 @@ METRICS: tuple[MetricDoc, ...] = (
     MetricDoc("kl_loss", "KL penalty of the policy to the reference model, as in the loss "
               "(algorithm.kl).", "Small and slowly rising.", "Rising fast: raise algorithm.kl.coef or lower the "
               "learning rate."),
+    MetricDoc("sft_replay_loss", "Mean negative log-likelihood of the warm start's examples replayed in the "
+              "update (warm_start.replay), before its coefficient.", "Low and flat: RL keeps what SFT taught.",
+              "Rising: RL is unlearning the warm start; raise warm_start.replay.coef."),
     MetricDoc("kl", "KL of the policy to the reference model over the sampled tokens (0 without a reference).",
               "Slowly rising, well below 1.", "Jumps: the policy moves fast; lower optim.lr."),
     MetricDoc("value_loss", "The critic's value loss (algorithm.critic, GAE).", "Falling, then flat.",
