@@ -6,11 +6,28 @@ import pytest
 import torch
 
 from agentgym_core.rollout import ChatFormat, SamplingParams
-from agentgym_core.testing.backend import check_backend
+from agentgym_core.testing.backend import BackendCheckError, check_backend
 
 
 def test_passes_check_backend(tiny_backend):
     check_backend(tiny_backend)
+
+
+def test_the_checker_names_a_close_that_cannot_run_twice(tiny_backend):
+    from agentgym_backend_transformers import TransformersBackend
+
+    class ClosesOnce(TransformersBackend):  # a stand-in with a broken close(): ours all close twice safely
+        closed = False
+
+        def close(self) -> None:
+            if self.closed:
+                raise RuntimeError("already closed")
+            self.closed = True
+
+    backend = ClosesOnce(tiny_backend.model, tiny_backend.tokenizer)
+    with pytest.raises(BackendCheckError, match=r"second close\(\) raised RuntimeError: already closed"):
+        check_backend(backend, close=True)
+    check_backend(tiny_backend, close=True)  # the own engine: close() has nothing to stop, twice
 
 
 def _prompt(backend):

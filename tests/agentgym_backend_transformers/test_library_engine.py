@@ -133,8 +133,12 @@ def test_stop_strings_and_token_caps_end_replies_as_on_the_own_engine(engines):
     assert ours[1].finish_reason == "length" and len(ours[1].token_ids) == 3
 
 
-def test_the_conformance_checker_passes(engines):
-    check_backend(engines[0])
+def test_the_conformance_checker_passes_and_closes_it_twice():
+    model, tokenizer = _lively_model()
+    library = TransformersBackend(model, tokenizer, decode_engine="library")
+    check_backend(library, close=True)  # its engine thread stops, and a second close() is harmless
+    assert library.generate(_prompts(library)[:1], SamplingParams(temperature=0.0, max_new_tokens=4))  # and restarts
+    library.close()
 
 
 def test_no_reply_is_lost_when_a_batch_is_dropped_mid_decoding(engines):

@@ -5,12 +5,14 @@ replies for prompts of different lengths in one batch and checks what the rollou
 trainer rely on: one sample per prompt, per-prompt token caps, ids and log-probs of equal length,
 finish reasons that match the tokens, greedy decoding that does not depend on the batch it runs in
 (left padding done right), seeded sampling that repeats, and (when the backend can score)
-log-probs that a forward pass reproduces.
+log-probs that a forward pass reproduces. With ``close=True`` it ends by closing a backend that has
+``close()`` (:class:`~agentgym_core.rollout.backend.ClosableBackend`) twice, as the trainer's and the
+evaluation's exit paths may: both calls must return.
 """
 
 from __future__ import annotations
 
-from agentgym_core.rollout.backend import RolloutBackend, SamplingParams
+from agentgym_core.rollout.backend import ClosableBackend, RolloutBackend, SamplingParams
 from agentgym_core.rollout.chat import ChatFormat
 
 __all__ = ["BackendCheckError", "check_backend"]
@@ -24,8 +26,19 @@ def _fail(message: str) -> None:
     raise BackendCheckError(message)
 
 
-def check_backend(backend: RolloutBackend, *, max_new_tokens: int = 8, atol: float = 1e-3) -> None:
-    """Check ``backend`` against the :class:`~agentgym_core.rollout.RolloutBackend` contract."""
+def check_backend(backend: RolloutBackend, *, max_new_tokens: int = 8, atol: float = 1e-3, close: bool = False) -> None:
+    """Check ``backend`` against the :class:`~agentgym_core.rollout.RolloutBackend` contract
+    (``close=True``: and its ``close()``, which leaves it closed)."""
+    _check_sampling(backend, max_new_tokens=max_new_tokens, atol=atol)
+    if close and isinstance(backend, ClosableBackend):
+        for attempt in ("first", "second"):
+            try:
+                backend.close()
+            except Exception as e:  # any failure is the finding
+                _fail(f"the {attempt} close() raised {type(e).__name__}: {e} (closing twice must be harmless)")
+
+
+def _check_sampling(backend: RolloutBackend, *, max_new_tokens: int, atol: float) -> None:
     if not isinstance(backend, RolloutBackend):
         _fail(f"{type(backend).__name__} lacks RolloutBackend methods (see agentgym_core.rollout.backend)")
     if not backend.eos_token_ids or not all(isinstance(t, int) for t in backend.eos_token_ids):
