@@ -67,6 +67,9 @@ def main() -> None:
     levels = by_level(table)
     n = len(runs)
     print(f"{n} runs on one panel: {', '.join(runs)}")
+    # The runs compare task by task only if they started from the same SFT results (copied warm starts).
+    differs = sum(r["sft_differs"] for r in table.values())
+    print(f"SFT results that differ from the first run's: {differs} of {n * len(table)} (task, run) pairs")
     print(f"{'level':26s} tasks  SFT  gained  lost   (summed over the {n} runs)")
     for name, row in levels.items():
         if row["gained"] or row["lost"]:

@@ -30,9 +30,9 @@ RANKS_LR = ["optim.lr=0.001"]
 
 
 def run(run_dir: str, overrides: list[str], resume: bool = False, stop_after: int | None = None,
-        observer: object = None) -> dict:
+        observer: object = None, replay: list | None = None) -> dict:
     """One trainer process (a rank when WORLD_SIZE is set): the word env, the tiny model, seed 0; ``observer``:
-    a plugin to register too."""
+    a plugin to register too; ``replay``: the SFT examples ``warm_start.replay`` trains on."""
     import os
 
     import torch
@@ -60,15 +60,17 @@ def run(run_dir: str, overrides: list[str], resume: bool = False, stop_after: in
 
         torch.manual_seed(0)
         model = wrap_lora(model, config.model)
-    return train(config, plugin_manager=pm, model=model, tokenizer=tokenizer, resume=resume, stop_after=stop_after)
+    return train(config, plugin_manager=pm, model=model, tokenizer=tokenizer, resume=resume, stop_after=stop_after,
+                 replay=replay)
 
 
 def run_ranks(world_size: int, run_dir: str, overrides: list[str], resume: bool = False,
-              stop_after: int | None = None, observer: object = None) -> None:
+              stop_after: int | None = None, observer: object = None, replay: list | None = None) -> None:
     """``world_size`` gloo ranks on loopback, each calling :func:`run` (as torchrun would start them)."""
     from agentgym_core.rl.distributed import spawn
 
-    spawn(run, world_size, run_dir, [*overrides, f"trainer.learners={world_size}"], resume, stop_after, observer)
+    spawn(run, world_size, run_dir, [*overrides, f"trainer.learners={world_size}"], resume, stop_after, observer,
+          replay)
 
 
 def train_lines(run_dir: str | Path) -> list[dict]:

@@ -80,6 +80,27 @@ def test_two_fsdp_ranks_compute_what_one_process_computes(tmp_path, one_process)
         torch.testing.assert_close(a[k], b[k], atol=5e-5, rtol=0), k
 
 
+# warm_start.replay on ranks: each rank takes its share of the replayed examples, normalised over all of them.
+# The examples are token ids of the tiny model's vocabulary (the maths does not read them); the warm start
+# itself is not run (train() reads only its replay section).
+REPLAY_KEYS = [*RANKS, "warm_start={expert: {n: 1}, replay: {coef: 0.5, examples: 3}}"]
+REPLAY = [(list(range(5, 5 + n)), [0] * 4 + [1] * (n - 4)) for n in (30, 19, 41, 26)]
+
+
+@pytest.mark.slow
+def test_two_fsdp_ranks_replay_sft_examples_as_one_process_does(tmp_path):
+    run(str(tmp_path / "one"), REPLAY_KEYS, replay=REPLAY)
+    run_ranks(2, str(tmp_path / "two"), REPLAY_KEYS, replay=REPLAY)
+    one, two = train_lines(tmp_path / "one"), train_lines(tmp_path / "two")
+    for sharded, single in zip(two, one, strict=True):
+        _close(sharded, single)
+        assert single["sft_replay_loss"] > 0
+        assert sharded["sft_replay_loss"] == pytest.approx(single["sft_replay_loss"], abs=1e-5)
+    a, b = final_weights(tmp_path / "two", 2), final_weights(tmp_path / "one", 2)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=5e-5, rtol=0), k
+
+
 @pytest.mark.slow
 def test_only_the_driving_rank_tells_observers_and_writes_the_log(tmp_path):
     """Both ranks run the same loop; rank 0 drives. Observers hear every event once, from rank 0, and
