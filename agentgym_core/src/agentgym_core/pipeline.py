@@ -77,7 +77,8 @@ def plan_text(config: TrainConfig) -> str:
     elif cfg.trainer.eval_before and evals:
         phases.append(f"held-out evaluation before RL: {evals} tasks")
     per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
-    phases.append(f"RL: {cfg.trainer.steps} steps of {per_step} episodes ({cfg.algorithm.estimator})")
+    replay = f", each update replaying {warm.replay.examples} SFT examples" if warm and warm.replay.coef > 0 else ""
+    phases.append(f"RL: {cfg.trainer.steps} steps of {per_step} episodes ({cfg.algorithm.estimator}{replay})")
     if evals:
         phases.append(f"held-out evaluation after RL: {evals} tasks")
     lines = [f"  {i}/{len(phases)} {p}" for i, p in enumerate(phases, start=1)]

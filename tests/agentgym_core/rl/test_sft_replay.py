@@ -107,7 +107,7 @@ def test_train_refuses_replay_without_examples_before_loading_anything(tmp_path)
 def test_a_recipe_with_replay_trains_on_its_warm_start_examples(tmp_path):
     """The pipeline hands the warm start's own examples to RL; every update logs their NLL."""
     from agentgym_core.finetune.run import warm_start_examples
-    from agentgym_core.pipeline import run_rl_recipe
+    from agentgym_core.pipeline import plan_text, run_rl_recipe
     from agentgym_core.plugins import PluginManager
     from agentgym_core.rl.config import load_config
     from agentgym_core.testing.tiny_model import tiny_chat_model
@@ -123,6 +123,7 @@ def test_a_recipe_with_replay_trains_on_its_warm_start_examples(tmp_path):
         "warm_start={expert: {n: 4, max_turns: 8}, sft: {batch_size: 4, epochs: 1}, lr: 0.001,"
         " replay: {coef: 0.5, examples: 3}}",
     ])
+    assert "each update replaying 3 SFT examples" in plan_text(config)  # the plan printed first says so
     model, tokenizer = tiny_chat_model(seed=0)
     run_rl_recipe(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
 

@@ -101,7 +101,6 @@ def train(
     ``stop_after`` ends the run after that many steps of this call, as a kill would (tests).
     ``replay`` is the warm start's SFT examples as ``(token_ids, loss_mask)`` pairs, which
     ``warm_start.replay.coef > 0`` keeps in every update (:mod:`agentgym_core.rl.sft_replay`).
-
     ``eval_before`` is a held-out evaluation of the starting policy made elsewhere (a warm start's,
     on the same tasks and horizon), used instead of evaluating again (under torchrun: the same on every rank,
     which all play a share of an evaluation that is run).
