@@ -28,7 +28,6 @@ actors answering the same calls (:mod:`agentgym_core.rl.ray_launcher`). ``rollou
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import pickle
@@ -210,9 +209,7 @@ def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, r
                 keep = list(range(len(batch.sequences))) if stopped is None else []
                 if alg.drop_zero_advantage:  # rows with no signal only dilute the loss
                     keep = [i for i in keep if bool((adv.advantages[i] != 0).any())]
-                inputs = _update_inputs(batch.sequences, scored, adv, keep, labels) if keep else None
-                if inputs is not None and replay is not None:  # warm_start.replay: SFT examples join the loss
-                    inputs = dataclasses.replace(inputs, **replay_fields(replay, cfg, step, inputs.mask.device))
+                inputs = _update_inputs(batch.sequences, scored, adv, keep, labels, replay, cfg, step) if keep else None
 
                 # ---- 5. policy (and critic) update --------------------------------------------------------
                 update_metrics: dict[str, float] = {}
@@ -455,15 +452,17 @@ def _sampler_mismatch(metrics: dict[str, float], cfg: TrainConfig, step: int, *,
 
 
 def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list[int],
-                   labels: list[tuple[str, ...]]) -> UpdateInputs:
+                   labels: list[tuple[str, ...]], replay: ReplayPool | None, cfg: TrainConfig, step: int) -> UpdateInputs:
+    """The kept rows of the step's batch; with ``replay`` (warm_start.replay) also this step's draw of SFT examples."""
     idx = torch.tensor(keep, device=scored.mask.device)
     old = scored.old
+    replayed = replay_fields(replay, cfg, step, scored.mask.device) if replay is not None else {}
     return UpdateInputs(
         sequences=[sequences[i] for i in keep], mask=scored.mask[idx], advantages=adv.advantages[idx],
         returns=adv.returns[idx], old_logprobs=old.logprobs[idx] if old is not None else None,
         ref_logprobs=scored.ref_logprobs[idx] if scored.ref_logprobs is not None else None,
         old_values=old.values[idx] if old is not None and old.values is not None else None,
-        rollout_logprobs=scored.rollout_logprobs[idx], row_labels=[labels[i] for i in keep])
+        rollout_logprobs=scored.rollout_logprobs[idx], row_labels=[labels[i] for i in keep], **replayed)
 
 
 def _checkpoint_if_due(cfg: TrainConfig, learner: LearnerRole, tokenizer: Any, scheduler: Any,
