@@ -92,8 +92,9 @@ class ReplayOptions(_Section):
     """``warm_start.replay``: the warm start's examples kept in every RL update (PPO-ptx, Ouyang et al. 2022).
 
     Each update adds ``coef`` times the mean negative log-likelihood of ``examples`` warm-start
-    examples (a seeded draw per step) to the policy loss, so RL does not unlearn what SFT taught on
-    tasks whose groups all succeed or all fail (those carry no GRPO signal).
+    examples (a seeded draw per step) to the policy loss, meant to keep RL from unlearning what SFT
+    taught on tasks whose groups all succeed or all fail (those carry no GRPO signal). On the BabyAI
+    main job it has shown no gain yet (bench/README.md, "The main job").
     """
 
     coef: float = Field(0.0, ge=0.0, description="Weight of the SFT loss in each RL update (0: no replay).")
