@@ -120,6 +120,7 @@ def ppo_update(
     lengths = [len(s) for s in inputs.sequences]
     replay = inputs.replay_sequences or []
     replay_lengths = [len(s) for s in replay]
+    replay_chunks = [list(range(len(replay)))[i :: config.mini_batches] for i in range(config.mini_batches)]
     # A separate critic's gradients are clipped on their own (its value loss is not the policy's step);
     # a shared-trunk head's share the policy's norm, as its loss flows through the same trunk.
     critic_params = list(value_head.parameters()) if isinstance(value_head, SeparateCritic) else []
@@ -137,7 +138,6 @@ def ppo_update(
     for _epoch in range(config.ppo_epochs):
         order = torch.randperm(B, generator=generator).tolist()
         chunks = [order[i :: config.mini_batches] for i in range(config.mini_batches)]
-        replay_chunks = [list(range(len(replay)))[i :: config.mini_batches] for i in range(config.mini_batches)]
         for rows, replay_rows in ((c, r) for c, r in zip(chunks, replay_chunks, strict=True) if c):
             m_all = inputs.mask[rows]
             num_tokens = float(m_all.sum().clamp(min=1.0))
@@ -257,7 +257,7 @@ def _replay_passes(model: torch.nn.Module, inputs: UpdateInputs, rows: list[int]
         mask = replay_mask[micro]  # (b, T_r)
         out = forward_tokens(model, [sequences[r] for r in micro], mask, temperature=1.0, packing=config.packing,
                              max_tokens=config.micro_batch_tokens, pad_token_id=pad_token_id)
-        nll = -(out.logprobs[:, : mask.shape[1]] * mask).sum() / num_tokens
+        nll = aggregate(-out.logprobs[:, : mask.shape[1]], mask, "token_mean", num_tokens=num_tokens)
         (inputs.replay_coef * nll * ctx.world_size).backward()
         nll_share += float(nll.detach())
     return nll_share
