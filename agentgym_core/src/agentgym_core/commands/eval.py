@@ -55,6 +55,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--n-samples", type=int, default=1, help="K samples per task (Avg@K / Pass@K)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    parser.add_argument("--constrain-actions", action="store_true", default=None,
+                        help="sample each reply's action from the environment's available actions alone (a recipe's "
+                             "rollout.constrain_actions)")
     parser.add_argument("--max-rounds", type=int, default=20, help="turn budget per trajectory")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="per-turn generation cap")
     parser.add_argument("--num-envs", type=int, default=16, help="environment instances in flight")

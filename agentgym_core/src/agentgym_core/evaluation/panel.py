@@ -46,9 +46,12 @@ def evaluation_conditions(sampling: SamplingParams, *, horizon: int, max_total_t
                           samples_per_task: int = 1) -> dict[str, Any]:
     """What besides the tasks decides an evaluation's numbers: how replies are sampled, the turn horizon, the
     token budget and the samples per task."""
-    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-            "max_new_tokens": sampling.max_new_tokens, "seed": sampling.seed, "horizon": horizon,
-            "max_total_tokens": max_total_tokens, "samples_per_task": samples_per_task}
+    conditions = {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                  "max_new_tokens": sampling.max_new_tokens, "seed": sampling.seed, "horizon": horizon,
+                  "max_total_tokens": max_total_tokens, "samples_per_task": samples_per_task}
+    if sampling.constrain_actions:  # only when on: panels of unconstrained evaluations keep their hashes
+        conditions["constrain_actions"] = True
+    return conditions
 
 
 def panel_hash(panel: Mapping[str, Sequence[int]], conditions: Mapping[str, Any] | None = None) -> str:

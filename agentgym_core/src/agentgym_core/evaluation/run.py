@@ -97,6 +97,9 @@ class EvalConfig(BaseModel):
     n_samples: int = Field(default=1, ge=1, description="K: samples per task (Avg@K, Pass@K).")
     temperature: float = Field(default=0.0, ge=0.0, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    constrain_actions: bool = Field(
+        default=False, description="Sample each reply's action from the environment's available actions alone, as a "
+        "recipe's rollout.constrain_actions (`--from` takes the run's).")
     max_new_tokens: int = Field(default=256, ge=1, description="Per-turn cap on generated tokens.")
     max_rounds: int = Field(default=20, ge=1, description="Turn budget per trajectory.")
     max_total_tokens: int = Field(default=8192, ge=64, description="Token budget per trajectory.")
@@ -257,8 +260,12 @@ def _evaluate(config: EvalConfig, backend: RolloutBackend | ChatBackend | None, 
     if text_only and hasattr(backend, "preflight"):
         backend.preflight()  # a wrong model name or key fails here, before any episode
     run_dir.mkdir(parents=True, exist_ok=True)
+    if text_only and config.constrain_actions:
+        raise ValueError(f"constrain_actions needs a local backend: {config.backend!r} returns text, so no token of a "
+                         "reply can be masked; drop --constrain-actions or use --backend transformers")
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
-                              max_new_tokens=config.max_new_tokens, seed=config.seed)
+                              max_new_tokens=config.max_new_tokens, seed=config.seed,
+                              constrain_actions=config.constrain_actions)
     conditions = evaluation_conditions(sampling, horizon=config.max_rounds, max_total_tokens=config.max_total_tokens,
                                        samples_per_task=config.n_samples)
     panel = {config.env: list(task_ids)}  # logged before any episode: which tasks this run evaluates, and how

@@ -287,6 +287,11 @@ class RolloutConfig(_Section):
         False, description="End a training episode at the first action the environment refuses (it keeps the "
         "reward earned so far: usually a failure); evaluation plays on. Every episode RL reinforces is then free "
         "of refused actions, with no penalty weight to trade against success.")
+    constrain_actions: bool = Field(
+        False, description="Sample each reply's action from the environment's available actions alone: once a reply "
+        "has written 'Action:', only tokens that continue a listed action may follow, then the end of the reply. "
+        "Training and evaluation alike; no invalid action can be written. Needs environments that list their "
+        "actions and a backend that declares it (transformers' own decode engine).")
     eval_temperature: float = Field(0.0, ge=0.0, description="Temperature at evaluation (0 = greedy).")
     dynamic_sampling: DynamicSamplingConfig = Field(
         default_factory=DynamicSamplingConfig, description="Sample more tasks until enough groups have signal.")

@@ -61,7 +61,7 @@ def eval_config_from_run(source: str | Path, *, env: str | None = None, override
         env=chosen.name, model=model, backend=config.rollout.backend, backend_options=options,
         split=chosen.test_split, categories=chosen.categories, limit=config.trainer.eval_tasks, env_options=dict(chosen.env_kwargs),
         action_format=chosen.action_format, n_samples=1, temperature=sampling.temperature, top_p=sampling.top_p,
-        max_new_tokens=sampling.max_new_tokens,
+        max_new_tokens=sampling.max_new_tokens, constrain_actions=sampling.constrain_actions,
         max_rounds=final_horizon_of(config, plugin_manager or get_plugin_manager()),
         max_total_tokens=config.rollout.max_total_tokens, seed=sampling.seed,
         env_url=chosen.server_urls[0] if chosen.server_urls else None, step_timeout_s=config.rollout.env_timeout_s,

@@ -142,6 +142,10 @@ def bind_plugin_options(config: TrainConfig, plugin_manager: PluginManager) -> T
                           "algorithm.critic.enabled=true (or pick an estimator without a critic, e.g. grpo)")
     check_group_size(config, None, registered.declared("min_group_size"))
     capabilities = capabilities_of(backend.declared("capabilities"))
+    if config.rollout.constrain_actions and not capabilities.constrain_actions:
+        raise ConfigError(f"rollout.constrain_actions with rollout.backend={config.rollout.backend}: that backend does "
+                          "not declare it can restrict a reply's action to the listed ones (constrain_actions); use "
+                          "rollout.backend=transformers or turn it off")
     # A LoRA learner sends only the adapters to a rollout side with weights of its own: every backend that does
     # not sample the learner's own module, and a sharing one's private copy (several ranks, asynchronous rollouts).
     copies = config.trainer.learners > 1 or config.rollout.max_staleness > 0

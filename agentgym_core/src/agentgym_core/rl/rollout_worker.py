@@ -68,7 +68,8 @@ class RolloutWorker:
                                 env_workers=sum(env.config.max_concurrency for env in envs),
                                 end_on_invalid_action=rollout.end_on_invalid_action,
                                 sampling=SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
-                                                        max_new_tokens=rollout.max_new_tokens)))
+                                                        max_new_tokens=rollout.max_new_tokens,
+                                                        constrain_actions=rollout.constrain_actions)))
         self._probe_scores: list[float] | None = None  # the backend's score of the sync probe after the last sync
         self._probe_unsupported = False
         self.task_counts = allocate_tasks(rollout.tasks_per_step, [e.config.weight for e in envs])

@@ -90,6 +90,9 @@ class BackendCapabilities(BaseModel):
     lora_adapters: bool = Field(
         False, description="load_weights takes a LoRA policy's adapter tensors alone (peft's names) and applies "
         "them to its base model, so several learner ranks training LoRA send only the adapters.")
+    constrain_actions: bool = Field(
+        False, description="Its running batch takes each reply's available actions (RunningBatch.add's actions=) "
+        "and samples the reply's action from them alone (SamplingParams.constrain_actions).")
 
 
 def capabilities_of(declared: Any) -> BackendCapabilities:
@@ -121,6 +124,12 @@ class SamplingParams(BaseModel):
         default=None,
         description="Seed of one batch: each reply draws from its own stream, seeded by this, its row's key and "
         "turn (row_seed), so the same seed replays the same samples.",
+    )
+    constrain_actions: bool = Field(
+        default=False,
+        description="Once a reply has written 'Action:', sample only tokens that continue one of the actions the "
+        "environment lists (RunningBatch.add's actions=), then the end of the reply "
+        "(agentgym_core.rollout.action_choices). Needs a backend declaring constrain_actions.",
     )
 
     @property
@@ -208,7 +217,8 @@ class RunningBatch(Protocol):
         ...
 
     def add(self, key: Hashable, prompt: Sequence[int], *, max_new_tokens: int, session: Hashable | None = None) -> None:
-        """Queue a prompt; its reply comes out of a later ``step`` under ``key``."""
+        """Queue a prompt; its reply comes out of a later ``step`` under ``key``. A backend declaring
+        ``constrain_actions`` also takes ``actions=`` (the reply's available actions; see SamplingParams)."""
         ...
 
     def step(self) -> list[tuple[Hashable, Sample]]:

@@ -82,6 +82,8 @@ class _Live:
     index: int = 0  # position in the run's episode list
     turn_start: float = 0.0  # when the current reply started (joined the decode batch)
     cap: int = 0  # token cap of the current reply
+    actions: list[str] | None = None  # the env's available actions for the next reply (constrain_actions)
+    lists_actions: bool = True  # whether the env listed any (available_actions() was not None)
 
 
 class RolloutEngine(EngineBase[RolloutBackend]):
@@ -150,6 +152,10 @@ class RolloutEngine(EngineBase[RolloutBackend]):
             if sampling.seed is not None:  # new streams per run: fresh stats replay a run
                 sampling = sampling.model_copy(update={"seed": sampling.seed + self.stats.runs})
             decoder = self.backend.open_batch(sampling)  # rows keyed by episode index: per-trajectory streams
+        elif cfg.sampling.constrain_actions:
+            raise ValueError(f"constrain_actions: {type(self.backend).__name__} has no running batch (open_batch) to "
+                             "take each reply's available actions; use a backend that declares constrain_actions "
+                             "(transformers)")
         finished = 0
 
         def finish(live: _Live) -> None:
@@ -186,7 +192,12 @@ class RolloutEngine(EngineBase[RolloutBackend]):
                     if ready and not (cfg.synchronous and (in_env or decoder.active)):
                         for live in ready:
                             prompt, live.cap = self._open_turn(live)
-                            decoder.add(live.index, prompt, max_new_tokens=live.cap, session=live.session)
+                            if cfg.sampling.constrain_actions:
+                                self._check_listed(live)
+                                decoder.add(live.index, prompt, max_new_tokens=live.cap, session=live.session,
+                                            actions=live.actions)  # type: ignore[call-arg]
+                            else:
+                                decoder.add(live.index, prompt, max_new_tokens=live.cap, session=live.session)
                         ready = []
                     if decoder.active:
                         t = time.perf_counter()
@@ -253,6 +264,8 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         def call() -> tuple[str, list[dict] | None, ResetResult, float]:
             t = time.perf_counter()
             instruction, tools, result = self._reset_env(slot, spec)
+            assert slot.env is not None
+            self._read_actions(live, slot.env)
             return instruction, tools, result, time.perf_counter() - t
 
         return call
@@ -267,9 +280,27 @@ class RolloutEngine(EngineBase[RolloutBackend]):
         def call() -> tuple[str, StepResult, float]:
             t = time.perf_counter()
             action = env.parse_action(text)
-            return action, env.step(action), time.perf_counter() - t
+            result = env.step(action)
+            if not (result.terminated or result.truncated):
+                self._read_actions(live, env)
+            return action, result, time.perf_counter() - t
 
         return call
+
+    def _check_listed(self, live: _Live) -> None:
+        if not live.lists_actions:
+            env = live.traj.env or self.env_name or "the environment"
+            raise ValueError(f"constrain_actions: {env} lists no available actions (available_actions() returned "
+                             "None), so there is nothing to constrain its replies to; turn rollout.constrain_actions "
+                             "off for it")
+
+    def _read_actions(self, live: _Live, env: Any) -> None:
+        """With constrain_actions: the env's available actions for the next reply (in the env's thread)."""
+        if not self.config.sampling.constrain_actions:
+            return
+        actions = env.available_actions()
+        live.actions = None if actions is None else [str(a) for a in actions]
+        live.lists_actions = actions is not None
 
     def _submit(self, live: _Live, call: Callable[[], Any], in_env: dict[Future, _Live]) -> None:
         future = self._pool.submit(call)

@@ -235,6 +235,10 @@ class TransformersBackend:
         transformers' continuous batching (library_engine.py), as ``decode_engine`` says."""
         self.refresh()  # one engine run, one set of weights
         if self.decode_engine == "library":
+            if params.constrain_actions:
+                raise ValueError("constrained actions (rollout.constrain_actions) need the own decode engine; this "
+                                 "backend runs decode_engine='library' (transformers' continuous batching, which "
+                                 "takes no per-row token masks): set rollout.backend_options.decode_engine=own")
             if self._library is None:
                 self._library = LibraryEngine(self)
             return LibraryBatch(self._library, params, weights_version=_version(self.model))

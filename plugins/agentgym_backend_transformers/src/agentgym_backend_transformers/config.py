@@ -12,7 +12,7 @@ __all__ = ["CAPABILITIES", "TransformersBackendConfig"]
 
 CAPABILITIES = BackendCapabilities(  # what the trainer may rely on (declared where the plugin registers it)
     shares_trainer_module=True, sessions=True, continuous_batching=True, weight_sync="shared_module",
-    lora_adapters=True)
+    lora_adapters=True, constrain_actions=True)  # constrained actions: the own decode engine (decoding.py)
 
 
 class TransformersBackendConfig(BaseModel):

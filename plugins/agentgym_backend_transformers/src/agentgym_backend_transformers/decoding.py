@@ -36,6 +36,11 @@ Sessions: a row added with a session key starts from the KV cache kept for that 
 of the prompt after the cached tokens is prefilled) and, when it finishes, keeps its own keys and
 values under that key for the next turn (:mod:`agentgym_backend_transformers.sessions`).
 
+Constrained actions (``SamplingParams.constrain_actions``): a row added with ``actions=`` samples its
+action from that list alone once its text ends with ``Action:``
+(:class:`agentgym_core.rollout.action_choices.ActionConstraint`); the other tokens of its row are masked
+before the draw (greedy or sampled), and its recorded log-probs stay the unmasked ones.
+
 Shared prompt prefixes: rows that start a conversation (no session cache yet) usually share a
 long prefix -- the environment's instruction, or the whole first prompt within a GRPO group.
 Their common prefix is read once, kept for the life of the batch (one engine run: the weights
@@ -56,6 +61,7 @@ import torch
 
 from agentgym_backend_transformers.kv_cache import fill_holes, growing_cache
 from agentgym_backend_transformers.sessions import SessionKV
+from agentgym_core.rollout.action_choices import ActionConstraint
 from agentgym_core.rollout.backend import RowSeeds, Sample, SamplingParams
 
 if TYPE_CHECKING:
@@ -147,6 +153,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     reason: str = "length"
+    constraint: ActionConstraint | None = None  # the reply's action from these choices (constrain_actions)
 
 
 class DecodeBatch:
@@ -178,16 +185,26 @@ class DecodeBatch:
         """Rows decoding or queued."""
         return len(self.rows) + len(self.queue)
 
-    def add(self, key: Hashable, prompt: Sequence[int], *, max_new_tokens: int, session: Hashable | None = None) -> None:
-        """Queue ``prompt``; its reply comes out of a later ``step`` under ``key``."""
+    def add(self, key: Hashable, prompt: Sequence[int], *, max_new_tokens: int, session: Hashable | None = None,
+            actions: Sequence[str] | None = None) -> None:
+        """Queue ``prompt``; its reply comes out of a later ``step`` under ``key``. With
+        ``params.constrain_actions``, ``actions`` are the reply's choices (None or empty: unconstrained)."""
         if not prompt:
             raise ValueError("add: empty prompt; a reply needs at least one prompt token")
+        if actions and not self.params.constrain_actions:
+            raise ValueError("add: actions= given to a batch whose sampling does not constrain actions; open it with "
+                             "SamplingParams(constrain_actions=True)")
+        constraint = None
+        if actions:
+            backend = self.backend
+            constraint = ActionConstraint(actions, backend.encode, backend.decode, backend.eos_token_ids,
+                                          context=prompt[-8:])
         if session is not None and any(r.session == session for r in (*self.rows, *self.queue)):
             raise ValueError(f"add: session {session!r} is already in this batch; use one key per trajectory")
         cap = max(1, min(self.params.max_new_tokens, int(max_new_tokens)))
         seed = self._row_seeds.next(key)
         self.queue.append(_Row(key=key, prompt=list(prompt), cap=cap, session=session,
-                               seed=seed if self.params.temperature > 0 else None))
+                               seed=seed if self.params.temperature > 0 else None, constraint=constraint))
 
     @torch.inference_mode()
     def step(self) -> list[tuple[Hashable, Sample]]:
@@ -205,11 +222,12 @@ class DecodeBatch:
         assert self._logits is not None and self._attention is not None and self._next_position is not None
         params, backend = self.params, self.backend
         scaled = self._logits.float() / params.logprob_temperature
-        log_p = torch.log_softmax(scaled, dim=-1)  # (B, V)
+        log_p = torch.log_softmax(scaled, dim=-1)  # (B, V): recorded unmasked, as the learner recomputes them
+        drawn = self._mask_choices(scaled) if params.constrain_actions else scaled
         if params.temperature == 0:
-            chosen = scaled.argmax(-1)
+            chosen = drawn.argmax(-1)
         else:
-            probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1)  # (B, V)
+            probs = filter_logits(drawn, params.top_k, params.top_p).softmax(-1)  # (B, V)
             if self.rows[0].seed is None:
                 chosen = torch.multinomial(probs, 1).squeeze(-1)  # (B,)
             else:  # one batched draw; each row's from its own (seed, position) stream
@@ -225,6 +243,8 @@ class DecodeBatch:
             row = self.rows[b]
             row.tokens.append(token)
             row.logprobs.append(lp)
+            if row.constraint is not None:
+                row.constraint.feed(token)
             if token in backend.eos_token_ids:
                 row.reason = "eos"
             elif params.stop and any(s in backend.decode(row.tokens[-64:]) for s in params.stop):
@@ -253,6 +273,19 @@ class DecodeBatch:
         self._cache = self._attention = self._next_position = self._logits = self._seeds = None
 
     # -- internals -------------------------------------------------------------------------------
+    def _mask_choices(self, scaled: torch.Tensor) -> torch.Tensor:
+        """``scaled`` (B, V) with every token a constrained row may not sample next set to -inf."""
+        limits = [(b, row.constraint.allowed()) for b, row in enumerate(self.rows) if row.constraint is not None]
+        limits = [(b, ids) for b, ids in limits if ids is not None]
+        if not limits:
+            return scaled
+        keep = torch.zeros(scaled.shape, dtype=torch.bool, device=scaled.device)  # (B, V)
+        free = torch.ones(scaled.shape[0], dtype=torch.bool, device=scaled.device)  # (B,) rows not constrained
+        for b, ids in limits:
+            keep[b, torch.tensor(ids, dtype=torch.long, device=scaled.device)] = True
+            free[b] = False
+        return scaled.masked_fill(~(keep | free[:, None]), float("-inf"))
+
     def _admit(self, joining: list[_Row]) -> None:
         """Prefill the joining rows (after their cached prefixes) and merge them into the running batch."""
         from transformers import DynamicCache

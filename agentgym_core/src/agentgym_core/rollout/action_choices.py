@@ -1,0 +1,112 @@
+"""Constrained actions: a reply's action drawn only from the environment's available actions.
+
+With ``rollout.constrain_actions`` (``SamplingParams.constrain_actions``) the reply's free text (its
+``Thought:``) is sampled as usual; once the text read so far ends with the action marker (``Action:``),
+only tokens that continue one of the actions the environment lists (``Env.available_actions()``) may be
+sampled, and once an action is complete, only the end of the reply (or a longer listed action it begins).
+So the action a reply names is always one the environment accepts: invalid actions cannot be written, at
+training and at evaluation alike. A reply that never writes the marker is not constrained.
+
+The recorded log-probs stay those of the unconstrained softmax, which the learner recomputes: as with
+top-p, the constraint shapes what is sampled (the behaviour policy), not the policy being trained.
+
+This module is the tokenizer-level part shared by backends: :class:`ActionTrie` holds the token ids of
+each action as it reads after the marker (``" " + action``), :class:`ActionConstraint` follows one reply.
+A backend's decode loop asks ``allowed()`` before each token and calls ``feed()`` after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["ACTION_MARKER", "ActionConstraint", "ActionTrie", "action_trie"]
+
+ACTION_MARKER = "Action:"
+"""The text after which a reply names its action (the ReAct reply format the environments parse)."""
+
+_TAIL_TOKENS = 8  # tokens decoded to look for the marker at the end of the text (it is a few tokens long)
+
+
+@dataclass
+class ActionTrie:
+    """Token-id prefixes of a set of actions. ``complete``: an action ends here."""
+
+    children: dict[int, ActionTrie] = field(default_factory=dict)
+    complete: bool = False
+
+    def insert(self, ids: Sequence[int]) -> None:
+        node = self
+        for token in ids:
+            node = node.children.setdefault(int(token), ActionTrie())
+        node.complete = True
+
+
+def action_trie(actions: Iterable[str], encode: Callable[[str], list[int]], *, leading_space: bool = True) -> ActionTrie:
+    """The trie of ``actions`` as they are tokenized after the marker: ``encode(" " + action)`` (the marker's
+    usual space), or ``encode(action)`` after a marker whose last token carried the space."""
+    root = ActionTrie()
+    for action in actions:
+        action = action.strip()
+        if action:
+            root.insert(encode(f" {action}" if leading_space else action))
+    return root
+
+
+class ActionConstraint:
+    """One reply's constraint: free until the text ends with the marker, then the listed actions' tokens only.
+
+    Args:
+        actions: the environment's available actions for this turn.
+        encode: text -> token ids, without special tokens (the backend's ``encode``).
+        decode: token ids -> text (the backend's ``decode``).
+        end_ids: the tokens that end a reply (end of turn / EOS).
+        context: the last prompt tokens, so a prompt that already ends with the marker constrains the first token.
+    """
+
+    def __init__(self, actions: Sequence[str], encode: Callable[[str], list[int]],
+                 decode: Callable[[Sequence[int]], str], end_ids: Iterable[int], *, context: Sequence[int] = (),
+                 marker: str = ACTION_MARKER) -> None:
+        if not actions:
+            raise ValueError("ActionConstraint: no actions to choose from; pass the environment's available actions")
+        self.actions = list(actions)
+        self._encode, self._decode = encode, decode
+        self.end_ids = sorted({int(t) for t in end_ids})
+        if not self.end_ids:
+            raise ValueError("ActionConstraint: no end-of-reply token ids; a complete action could not end the reply")
+        self.marker = marker
+        self._tail: list[int] = list(context)[-_TAIL_TOKENS:]
+        self.node: ActionTrie | None = None  # None: free text; else the trie node the reply has reached
+        self._enter()
+
+    @property
+    def active(self) -> bool:
+        """Whether the next token is constrained (the marker has been read)."""
+        return self.node is not None
+
+    def allowed(self) -> list[int] | None:
+        """The token ids the next token may be (None: any). After a complete action: the end ids too."""
+        if self.node is None:
+            return None
+        ids = list(self.node.children)
+        if self.node.complete:
+            ids.extend(t for t in self.end_ids if t not in self.node.children)
+        return ids
+
+    def feed(self, token: int) -> None:
+        """Advance past the token just sampled."""
+        if self.node is not None:
+            # A token outside the trie can only come from a caller that did not mask with allowed(): stop
+            # constraining this reply rather than guess (its action is then whatever it wrote).
+            self.node = self.node.children.get(int(token))
+            return
+        self._tail = [*self._tail, int(token)][-_TAIL_TOKENS:]
+        self._enter()
+
+    def _enter(self) -> None:
+        """Start constraining if the text read so far ends with the marker (with or without its space)."""
+        text = self._decode(self._tail) if self._tail else ""
+        if text.endswith(self.marker):
+            self.node = action_trie(self.actions, self._encode, leading_space=True)
+        elif text.endswith(self.marker + " "):
+            self.node = action_trie(self.actions, self._encode, leading_space=False)

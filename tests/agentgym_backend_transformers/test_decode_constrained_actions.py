@@ -1,0 +1,92 @@
+"""Constrained actions in the own decode engine: after `Action:` a reply can only name a listed action."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgym_core.rollout import ChatFormat, SamplingParams
+
+ACTIONS = ["turn left", "turn right", "go to red ball 1", "toggle", "toggle and go through grey door 2"]
+
+
+def _prompt(backend, tail: str) -> list[int]:
+    """A chat prompt whose assistant turn already reads ``tail`` (so a marker there applies to the first token)."""
+    return ChatFormat(backend).prompt_ids([{"role": "user", "content": "Your goal: go to the red ball."}]) + \
+        backend.encode(tail)
+
+
+def _reply_action(backend, sample) -> str:
+    ids = [t for t in sample.token_ids if t not in backend.eos_token_ids]
+    return backend.decode(ids)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_after_the_marker_every_reply_names_a_listed_action_then_ends(tiny_backend, temperature):
+    params = SamplingParams(temperature=temperature, max_new_tokens=32, seed=3, constrain_actions=True)
+    prompt = _prompt(tiny_backend, "Thought: I see it.\nAction:")
+    batch = tiny_backend.open_batch(params)
+    for key in range(12):
+        batch.add(key, prompt, max_new_tokens=32, actions=ACTIONS)
+    out = {}
+    while batch.active:
+        out.update(batch.step())
+    names = set()
+    for sample in out.values():
+        assert sample.finish_reason == "eos", sample  # the action is complete, and only the end may follow
+        names.add(_reply_action(tiny_backend, sample))
+    assert names <= {f" {a}" for a in ACTIONS}, names
+    if temperature:  # twelve seeded rows at temperature 1 do not all draw the same action
+        assert len(names) > 1
+
+
+def test_the_random_model_alone_writes_no_listed_action(tiny_backend):
+    """The check above can fail: unconstrained, the same rows write text that is no listed action."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=3)
+    prompt = _prompt(tiny_backend, "Thought: I see it.\nAction:")
+    out = dict(zip(range(12), tiny_backend.generate([prompt] * 12, params), strict=True))
+    assert not {_reply_action(tiny_backend, s) for s in out.values()} <= {f" {a}" for a in ACTIONS}
+
+
+def test_recorded_logprobs_stay_the_unconstrained_ones(tiny_backend):
+    """The mask shapes the draw; the log-probs are those the learner recomputes (the full softmax)."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=5, constrain_actions=True)
+    prompt = _prompt(tiny_backend, "Thought: ok.\nAction:")
+    batch = tiny_backend.open_batch(params)
+    batch.add(0, prompt, max_new_tokens=16, actions=ACTIONS)
+    out = {}
+    while batch.active:
+        out.update(batch.step())
+    sample = out[0]
+    scored = tiny_backend.score([prompt + sample.token_ids])[0][len(prompt):]
+    assert scored == pytest.approx(sample.logprobs, abs=1e-4)
+    assert sum(sample.logprobs) < -1.0  # a random model gives the forced tokens little mass: not renormalised
+
+
+def test_rows_without_actions_or_before_the_marker_sample_what_they_would_unconstrained(tiny_backend):
+    free = SamplingParams(temperature=1.0, max_new_tokens=10, seed=7)
+    constrained = free.model_copy(update={"constrain_actions": True})
+    prompt = _prompt(tiny_backend, "Thought:")  # no marker: the reply is free until it writes one
+    alone = tiny_backend.generate([prompt, prompt], free, max_new_tokens=[10, 10])
+    batch = tiny_backend.open_batch(constrained)
+    batch.add(0, prompt, max_new_tokens=10, actions=ACTIONS)
+    batch.add(1, prompt, max_new_tokens=10)  # no actions: never constrained
+    out = {}
+    while batch.active:
+        out.update(batch.step())
+    assert out[1].token_ids == alone[1].token_ids
+    assert "Action:" not in tiny_backend.decode(out[0].token_ids)  # the random model writes no marker here,
+    assert out[0].token_ids == alone[0].token_ids                  # so its choices never applied
+
+
+def test_actions_need_a_batch_opened_to_constrain_them(tiny_backend):
+    batch = tiny_backend.open_batch(SamplingParams(temperature=0.0, max_new_tokens=4))
+    with pytest.raises(ValueError, match="constrain_actions=True"):
+        batch.add(0, _prompt(tiny_backend, "Action:"), max_new_tokens=4, actions=ACTIONS)
+
+
+def test_the_library_engine_refuses_constrained_actions_when_the_batch_opens(tiny_backend):
+    from agentgym_backend_transformers import TransformersBackend
+
+    other = TransformersBackend(tiny_backend.model, tiny_backend.tokenizer, decode_engine="library")
+    with pytest.raises(ValueError, match="decode_engine=own"):
+        other.open_batch(SamplingParams(temperature=0.0, max_new_tokens=4, constrain_actions=True))
