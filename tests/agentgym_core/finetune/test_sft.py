@@ -276,3 +276,22 @@ def test_the_main_job_announces_its_phases():
     assert text.strip().endswith("5/5 held-out evaluation after RL: 50 tasks")
     with_base = plan_text(load_config(recipe, ["warm_start.eval_base=true"]))
     assert "2/6 held-out evaluation of the base model: 50 tasks" in with_base
+
+
+def test_a_finished_warm_start_keeps_its_evaluations_only_under_this_runs_settings(tmp_path):
+    """A warm start copied into a run that evaluates otherwise (here: constrained actions) is evaluated again,
+    instead of its old figures standing in the final table beside RL's new ones."""
+    from agentgym_core.finetune.config import FinetuneConfig, save_finetune_config
+    from agentgym_core.finetune.run import _changed_eval_settings
+
+    base = {"kind": "sft", "envs": [{"name": "guess"}], "trainer": {"run_dir": str(tmp_path), "eval_tasks": 4},
+            "data": {"paths": ["x.jsonl"]}}
+    saved = tmp_path / "config.yaml"
+    save_finetune_config(FinetuneConfig.model_validate(base), saved)
+    assert _changed_eval_settings(saved, FinetuneConfig.model_validate(base)) == []
+    assert _changed_eval_settings(tmp_path / "absent.yaml", FinetuneConfig.model_validate(base)) == []
+    constrained = FinetuneConfig.model_validate({**base, "rollout": {"constrain_actions": True}})
+    assert _changed_eval_settings(saved, constrained) == ["rollout sampling"]
+    other = FinetuneConfig.model_validate({**base, "envs": [{"name": "guess", "env_kwargs": {"hi": 3}}],
+                                           "trainer": {"run_dir": str(tmp_path), "eval_tasks": 8}})
+    assert _changed_eval_settings(saved, other) == ["envs", "panel size"]

@@ -57,21 +57,6 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
     warm = train_config.warm_start
     run_dir = Path(train_config.trainer.run_dir) / "warm_start"
     run_dir.mkdir(parents=True, exist_ok=True)
-    done = latest_checkpoint(run_dir)
-    state = load_trainer_state(done) if done is not None else {}  # holds the optimizer: read it once
-    if state.get("finished"):
-        result = FinetuneResult(run_dir=run_dir, steps=int(state["step"]), checkpoint=done)
-        metrics = run_dir / "metrics.jsonl"
-        logged = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.exists() else []
-        evals = [{k: v for k, v in e.items() if k != "kind"} for e in logged if e.get("kind") == "eval"]
-        result.eval_before = next((e for e in evals if e.get("step") == 0), None)
-        result.eval_after = next((e for e in evals if e.get("step") == result.steps), None)
-        if model is not None:  # a resumed RL run built its model from the initial weights
-            load_policy_weights(model, done)
-            release_memory()
-        return result
-    if warm.expert is not None:
-        _collect_expert_demos(train_config, run_dir / "expert.jsonl", plugin_manager, tokenizer)
     paths = _warm_start_paths(train_config)  # what warm_start_examples reads back for replay
     horizon = final_horizon_of(train_config, plugin_manager)  # the RL run's evaluations play it too
     config = FinetuneConfig.model_validate({
@@ -83,12 +68,53 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
                     "progress": train_config.trainer.progress,
                     "save_every": 10**9},
         "runtime": train_config.runtime})
+    done = latest_checkpoint(run_dir)
+    state = load_trainer_state(done) if done is not None else {}  # holds the optimizer: read it once
+    if state.get("finished"):
+        result = FinetuneResult(run_dir=run_dir, steps=int(state["step"]), checkpoint=done)
+        metrics = run_dir / "metrics.jsonl"
+        logged = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.exists() else []
+        evals = [{k: v for k, v in e.items() if k != "kind"} for e in logged if e.get("kind") == "eval"]
+        changed = _changed_eval_settings(run_dir / "config.yaml", config) if evals else []
+        if changed:  # the RL evaluation would play under other settings: not comparable, so evaluated again
+            print(f"warm start: its evaluations were made with other {', '.join(changed)} than this run's; the "
+                  "model after SFT is evaluated again", flush=True)
+            evals = []
+        result.eval_before = next((e for e in evals if e.get("step") == 0), None)
+        result.eval_after = next((e for e in evals if e.get("step") == result.steps), None)
+        if model is not None:  # a resumed RL run built its model from the initial weights
+            load_policy_weights(model, done)
+            release_memory()
+        return result
+    if warm.expert is not None:
+        _collect_expert_demos(train_config, run_dir / "expert.jsonl", plugin_manager, tokenizer)
     result = run_sft(config, plugin_manager=plugin_manager, model=model, tokenizer=tokenizer,
                      resume=done is not None, label="warm start sft")  # a warm start cut short continues
     if result.checkpoint is None:
         raise RuntimeError(f"warm start: SFT in {run_dir} wrote no checkpoint")
     release_memory()  # what SFT and its evaluation freed, before RL's learner and rollouts
     return result
+
+
+def _changed_eval_settings(saved: Path, config: FinetuneConfig) -> list[str]:
+    """Which settings that decide a held-out evaluation's numbers differ between the warm start saved in
+    ``saved`` (its config.yaml) and ``config`` (this run's): the envs, how replies are sampled, the token
+    budget, the panel size, the horizon and the seed. Empty when they agree or nothing was saved."""
+    from agentgym_core.finetune.config import load_finetune_config
+
+    if not saved.exists():
+        return []
+    before = load_finetune_config(saved)
+
+    def settings(c: FinetuneConfig) -> dict[str, Any]:
+        r, t = c.rollout, c.trainer
+        return {"envs": [e.model_dump(mode="json") for e in c.envs],
+                "rollout sampling": (r.eval_temperature, r.max_new_tokens, r.constrain_actions),
+                "token budget": r.max_total_tokens, "panel size": t.eval_tasks, "horizon": t.eval_max_turns,
+                "seed": t.seed}
+
+    old, new = settings(before), settings(config)
+    return [name for name in new if old[name] != new[name]]
 
 
 def warm_start_examples(train_config: Any, model: Any, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
