@@ -130,3 +130,14 @@ def test_backend_gets_only_the_options_the_user_set(api_url, tmp_path):
     options = backend_options(_config(tmp_path, api_url, request_timeout_s=7.0))
     assert options == {"model": SERVED_NAME, "base_url": api_url, "timeout_s": 7.0}
     assert backend_options(_config(tmp_path, api_url, device="cuda"))["device"] == "cuda"  # refused by the factory
+
+
+def test_constrained_actions_are_refused_for_an_api_that_returns_text(tmp_path):
+    """`agentgym eval --constrain-actions --backend openai`: no reply token can be masked, so it stops before any
+    request (the address answers nothing) with what to do instead."""
+    from agentgym_backend_openai import make_backend
+
+    dead = "http://127.0.0.1:9/v1"
+    backend = make_backend({"model": SERVED_NAME, "base_url": dead})
+    with pytest.raises(ValueError, match="constrain_actions needs a local backend.*--backend transformers"):
+        evaluate(_config(tmp_path, dead, constrain_actions=True), backend=backend, make_env=GuessEnv, progress=False)

@@ -257,12 +257,12 @@ def _evaluate(config: EvalConfig, backend: RolloutBackend | ChatBackend | None, 
     if text_only and config.include_tokens:
         raise ValueError(f"include_tokens needs a local backend: {config.backend!r} returns text only, so there "
                          "are no token ids to log; drop --include-tokens or use --backend transformers")
-    if text_only and hasattr(backend, "preflight"):
-        backend.preflight()  # a wrong model name or key fails here, before any episode
-    run_dir.mkdir(parents=True, exist_ok=True)
     if text_only and config.constrain_actions:
         raise ValueError(f"constrain_actions needs a local backend: {config.backend!r} returns text, so no token of a "
                          "reply can be masked; drop --constrain-actions or use --backend transformers")
+    if text_only and hasattr(backend, "preflight"):
+        backend.preflight()  # a wrong model name or key fails here, before any episode
+    run_dir.mkdir(parents=True, exist_ok=True)
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                               max_new_tokens=config.max_new_tokens, seed=config.seed,
                               constrain_actions=config.constrain_actions)
