@@ -295,3 +295,5 @@ def test_a_finished_warm_start_keeps_its_evaluations_only_under_this_runs_settin
     other = FinetuneConfig.model_validate({**base, "envs": [{"name": "guess", "env_kwargs": {"hi": 3}}],
                                            "trainer": {"run_dir": str(tmp_path), "eval_tasks": 8}})
     assert _changed_eval_settings(saved, other) == ["envs", "panel size"]
+    elsewhere = FinetuneConfig.model_validate({**base, "envs": [{"name": "guess", "max_concurrency": 9}]})
+    assert _changed_eval_settings(saved, elsewhere) == []  # how many envs run at once scores nothing differently

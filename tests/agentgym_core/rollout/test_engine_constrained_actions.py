@@ -101,4 +101,6 @@ def test_a_marker_token_that_carries_the_space_starts_the_actions_without_it(tin
     assert list(trie.children) == encode("turn left")[:1]
     with pytest.raises(ValueError, match="no actions"):
         ActionConstraint([], encode, tiny_backend.decode, [2])
+    blank = ActionConstraint(["  "], encode, tiny_backend.decode, [2], context=encode("Action:"))
+    assert not blank.active and blank.allowed() is None  # nothing listed to constrain to: the reply stays free
 

@@ -96,6 +96,11 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
     return result
 
 
+_NOT_EVALUATION = {"url", "urls", "max_concurrency", "probe_interval_s", "weight", "train_split", "train_tasks"}
+"""EnvConfig fields that do not change what a held-out evaluation scores (where the env runs, how many at once,
+what RL trains on)."""
+
+
 def _changed_eval_settings(saved: Path, config: FinetuneConfig) -> list[str]:
     """Which settings that decide a held-out evaluation's numbers differ between the warm start saved in
     ``saved`` (its config.yaml) and ``config`` (this run's): the envs, how replies are sampled, the token
@@ -108,7 +113,7 @@ def _changed_eval_settings(saved: Path, config: FinetuneConfig) -> list[str]:
 
     def settings(c: FinetuneConfig) -> dict[str, Any]:
         r, t = c.rollout, c.trainer
-        return {"envs": [e.model_dump(mode="json") for e in c.envs],
+        return {"envs": [e.model_dump(mode="json", exclude=_NOT_EVALUATION) for e in c.envs],
                 "rollout sampling": (r.eval_temperature, r.max_new_tokens, r.constrain_actions),
                 "token budget": r.max_total_tokens, "panel size": t.eval_tasks, "horizon": t.eval_max_turns,
                 "seed": t.seed}

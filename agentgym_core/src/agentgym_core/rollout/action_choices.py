@@ -106,7 +106,6 @@ class ActionConstraint:
     def _enter(self) -> None:
         """Start constraining if the text read so far ends with the marker (with or without its space)."""
         text = self._decode(self._tail) if self._tail else ""
-        if text.endswith(self.marker):
-            self.node = action_trie(self.actions, self._encode, leading_space=True)
-        elif text.endswith(self.marker + " "):
-            self.node = action_trie(self.actions, self._encode, leading_space=False)
+        if text.endswith(self.marker) or text.endswith(self.marker + " "):
+            trie = action_trie(self.actions, self._encode, leading_space=text.endswith(self.marker))
+            self.node = trie if trie.children else None  # only blank actions listed: nothing to constrain to
