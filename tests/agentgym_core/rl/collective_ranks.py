@@ -49,12 +49,20 @@ def strict_rules(out_dir: str) -> None:
 
 
 def late_rank(out_dir: str, timeout_s: float) -> None:
-    """Rank 1 reaches the collective long after rank 0's timeout: rank 0 must fail, not hang."""
+    """Rank 1 never reaches the collective until rank 0 is done with it: rank 0 must fail, not hang.
+
+    The timeout also bounds joining the group, so it must outlast the two ranks' start-up skew on a
+    busy machine (importing torch there can take seconds). Rank 1 waits for rank 0's result file
+    rather than sleeping a fixed multiple of the timeout, capped so a hung rank 0 still ends the test.
+    """
     from agentgym_core.rl.distributed import all_reduce_stats, init_from_environment
 
     ctx = init_from_environment("cpu", timeout_s=timeout_s)
+    result = Path(out_dir, "rank0.json")
     if ctx.rank == 1:
-        time.sleep(timeout_s * 4)
+        deadline = time.monotonic() + 120.0
+        while not result.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
         return
     start = time.perf_counter()
     try:
@@ -62,6 +70,6 @@ def late_rank(out_dir: str, timeout_s: float) -> None:
         outcome = "returned"
     except RuntimeError as exc:
         outcome = f"raised: {type(exc).__name__}"
-    Path(out_dir, "rank0.json").write_text(
-        json.dumps({"outcome": outcome, "seconds": time.perf_counter() - start})
-    )
+    partial = result.with_suffix(".part")  # written whole, then renamed: rank 1 never reads half a file
+    partial.write_text(json.dumps({"outcome": outcome, "seconds": time.perf_counter() - start}))
+    partial.replace(result)
