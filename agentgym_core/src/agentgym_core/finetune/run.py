@@ -114,7 +114,7 @@ def _changed_eval_settings(saved: Path, config: FinetuneConfig) -> list[str]:
     def settings(c: FinetuneConfig) -> dict[str, Any]:
         r, t = c.rollout, c.trainer
         return {"envs": [e.model_dump(mode="json", exclude=_NOT_EVALUATION) for e in c.envs],
-                "rollout sampling": (r.eval_temperature, r.max_new_tokens, r.constrain_actions),
+                "rollout sampling": r.eval_sampling(seed=0),  # the seed is its own entry
                 "token budget": r.max_total_tokens, "panel size": t.eval_tasks, "horizon": t.eval_max_turns,
                 "seed": t.seed}
 

@@ -22,6 +22,7 @@ import agentgym_core.rl.packing_support as packing
 from agentgym_core.finetune_options import WarmStartConfig
 from agentgym_core.recipes import ConfigError, load_recipe, save_recipe
 from agentgym_core.rl.estimator_api import AdvantageConfig, Estimator, min_group_size
+from agentgym_core.rollout.backend import SamplingParams
 from agentgym_core.schedulers import RoundsConfig
 
 __all__ = [
@@ -323,6 +324,13 @@ class RolloutConfig(_Section):
                 "of the steps just before it are counted, at a point that depends on timing, so a resumed run "
                 "could draw other tasks. Set rollout.max_staleness=0, or rollout.curriculum.kind=none")
         return self
+
+    def eval_sampling(self, seed: int) -> SamplingParams:
+        """How held-out evaluations sample under these settings: ``eval_temperature`` (greedy by default), the
+        per-turn cap, ``constrain_actions``, and ``seed`` (the run's). The one definition the trainer's
+        evaluations and the warm start's check of its saved evaluations (finetune.run) both read."""
+        return SamplingParams(temperature=self.eval_temperature, top_p=1.0, max_new_tokens=self.max_new_tokens,
+                              seed=seed, constrain_actions=self.constrain_actions)
 
 
 class KLConfig(_Section):

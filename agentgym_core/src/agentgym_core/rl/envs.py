@@ -105,9 +105,7 @@ def open_envs(pm: PluginManager, configs: list[EnvConfig], *, timeout_s: float =
 def eval_sampling(config: TrainConfig) -> SamplingParams:
     """How the run's held-out evaluations sample: ``rollout.eval_temperature`` (greedy by default), the
     rollout's per-turn cap, the run's seed."""
-    return SamplingParams(temperature=config.rollout.eval_temperature, top_p=1.0,
-                          max_new_tokens=config.rollout.max_new_tokens, seed=config.trainer.seed,
-                          constrain_actions=config.rollout.constrain_actions)
+    return config.rollout.eval_sampling(config.trainer.seed)
 
 
 def eval_conditions(config: TrainConfig, horizon: int) -> dict[str, Any]:
