@@ -45,7 +45,7 @@ def run_rl_recipe(
     from agentgym_core.finetune.run import warm_start_examples, warm_start_sft
 
     if config.trainer.learners > 1:  # learner ranks load the warm start's weights from its model directory
-        warm = warm_start_sft(config, plugin_manager=pm)
+        warm = warm_start_sft(config, plugin_manager=pm, resume=resume)
         tuned = config.model_copy(update={"model": config.model.model_copy(update={"path": str(warm.model_path)})})
         # no tokenizer in this process: replay reads the token ids the records hold (expert demos, rollout logs)
         replay = warm_start_examples(config, None, None) if config.warm_start.replay.coef > 0 else None
@@ -53,7 +53,8 @@ def run_rl_recipe(
     else:
         if model is None:
             model, tokenizer = load_policy(config.model, runtime=config.runtime)
-        warm = warm_start_sft(config, plugin_manager=pm, model=model, tokenizer=tokenizer)  # trains model in place
+        warm = warm_start_sft(config, plugin_manager=pm, model=model, tokenizer=tokenizer,
+                              resume=resume)  # trains model in place
         replay = warm_start_examples(config, model, tokenizer) if config.warm_start.replay.coef > 0 else None
         results = train(config, resume=resume, plugin_manager=pm, model=model, tokenizer=tokenizer,
                         stop_after=stop_after, eval_before=warm.eval_after, replay=replay)

@@ -34,7 +34,7 @@ def run_finetune(config: FinetuneConfig, *, resume: bool = False, plugin_manager
 
 
 def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = None,
-                   model: Any = None, tokenizer: Any = None) -> FinetuneResult:
+                   model: Any = None, tokenizer: Any = None, resume: bool = False) -> FinetuneResult:
     """SFT before RL: fine-tune ``train_config.model`` on ``train_config.warm_start``, in place when ``model`` is given.
 
     ``train_config`` is an RL ``TrainConfig`` with a ``warm_start`` section
@@ -46,6 +46,7 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
     not redone: its result is read back (``result.model_path`` is the fine-tuned model) and, when
     ``model`` is given, its weights loaded into ``model``, so ``model`` holds the fine-tuned weights
     either way. What SFT and its evaluations freed is given back before returning, for the RL that follows.
+    ``resume``: the RL run is resumed, and reads its own evaluation after SFT back from its log.
     """
     import json
 
@@ -77,8 +78,9 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
         evals = [{k: v for k, v in e.items() if k != "kind"} for e in logged if e.get("kind") == "eval"]
         changed = _changed_eval_settings(run_dir / "config.yaml", config) if evals else []
         if changed:  # the RL evaluation would play under other settings: not comparable, so evaluated again
-            print(f"warm start: its evaluations were made with other {', '.join(changed)} than this run's; the "
-                  "model after SFT is evaluated again", flush=True)
+            if not resume:  # a resumed RL run reads its own evaluation after SFT back from its log
+                print(f"warm start: its evaluations were made with other {', '.join(changed)} than this run's; "
+                      "the model after SFT is evaluated again", flush=True)
             evals = []
         result.eval_before = next((e for e in evals if e.get("step") == 0), None)
         result.eval_after = next((e for e in evals if e.get("step") == result.steps), None)

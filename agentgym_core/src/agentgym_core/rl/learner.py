@@ -54,6 +54,7 @@ from agentgym_core.rl.update import UpdateInputs, ppo_update
 from agentgym_core.rl.weight_sync import gather_weights, weight_bytes
 from agentgym_core.training.checkpoint import (
     SHARDED,
+    CheckpointWriteError,
     check_weights_match,
     commit_checkpoint,
     export_model,
@@ -69,6 +70,7 @@ from agentgym_core.training.checkpoint import (
     save_sharded,
     set_rng_state,
     start_checkpoint,
+    unwritten_checkpoint_message,
 )
 from agentgym_core.training.optimizer import build_optimizer
 from agentgym_core.training.optimizer_on_disk import OptimizerStateOnDisk
@@ -358,11 +360,14 @@ class Learner:
         weights = self.policy_state_dict() if hf_weights else None  # gathered per tensor, on the device
         if not self.ctx.is_main:
             return
-        if weights is not None:
-            (tmp / "model").mkdir()
-            export_model(self.model, tokenizer, tmp / "model", {k: v.cpu() for k, v in weights.items()})
-        del weights
-        torch.save(state, tmp / "trainer_state.pt")
+        try:
+            if weights is not None:
+                (tmp / "model").mkdir()
+                export_model(self.model, tokenizer, tmp / "model", {k: v.cpu() for k, v in weights.items()})
+            del weights
+            torch.save(state, tmp / "trainer_state.pt")
+        except Exception as exc:  # most often a full disk (torch and safetensors say it in their own words)
+            raise CheckpointWriteError(unwritten_checkpoint_message(run_dir, step, tmp, exc)) from exc
         commit_checkpoint(run_dir, step, keep=keep)
 
     def _sharded_state(self) -> dict[str, Any]:

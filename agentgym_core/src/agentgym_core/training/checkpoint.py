@@ -36,9 +36,9 @@ from typing import Any
 import torch
 
 __all__ = [
-    "SHARDED", "check_weights_match", "checkpoint_dir", "commit_checkpoint", "export_model", "is_sharded",
+    "SHARDED", "CheckpointWriteError", "check_weights_match", "checkpoint_dir", "commit_checkpoint", "export_model", "is_sharded",
     "latest_checkpoint", "load_policy_weights", "load_sharded", "load_trainer_state", "merged_lora_weights",
-    "pending_dir", "rank_rng_state",
+    "pending_dir", "rank_rng_state", "unwritten_checkpoint_message",
     "read_model_weights", "rng_state", "save_checkpoint", "save_sharded", "set_rng_state", "start_checkpoint",
 ]
 
@@ -132,10 +132,32 @@ def save_checkpoint(
     ``state_dict`` replaces ``model.state_dict()`` (the gathered weights of a sharded model).
     """
     tmp = start_checkpoint(run_dir, step)
-    (tmp / "model").mkdir()
-    export_model(model, tokenizer, tmp / "model", state_dict)
-    torch.save(trainer_state, tmp / "trainer_state.pt")
+    try:
+        (tmp / "model").mkdir()
+        export_model(model, tokenizer, tmp / "model", state_dict)
+        torch.save(trainer_state, tmp / "trainer_state.pt")
+    except Exception as exc:  # a full disk: torch.save says "iostream error", safetensors SafetensorError
+        raise CheckpointWriteError(unwritten_checkpoint_message(run_dir, step, tmp, exc)) from exc
     return commit_checkpoint(run_dir, step, keep=keep)
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (most often a full disk); earlier checkpoints are intact."""
+
+
+def unwritten_checkpoint_message(run_dir: str | Path, step: int, tmp: Path, exc: BaseException) -> str:
+    """What failed, the space left where it was written, and how the run continues from its latest checkpoint.
+
+    The partly written ``tmp`` is removed first, so the space it held is free again and the figure is what a
+    retry would find."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    free_gb = shutil.disk_usage(tmp.parent).free / 1e9
+    previous = latest_checkpoint(run_dir)
+    resume = (f"the latest complete checkpoint, {previous.name}, is intact: free some space, then continue with "
+              f"`agentgym train --resume {run_dir}`" if previous is not None
+              else "no earlier checkpoint exists: free some space and start the run again")
+    return (f"could not write checkpoint {step} under {tmp.parent} ({type(exc).__name__}: {exc}); that disk has "
+            f"{free_gb:.1f} GB free now. {resume[0].upper()}{resume[1:]}")
 
 
 def pending_dir(run_dir: str | Path, step: int) -> Path:
