@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentgym_core.rollout import ChatFormat, SamplingParams
+from agentgym_core.rollout import ChatFormat, Sample, SamplingParams
 
 ACTIONS = ["turn left", "turn right", "go to red ball 1", "toggle", "toggle and go through grey door 2"]
 
@@ -63,19 +63,77 @@ def test_recorded_logprobs_stay_the_unconstrained_ones(tiny_backend):
 
 
 def test_rows_without_actions_or_before_the_marker_sample_what_they_would_unconstrained(tiny_backend):
-    free = SamplingParams(temperature=1.0, max_new_tokens=10, seed=7)
+    free = SamplingParams(temperature=1.0, max_new_tokens=40, seed=7)
     constrained = free.model_copy(update={"constrain_actions": True})
     prompt = _prompt(tiny_backend, "Thought:")  # no marker: the reply is free until it writes one
-    alone = tiny_backend.generate([prompt, prompt], free, max_new_tokens=[10, 10])
+    alone = tiny_backend.generate([prompt, prompt], free, max_new_tokens=[40, 40])
     batch = tiny_backend.open_batch(constrained)
-    batch.add(0, prompt, max_new_tokens=10, actions=ACTIONS)
-    batch.add(1, prompt, max_new_tokens=10)  # no actions: never constrained
+    batch.add(0, prompt, max_new_tokens=40, actions=ACTIONS)
+    batch.add(1, prompt, max_new_tokens=40)  # no actions: never constrained
     out = {}
     while batch.active:
         out.update(batch.step())
     assert out[1].token_ids == alone[1].token_ids
-    assert "Action:" not in tiny_backend.decode(out[0].token_ids)  # the random model writes no marker here,
-    assert out[0].token_ids == alone[0].token_ids                  # so its choices never applied
+    # The random model writes no marker of its own: the row samples what it would unconstrained until only
+    # room for the marker, the longest action and the end is left; then the marker is written for it.
+    marker = tiny_backend.encode("\nAction:")
+    reserve = len(marker) + max(len(tiny_backend.encode(f" {a}")) for a in ACTIONS) + 1
+    free_part = 40 - reserve
+    assert "Action:" not in tiny_backend.decode(alone[0].token_ids)
+    assert not set(alone[0].token_ids[:free_part]) & tiny_backend.eos_token_ids  # it had no end to ban there
+    assert out[0].token_ids[:free_part] == alone[0].token_ids[:free_part]
+    assert out[0].token_ids[free_part:free_part + len(marker)] == marker
+    assert _reply_action(tiny_backend, Sample(token_ids=out[0].token_ids[free_part + len(marker):], logprobs=[],
+                                              finish_reason="eos")) in {f" {a}" for a in ACTIONS}
+    assert out[0].finish_reason == "eos"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_every_constrained_reply_names_a_listed_action_even_one_that_never_writes_the_marker(tiny_backend,
+                                                                                             temperature):
+    """No end before the marker, and the marker written when the budget runs low: the random model, which
+    writes neither marker nor action by itself (the test above), ends every reply with a listed action."""
+    params = SamplingParams(temperature=temperature, max_new_tokens=24, seed=11, constrain_actions=True)
+    prompt = _prompt(tiny_backend, "Thought:")
+    batch = tiny_backend.open_batch(params)
+    for key in range(8):
+        batch.add(key, prompt, max_new_tokens=24, actions=ACTIONS)
+    out = {}
+    while batch.active:
+        out.update(batch.step())
+    for sample in out.values():
+        text = _reply_action(tiny_backend, sample)
+        assert sample.finish_reason == "eos", text
+        assert text.rsplit("Action:", 1)[-1] in {f" {a}" for a in ACTIONS}, text
+        assert len(sample.token_ids) <= 24
+
+
+def test_a_reply_may_not_end_before_naming_its_action_and_draws_what_it_would_until_then(tiny_backend):
+    free = SamplingParams(temperature=1.0, max_new_tokens=64, seed=38)  # this seed's reply ends early (27 tokens)
+    prompt = _prompt(tiny_backend, "Thought:")
+    alone = tiny_backend.generate([prompt], free, max_new_tokens=[64])[0]
+    assert alone.finish_reason == "eos" and len(alone.token_ids) < 30, alone  # the end it would have drawn
+    end = len(alone.token_ids) - 1
+    batch = tiny_backend.open_batch(free.model_copy(update={"constrain_actions": True}))
+    batch.add(0, prompt, max_new_tokens=64, actions=ACTIONS)  # the marker is forced only past token 40
+    out = {}
+    while batch.active:
+        out.update(batch.step())
+    reply = out[0]
+    assert reply.token_ids[:end] == alone.token_ids[:end]  # the same draws up to the banned end
+    assert reply.token_ids[end] not in tiny_backend.eos_token_ids
+    assert reply.finish_reason == "eos"
+    assert _reply_action(tiny_backend, reply).rsplit("Action:", 1)[-1] in {f" {a}" for a in ACTIONS}
+
+
+def test_a_reply_shorter_than_the_marker_and_an_action_is_given_the_marker_at_once(tiny_backend):
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=2, constrain_actions=True)
+    batch = tiny_backend.open_batch(params)
+    batch.add(0, _prompt(tiny_backend, "Thought:"), max_new_tokens=6, actions=["turn left"])
+    out = {}
+    while batch.active:
+        out.update(batch.step())
+    assert tiny_backend.decode(out[0].token_ids[:len(tiny_backend.encode("\nAction:"))]) == "\nAction:"
 
 
 def test_actions_need_a_batch_opened_to_constrain_them(tiny_backend):

@@ -104,3 +104,24 @@ def test_a_marker_token_that_carries_the_space_starts_the_actions_without_it(tin
     blank = ActionConstraint(["  "], encode, tiny_backend.decode, [2], context=encode("Action:"))
     assert not blank.active and blank.allowed() is None  # nothing listed to constrain to: the reply stays free
 
+    assert blank.banned() == []  # nor is its end held back
+
+
+def test_before_the_marker_the_end_is_banned_and_a_spent_budget_writes_the_marker(tiny_backend):
+    encode, decode, end = tiny_backend.encode, tiny_backend.decode, sorted(tiny_backend.eos_token_ids)
+    marker = encode("\nAction:")
+    reserve = len(marker) + len(encode(" turn right")) + 1  # the marker, the longest action, the end
+    constraint = ActionConstraint(["turn left", "turn right"], encode, decode, end, max_tokens=reserve + 2)
+    assert constraint.allowed() is None and constraint.banned() == end and not constraint.forced
+    for token in encode(" hm")[:2]:  # two free tokens: the budget left is then exactly the reserve
+        constraint.feed(token)
+    assert constraint.forced
+    for token in marker:
+        assert constraint.allowed() == [token]  # the marker, token by token
+        constraint.feed(token)
+    assert constraint.active and not constraint.forced and constraint.banned() == []
+    assert sorted(constraint.allowed()) == sorted({encode(" turn left")[0], encode(" turn right")[0]})
+    unbounded = ActionConstraint(["turn left"], encode, decode, end)  # no budget given: never forced
+    for token in encode(" a long thought with no marker in it at all"):
+        unbounded.feed(token)
+    assert not unbounded.forced and unbounded.banned() == end

@@ -38,8 +38,9 @@ values under that key for the next turn (:mod:`agentgym_backend_transformers.ses
 
 Constrained actions (``SamplingParams.constrain_actions``): a row added with ``actions=`` samples its
 action from that list alone once its text ends with ``Action:``
-(:class:`agentgym_core.rollout.action_choices.ActionConstraint`); the other tokens of its row are masked
-before the draw (greedy or sampled), and its recorded log-probs stay the unmasked ones.
+(:class:`agentgym_core.rollout.action_choices.ActionConstraint`; it may not end before then, and near the
+end of its budget the marker is written for it); the other tokens of its row are masked before the draw
+(greedy or sampled), and its recorded log-probs stay the unmasked ones.
 
 Shared prompt prefixes: rows that start a conversation (no session cache yet) usually share a
 long prefix -- the environment's instruction, or the whole first prompt within a GRPO group.
@@ -130,6 +131,10 @@ def seeded_uniform(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     return (h >> 8).to(torch.float32) / float(1 << 24)  # 24 bits: float32's resolution
 
 
+_REDRAW_STREAM = 0x2545F4914F6CDD1D
+"""XOR'd into a row's seed for its second stream (a redraw without banned tokens, ``DecodeBatch._redraw_banned``)."""
+
+
 def draw_tokens(probs: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     """Sample one token per row of ``probs`` (B, V) by inverting its CDF at :func:`seeded_uniform`.
 
@@ -194,14 +199,14 @@ class DecodeBatch:
         if actions and not self.params.constrain_actions:
             raise ValueError("add: actions= given to a batch whose sampling does not constrain actions; open it with "
                              "SamplingParams(constrain_actions=True)")
+        cap = max(1, min(self.params.max_new_tokens, int(max_new_tokens)))
         constraint = None
         if actions:
             backend = self.backend
             constraint = ActionConstraint(actions, backend.encode, backend.decode, backend.eos_token_ids,
-                                          context=prompt[-8:])
+                                          context=prompt[-8:], max_tokens=cap)
         if session is not None and any(r.session == session for r in (*self.rows, *self.queue)):
             raise ValueError(f"add: session {session!r} is already in this batch; use one key per trajectory")
-        cap = max(1, min(self.params.max_new_tokens, int(max_new_tokens)))
         seed = self._row_seeds.next(key)
         self.queue.append(_Row(key=key, prompt=list(prompt), cap=cap, session=session,
                                seed=seed if self.params.temperature > 0 else None, constraint=constraint))
@@ -224,15 +229,9 @@ class DecodeBatch:
         scaled = self._logits.float() / params.logprob_temperature
         log_p = torch.log_softmax(scaled, dim=-1)  # (B, V): recorded unmasked, as the learner recomputes them
         drawn = self._mask_choices(scaled) if params.constrain_actions else scaled
-        if params.temperature == 0:
-            chosen = drawn.argmax(-1)
-        else:
-            probs = filter_logits(drawn, params.top_k, params.top_p).softmax(-1)  # (B, V)
-            if self.rows[0].seed is None:
-                chosen = torch.multinomial(probs, 1).squeeze(-1)  # (B,)
-            else:  # one batched draw; each row's from its own (seed, position) stream
-                assert self._seeds is not None
-                chosen = draw_tokens(probs, self._seeds, self._next_position)
+        chosen = self._draw(drawn, self._seeds, self._next_position)  # (B,)
+        if params.constrain_actions:
+            chosen = self._redraw_banned(chosen, drawn)
         chosen_lp = log_p.gather(-1, chosen[:, None]).squeeze(-1)
         keep: list[int] = []
         done: list[tuple[Hashable, Sample]] = []
@@ -273,8 +272,20 @@ class DecodeBatch:
         self._cache = self._attention = self._next_position = self._logits = self._seeds = None
 
     # -- internals -------------------------------------------------------------------------------
+    def _draw(self, logits: torch.Tensor, seeds: torch.Tensor | None, positions: torch.Tensor | None) -> torch.Tensor:
+        """One token per row of ``logits`` (B, V): greedy, or sampled (each row from its own ``seeds`` stream at
+        its ``positions``, or from torch's global generator when the rows are unseeded)."""
+        params = self.params
+        if params.temperature == 0:
+            return logits.argmax(-1)
+        probs = filter_logits(logits, params.top_k, params.top_p).softmax(-1)  # (B, V)
+        if self.rows[0].seed is None:
+            return torch.multinomial(probs, 1).squeeze(-1)  # (B,)
+        assert seeds is not None and positions is not None  # one batched draw over the rows' streams
+        return draw_tokens(probs, seeds, positions)
+
     def _mask_choices(self, scaled: torch.Tensor) -> torch.Tensor:
-        """``scaled`` (B, V) with every token a constrained row may not sample next set to -inf."""
+        """``scaled`` (B, V) with every token outside a constrained row's ``allowed()`` ids set to -inf."""
         limits = [(b, row.constraint.allowed()) for b, row in enumerate(self.rows) if row.constraint is not None]
         limits = [(b, ids) for b, ids in limits if ids is not None]
         if not limits:
@@ -285,6 +296,34 @@ class DecodeBatch:
             keep[b, torch.tensor(ids, dtype=torch.long, device=scaled.device)] = True
             free[b] = False
         return scaled.masked_fill(~(keep | free[:, None]), float("-inf"))
+
+    def _redraw_banned(self, chosen: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+        """``chosen`` (B,) with each row that drew one of its ``banned()`` tokens (the end of a reply that has not
+        named its action) drawn again without them, from a second stream of its seed.
+
+        A rejection step: the redrawn token is distributed as the masked softmax, and a row that drew anything
+        else keeps exactly the token it would draw unconstrained (masking before the draw would shift every
+        later token of the inverse-CDF draw)."""
+        redo = []
+        for b, row in enumerate(self.rows):
+            if row.constraint is not None and (banned := row.constraint.banned()):
+                redo.append((b, banned))
+        if not redo:
+            return chosen
+        picked = chosen.tolist()  # one copy to the host, only for batches with such rows
+        redo = [(b, banned) for b, banned in redo if picked[b] in banned]
+        if not redo:
+            return chosen
+        rows = torch.tensor([b for b, _ in redo], dtype=torch.long, device=drawn.device)
+        logits = drawn[rows].clone()  # (R, V)
+        for i, (_, banned) in enumerate(redo):
+            logits[i, torch.tensor(banned, dtype=torch.long, device=drawn.device)] = float("-inf")
+        seeds = None if self._seeds is None else self._seeds[rows] ^ _REDRAW_STREAM
+        assert self._next_position is not None
+        again = self._draw(logits, seeds, self._next_position[rows])
+        chosen = chosen.clone()
+        chosen[rows] = again
+        return chosen
 
     def _admit(self, joining: list[_Row]) -> None:
         """Prefill the joining rows (after their cached prefixes) and merge them into the running batch."""
