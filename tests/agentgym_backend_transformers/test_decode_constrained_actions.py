@@ -20,16 +20,22 @@ def _reply_action(backend, sample) -> str:
     return backend.decode(ids)
 
 
+def _constrained_replies(backend, params, prompt, rows: int, actions=ACTIONS) -> dict:
+    """``rows`` replies to ``prompt`` from one batch under ``params``, each constrained to ``actions``."""
+    batch = backend.open_batch(params)
+    for key in range(rows):
+        batch.add(key, prompt, max_new_tokens=params.max_new_tokens, actions=actions)
+    out = {}
+    while batch.active:
+        out.update(batch.step())
+    return out
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_after_the_marker_every_reply_names_a_listed_action_then_ends(tiny_backend, temperature):
     params = SamplingParams(temperature=temperature, max_new_tokens=32, seed=3, constrain_actions=True)
     prompt = _prompt(tiny_backend, "Thought: I see it.\nAction:")
-    batch = tiny_backend.open_batch(params)
-    for key in range(12):
-        batch.add(key, prompt, max_new_tokens=32, actions=ACTIONS)
-    out = {}
-    while batch.active:
-        out.update(batch.step())
+    out = _constrained_replies(tiny_backend, params, prompt, 12)
     names = set()
     for sample in out.values():
         assert sample.finish_reason == "eos", sample  # the action is complete, and only the end may follow
@@ -95,12 +101,7 @@ def test_every_constrained_reply_names_a_listed_action_even_one_that_never_write
     writes neither marker nor action by itself (the test above), ends every reply with a listed action."""
     params = SamplingParams(temperature=temperature, max_new_tokens=24, seed=11, constrain_actions=True)
     prompt = _prompt(tiny_backend, "Thought:")
-    batch = tiny_backend.open_batch(params)
-    for key in range(8):
-        batch.add(key, prompt, max_new_tokens=24, actions=ACTIONS)
-    out = {}
-    while batch.active:
-        out.update(batch.step())
+    out = _constrained_replies(tiny_backend, params, prompt, 8)
     for sample in out.values():
         text = _reply_action(tiny_backend, sample)
         assert sample.finish_reason == "eos", text
