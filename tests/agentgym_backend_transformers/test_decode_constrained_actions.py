@@ -123,6 +123,8 @@ def test_a_reply_may_not_end_before_naming_its_action_and_draws_what_it_would_un
     reply = out[0]
     assert reply.token_ids[:end] == alone.token_ids[:end]  # the same draws up to the banned end
     assert reply.token_ids[end] not in tiny_backend.eos_token_ids
+    scored = tiny_backend.score([prompt + reply.token_ids])[0][len(prompt):]  # the redrawn token's too
+    assert scored == pytest.approx(reply.logprobs, abs=1e-4)
     assert reply.finish_reason == "eos"
     assert _reply_action(tiny_backend, reply).rsplit("Action:", 1)[-1] in {f" {a}" for a in ACTIONS}
 

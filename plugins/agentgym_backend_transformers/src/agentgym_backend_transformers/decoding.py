@@ -230,13 +230,13 @@ class DecodeBatch:
         log_p = torch.log_softmax(scaled, dim=-1)  # (B, V): recorded unmasked, as the learner recomputes them
         drawn = self._mask_choices(scaled) if params.constrain_actions else scaled
         chosen = self._draw(drawn, self._seeds, self._next_position)  # (B,)
-        if params.constrain_actions:
-            chosen = self._redraw_banned(chosen, drawn)
         chosen_lp = log_p.gather(-1, chosen[:, None]).squeeze(-1)
         keep: list[int] = []
         done: list[tuple[Hashable, Sample]] = []
         # One copy to the host per decode step: ids and log-probs together (ids are exact in float64).
         tokens, lps = torch.stack([chosen.double(), chosen_lp.double()]).tolist()
+        if params.constrain_actions:  # read from the host copy: no second copy unless a row must draw again
+            chosen, tokens, lps = self._redraw_banned(chosen, drawn, log_p, tokens, lps)
         for b, (token, lp) in enumerate(zip(tokens, lps, strict=True)):
             token = int(token)
             row = self.rows[b]
@@ -297,33 +297,33 @@ class DecodeBatch:
             free[b] = False
         return scaled.masked_fill(~(keep | free[:, None]), float("-inf"))
 
-    def _redraw_banned(self, chosen: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
-        """``chosen`` (B,) with each row that drew one of its ``banned()`` tokens (the end of a reply that has not
-        named its action) drawn again without them, from a second stream of its seed.
+    def _redraw_banned(self, chosen: torch.Tensor, drawn: torch.Tensor, log_p: torch.Tensor, tokens: list[float],
+                       lps: list[float]) -> tuple[torch.Tensor, list[float], list[float]]:
+        """``chosen`` (B,) and its host copies ``tokens`` and ``lps``, with each row that drew one of its ``banned()``
+        tokens (the end of a reply that has not named its action) drawn again without them, from a second
+        stream of its seed.
 
         A rejection step: the redrawn token is distributed as the masked softmax, and a row that drew anything
         else keeps exactly the token it would draw unconstrained (masking before the draw would shift every
         later token of the inverse-CDF draw)."""
-        redo = []
-        for b, row in enumerate(self.rows):
-            if row.constraint is not None and (banned := row.constraint.banned()):
-                redo.append((b, banned))
+        redo = [(b, banned) for b, row in enumerate(self.rows)
+                if row.constraint is not None and (banned := row.constraint.banned()) and int(tokens[b]) in banned]
         if not redo:
-            return chosen
-        picked = chosen.tolist()  # one copy to the host, only for batches with such rows
-        redo = [(b, banned) for b, banned in redo if picked[b] in banned]
-        if not redo:
-            return chosen
+            return chosen, tokens, lps
         rows = torch.tensor([b for b, _ in redo], dtype=torch.long, device=drawn.device)
         logits = drawn[rows].clone()  # (R, V)
         for i, (_, banned) in enumerate(redo):
             logits[i, torch.tensor(banned, dtype=torch.long, device=drawn.device)] = float("-inf")
         seeds = None if self._seeds is None else self._seeds[rows] ^ _REDRAW_STREAM
         assert self._next_position is not None
-        again = self._draw(logits, seeds, self._next_position[rows])
+        again = self._draw(logits, seeds, self._next_position[rows])  # (R,)
         chosen = chosen.clone()
         chosen[rows] = again
-        return chosen
+        again_ids, again_lps = torch.stack([again.double(), log_p[rows, again].double()]).tolist()
+        tokens, lps = list(tokens), list(lps)
+        for (b, _), token, lp in zip(redo, again_ids, again_lps, strict=True):
+            tokens[b], lps[b] = token, lp
+        return chosen, tokens, lps
 
     def _admit(self, joining: list[_Row]) -> None:
         """Prefill the joining rows (after their cached prefixes) and merge them into the running batch."""
