@@ -252,3 +252,23 @@ def test_an_engine_on_the_learners_gpu_is_refused_where_it_would_sample_at_the_w
                     rollout__rerun_failed=0, trainer__eval_before=False, rollout__sync_check_tolerance=None)
     assert quiet.rollout.backend_options["sleep_level"] == 2
     assert _config(rollout__backend="vllm", rollout__backend_options=colocated).rollout.max_staleness == 0
+
+
+@pytest.mark.parametrize(("constrain", "precision", "names_constraint"),
+                         [(True, "bf16", True), (True, "auto", True), (True, "no", False), (False, "bf16", False)])
+def test_the_mismatch_warning_names_constrained_actions_under_bf16_first(tmp_path, tiny_config, capsys, constrain,
+                                                                         precision, names_constraint):
+    """Constrained actions under bf16 autocast drift past warn_kl for a known reason (bench/precision_gap.py):
+    the warning says so before the generic causes, and only for that combination."""
+    from agentgym_core.rl.trainer import _sampler_mismatch
+
+    cfg = tiny_config(tmp_path, **{"rollout.constrain_actions": constrain, "model.mixed_precision": precision})
+    metrics = {"sampler_kl": 0.08, "sampler_kl/word": 0.08, "sampler_ratio_mean": 1.1, "sampler_ratio_max": 20.0,
+               "sampler_ratio_over_cap": 0.03}
+    assert _sampler_mismatch(metrics, cfg, 8) is None  # past warn_kl (0.05), under stop_kl (0.5): a warning
+    out = capsys.readouterr().out
+    assert "step 9:" in out and "warn_kl=0.05" in out and "weight sync" in out
+    assert ("Expected in part with rollout.constrain_actions" in out) is names_constraint
+    if names_constraint:
+        assert out.index("constrain_actions") < out.index("weight sync")
+        assert f"model.mixed_precision={precision}" in out and "model.mixed_precision: no" in out

@@ -440,15 +440,28 @@ def _sampler_mismatch(metrics: dict[str, float], cfg: TrainConfig, step: int, *,
                f"ratio mean {metrics.get('sampler_ratio_mean', float('nan')):.3g}, "
                f"max {metrics.get('sampler_ratio_max', float('nan')):.3g}, "
                f"{100 * metrics.get('sampler_ratio_over_cap', 0.0):.1f}% of tokens past the cap {opts.cap:g})")
-    causes = ("Likely causes: the rollout backend did not receive the latest weights (a weight sync that did "
-              "not take), the backend formats the chat differently from the learner (template), or the two run "
-              "in different precisions (one in bf16, the other in fp32)")
+    causes = _mismatch_causes(cfg)
     if alarm == "stop":
         return (f"{summary}, past algorithm.off_policy.stop_kl={opts.stop_kl:g}; this step's update was skipped. "
                 f"{causes}. Raise stop_kl (or set it to null) only once you know why.")
     if warn:
         tqdm.write(f"warning: {summary}, past algorithm.off_policy.warn_kl={opts.warn_kl:g}. {causes}.")
     return None
+
+
+def _mismatch_causes(cfg: TrainConfig) -> str:
+    """The likely causes of a sampler/learner mismatch, the one this recipe makes expected first."""
+    causes = ("Likely causes: the rollout backend did not receive the latest weights (a weight sync that did "
+              "not take), the backend formats the chat differently from the learner (template), or the two run "
+              "in different precisions (one in bf16, the other in fp32)")
+    if cfg.rollout.constrain_actions and cfg.model.mixed_precision != "no":
+        # Measured by bench/precision_gap.py: a float32 learner agrees with the sampler on the same tokens.
+        return ("Expected in part with rollout.constrain_actions and updates under bf16 autocast "
+                f"(model.mixed_precision={cfg.model.mixed_precision}): the constraint samples action tokens far "
+                "down the model's distribution, where bf16's log-probs differ from the float32 sampler's by up to "
+                "about 3 nats (bench/precision_gap.py); model.mixed_precision: no removes that part at a slower "
+                f"update. {causes}")
+    return causes
 
 
 def _update_inputs(sequences: list[list[int]], scored: Any, adv: Any, keep: list[int],
