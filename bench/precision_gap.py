@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 from pathlib import Path
@@ -38,6 +39,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentgym_core.rollout.action_choices import ACTION_MARKER
 
 RESULTS = Path(__file__).parent / "results"
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else the architecture, with the CPU count."""
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.machine()
+    return f"{name}, {os.cpu_count()} CPUs"
 
 
 def reply_parts(token_ids: list[int], start: int, end: int, decode) -> list[str]:
@@ -121,7 +132,7 @@ def main() -> None:
     result = {
         "run_dir": str(args.run_dir), "step": args.step, "checkpoint": str(args.checkpoint),
         "policy_versions": sorted(v for v in versions if v is not None), "episodes": len(seen), "cap": args.cap,
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "torch": torch.__version__,
+        "machine": cpu_name(), "torch": torch.__version__,
         "gap": {precision: {part: summarize(gaps[precision, part], args.cap) for part in ("thought", "action")}
                 for precision in ("float32", "bf16_autocast")},
     }
