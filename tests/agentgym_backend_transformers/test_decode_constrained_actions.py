@@ -129,6 +129,28 @@ def test_a_reply_may_not_end_before_naming_its_action_and_draws_what_it_would_un
     assert _reply_action(tiny_backend, reply).rsplit("Action:", 1)[-1] in {f" {a}" for a in ACTIONS}
 
 
+def test_without_the_guarantee_a_reply_may_end_before_the_marker_as_training_rollouts_sample(tiny_backend):
+    """guarantee_action=False (RolloutConfig.train_sampling): the reply above ends where it would unconstrained,
+    with no action, so the environment refuses it and RL learns to write the marker."""
+    free = SamplingParams(temperature=1.0, max_new_tokens=64, seed=38)
+    prompt = _prompt(tiny_backend, "Thought:")
+    alone = tiny_backend.generate([prompt], free, max_new_tokens=[64])[0]
+    batch = tiny_backend.open_batch(free.model_copy(update={"constrain_actions": True, "guarantee_action": False}))
+    batch.add(0, prompt, max_new_tokens=64, actions=ACTIONS)
+    out = {}
+    while batch.active:
+        out.update(batch.step())
+    assert out[0].token_ids == alone.token_ids and out[0].finish_reason == "eos"
+    assert "Action:" not in tiny_backend.decode(out[0].token_ids)
+    tiny = SamplingParams(temperature=1.0, max_new_tokens=6, seed=2, constrain_actions=True, guarantee_action=False)
+    batch = tiny_backend.open_batch(tiny)
+    batch.add(0, prompt, max_new_tokens=6, actions=["turn left"])
+    out = {}
+    while batch.active:
+        out.update(batch.step())
+    assert tiny_backend.decode(out[0].token_ids[:len(tiny_backend.encode("\nAction:"))]) != "\nAction:"  # not forced
+
+
 def test_a_reply_shorter_than_the_marker_and_an_action_is_given_the_marker_at_once(tiny_backend):
     params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=2, constrain_actions=True)
     batch = tiny_backend.open_batch(params)

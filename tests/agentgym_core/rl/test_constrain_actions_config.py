@@ -34,3 +34,21 @@ def test_training_and_evaluation_sample_with_it_and_the_panel_says_so(plugins):
     assert eval_sampling(on).constrain_actions and not eval_sampling(off).constrain_actions
     assert eval_conditions(on, 8)["constrain_actions"] is True
     assert "constrain_actions" not in eval_conditions(off, 8)  # earlier runs' panel hashes stay what they were
+
+
+def test_training_rollouts_leave_the_guarantee_off_and_evaluations_keep_it():
+    """Training refuses a reply that never writes 'Action:' (so RL learns to write it); evaluations give it the
+    marker (agentgym_core.rollout.action_choices). The rollout worker samples with train_sampling."""
+    from types import SimpleNamespace
+
+    from agentgym_core.rl.rollout_worker import RolloutWorker
+
+    on = load_config(RECIPE, ["rollout.constrain_actions=true"])
+    train, evaluate = on.rollout.train_sampling(), on.rollout.eval_sampling(seed=0)
+    assert train.constrain_actions and evaluate.constrain_actions
+    assert not train.guarantee_action and evaluate.guarantee_action
+    assert train.temperature == on.rollout.temperature and train.max_new_tokens == on.rollout.max_new_tokens
+    env = SimpleNamespace(name="babyai", make_env=lambda: None, train_tasks=[0, 1], categories={},
+                          config=SimpleNamespace(max_concurrency=1, weight=1.0))  # an env handle's fields, unused
+    worker = RolloutWorker(on, [env], None, scheduler=None, receives_weights=False)
+    assert worker.engine.config.sampling == train

@@ -125,3 +125,12 @@ def test_before_the_marker_the_end_is_banned_and_a_spent_budget_writes_the_marke
     for token in encode(" a long thought with no marker in it at all"):
         unbounded.feed(token)
     assert not unbounded.forced and unbounded.banned() == end
+    unguaranteed = ActionConstraint(["turn left"], encode, decode, end, max_tokens=reserve, guarantee=False)
+    assert unguaranteed.banned() == [] and not unguaranteed.forced  # training rollouts: free until the marker
+    for token in encode(" hm"):
+        unguaranteed.feed(token)
+    assert unguaranteed.allowed() is None and not unguaranteed.forced
+    for token in encode("\nAction:"):
+        unguaranteed.feed(token)
+    assert unguaranteed.active  # the marker, once written, constrains as before
+

@@ -291,7 +291,8 @@ class RolloutConfig(_Section):
     constrain_actions: bool = Field(
         False, description="Sample each reply's action from the environment's available actions alone: once a reply "
         "has written 'Action:', only tokens that continue a listed action may follow, then the end of the reply. "
-        "Training and evaluation alike; no invalid action can be written. Needs environments that list their "
+        "Training and evaluation alike. Evaluations also give a reply that does not write 'Action:' the marker, "
+        "so none is refused; training refuses it instead, so that RL learns to write it. Needs environments that list their "
         "actions and a backend that declares it (transformers' own decode engine).")
     eval_temperature: float = Field(0.0, ge=0.0, description="Temperature at evaluation (0 = greedy).")
     dynamic_sampling: DynamicSamplingConfig = Field(
@@ -325,12 +326,19 @@ class RolloutConfig(_Section):
                 "could draw other tasks. Set rollout.max_staleness=0, or rollout.curriculum.kind=none")
         return self
 
+    def train_sampling(self) -> SamplingParams:
+        """How training rollouts sample: ``temperature``, ``top_p``, the per-turn cap and ``constrain_actions``
+        without its guarantee (a reply that never writes 'Action:' is refused, and so learnt against:
+        agentgym_core.rollout.action_choices)."""
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens,
+                              constrain_actions=self.constrain_actions, guarantee_action=False)
+
     def eval_sampling(self, seed: int) -> SamplingParams:
         """How held-out evaluations sample under these settings: ``eval_temperature`` (greedy by default), the
         per-turn cap, ``constrain_actions``, and ``seed`` (the run's). The one definition the trainer's
         evaluations and the warm start's check of its saved evaluations (finetune.run) both read."""
         return SamplingParams(temperature=self.eval_temperature, top_p=1.0, max_new_tokens=self.max_new_tokens,
-                              seed=seed, constrain_actions=self.constrain_actions)
+                              seed=seed, constrain_actions=self.constrain_actions, guarantee_action=True)
 
 
 class KLConfig(_Section):

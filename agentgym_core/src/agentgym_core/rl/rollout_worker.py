@@ -28,7 +28,7 @@ from agentgym_core.rl.config import TrainConfig
 from agentgym_core.rl.curriculum import TaskCurriculum, tasks_by_category
 from agentgym_core.rl.envs import EnvHandle, evaluate, evaluation_share, make_backend, open_envs
 from agentgym_core.rl.guards import SyncExpectation
-from agentgym_core.rollout.backend import SamplingParams, close_backend
+from agentgym_core.rollout.backend import close_backend
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec, RolloutEngine, RolloutStats
 from agentgym_core.rollout.progress import RolloutProgress
 from agentgym_core.rollout.trajectory import Trajectory
@@ -67,9 +67,7 @@ class RolloutWorker:
             config=EngineConfig(max_total_tokens=rollout.max_total_tokens, step_timeout_s=rollout.env_timeout_s,
                                 env_workers=sum(env.config.max_concurrency for env in envs),
                                 end_on_invalid_action=rollout.end_on_invalid_action,
-                                sampling=SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p,
-                                                        max_new_tokens=rollout.max_new_tokens,
-                                                        constrain_actions=rollout.constrain_actions)))
+                                sampling=rollout.train_sampling()))
         self._probe_scores: list[float] | None = None  # the backend's score of the sync probe after the last sync
         self._probe_unsupported = False
         self.task_counts = allocate_tasks(rollout.tasks_per_step, [e.config.weight for e in envs])

@@ -131,6 +131,12 @@ class SamplingParams(BaseModel):
         "environment lists (RunningBatch.add's actions=), then the end of the reply "
         "(agentgym_core.rollout.action_choices). Needs a backend declaring constrain_actions.",
     )
+    guarantee_action: bool = Field(
+        default=True,
+        description="With constrain_actions: a reply may not end before it has written 'Action:', and is given "
+        "the marker when its budget runs low, so every reply names a listed action (evaluations). Training "
+        "rollouts turn it off, so that a reply without the marker is refused and the policy learns to write it.",
+    )
 
     @property
     def logprob_temperature(self) -> float:

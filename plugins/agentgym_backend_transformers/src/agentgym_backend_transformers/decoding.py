@@ -204,7 +204,8 @@ class DecodeBatch:
         if actions:
             backend = self.backend
             constraint = ActionConstraint(actions, backend.encode, backend.decode, backend.eos_token_ids,
-                                          context=prompt[-8:], max_tokens=cap)
+                                          context=prompt[-8:], max_tokens=cap,
+                                          guarantee=self.params.guarantee_action)
         if session is not None and any(r.session == session for r in (*self.rows, *self.queue)):
             raise ValueError(f"add: session {session!r} is already in this batch; use one key per trajectory")
         seed = self._row_seeds.next(key)
