@@ -30,7 +30,7 @@ def test_a_backend_that_does_not_declare_it_is_refused_with_what_to_do(plugins):
 
 def test_training_and_evaluation_sample_with_it_and_the_panel_says_so(plugins):
     on = bind_plugin_options(load_config(RECIPE, ["rollout.constrain_actions=true"]), plugins)
-    off = load_config(RECIPE, [])
+    off = load_config(RECIPE, ["rollout.constrain_actions=false"])
     assert eval_sampling(on).constrain_actions and not eval_sampling(off).constrain_actions
     assert eval_conditions(on, 8)["constrain_actions"] is True
     assert "constrain_actions" not in eval_conditions(off, 8)  # earlier runs' panel hashes stay what they were
