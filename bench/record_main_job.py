@@ -31,7 +31,7 @@ from agentgym_core.rl.dynamic_sampling import count_mixed_groups
 from agentgym_core.rollout.trajectory import Trajectory
 
 STEP_KEYS = ("horizon", "success", "invalid_action_rate", "trained_trajectories", "time_step", "time_rollout",
-             "update_seconds")
+             "update_seconds", "sampler_kl")
 VERBS = ("toggle and go through", "go through", "go to", "pickup", "check available actions")
 
 

@@ -11,8 +11,8 @@ listed action and the end, the marker is written for it (``"\nAction:"``). So ev
 environment accepts. (Without those two rules, 2.7% of a main job's greedy turns after RL were replies that
 wrote ``Actions:`` or repeated their thought to the cap, bench/README.md.) Training rollouts leave them off:
 a reply that never writes the marker is then refused, which is what teaches the policy to write it. With
-them on in training, nothing did: the thoughts of two main-job runs decayed (a third of their replies ran to
-the forced marker by step 7, against 1% without the two rules) and each lost 4 points (bench/README.md).
+them on in training, nothing did: the thoughts of two main-job runs decayed (a third of their replies ran 35
+tokens or more before the marker, against 1% without the two rules) and each lost 4 points (bench/README.md).
 
 The recorded log-probs stay those of the unconstrained softmax, which the learner recomputes: as with
 top-p, the constraint shapes what is sampled (the behaviour policy), not the policy being trained.
