@@ -38,8 +38,8 @@ values under that key for the next turn (:mod:`agentgym_backend_transformers.ses
 
 Constrained actions (``SamplingParams.constrain_actions``): a row added with ``actions=`` samples its
 action from that list alone once its text ends with ``Action:``
-(:class:`agentgym_core.rollout.action_choices.ActionConstraint`; it may not end before then, and near the
-end of its budget the marker is written for it); the other tokens of its row are masked before the draw
+(:class:`agentgym_core.rollout.action_choices.ActionConstraint`; with ``guarantee_action`` it may not end
+before then, and near the end of its budget the marker is written for it); the other tokens of its row are masked before the draw
 (greedy or sampled), and its recorded log-probs stay the unmasked ones.
 
 Shared prompt prefixes: rows that start a conversation (no session cache yet) usually share a
