@@ -89,8 +89,10 @@ class ActionConstraint:
         self._listed = any(a.strip() for a in self.actions)  # only blank actions: nothing to constrain
         self._guarantee = guarantee and self._listed
         self._marker_ids = encode("\n" + marker)
-        longest = max((len(encode(f" {a.strip()}")) for a in self.actions if a.strip()), default=0)
-        self._reserve = len(self._marker_ids) + longest + 1  # marker, action, end of reply
+        self._reserve = 0  # tokens kept for the marker, the longest action and the end: only the guarantee uses it
+        if self._guarantee:
+            longest = max(len(encode(f" {a.strip()}")) for a in self.actions if a.strip())
+            self._reserve = len(self._marker_ids) + longest + 1
         self._left = max_tokens  # tokens the reply may still sample
         self._forced: list[int] = []  # marker tokens still to write for the reply
         self._enter()
