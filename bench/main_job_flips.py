@@ -5,8 +5,12 @@ each test task. A task RL gains or loses in most runs is a systematic effect of 
 sampling noise; this script counts, per task and per BabyAI level, how many runs gained it and how many
 lost it, prints the table and writes it as JSON.
 
-    python bench/main_job_flips.py                          # every recorded run on the shipped panel
+    python bench/main_job_flips.py                          # every recorded run on the most common panel
     python bench/main_job_flips.py --out bench/results/main_job_flips.json
+    python bench/main_job_flips.py --panel 8db9a5836f936a30 --out bench/results/main_job_flips_constrained.json
+
+It also prints each run's paired change and their mean, spread and range: the runs differ in their
+settings, so these describe what RL did on this panel over the variants tried, not an interval for one.
 """
 
 from __future__ import annotations
@@ -23,12 +27,35 @@ from agentgym_env_babyai.levels import LEVELS as LEVEL_NAMES
 RESULTS = Path(__file__).parent / "results"
 
 
-def load_runs(paths: list[Path]) -> dict[str, dict]:
-    """Runs by file stem, keeping only those on the most common panel (the hash of tasks and conditions)."""
+def load_runs(paths: list[Path], panel: str | None = None) -> dict[str, dict]:
+    """Runs by file stem, keeping only those on ``panel`` (the hash of tasks and conditions), by default
+    the most common one."""
     runs = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in paths}
     panels = Counter(r.get("panel_hash") for r in runs.values())
-    panel = panels.most_common(1)[0][0]
+    if panel is None:
+        panel = panels.most_common(1)[0][0]
+    elif panel not in panels:
+        raise SystemExit(f"no run on panel {panel!r}; the runs' panels: "
+                         + ", ".join(f"{h} ({n} run{'s' * (n != 1)})" for h, n in panels.most_common()))
     return {name: r for name, r in runs.items() if r.get("panel_hash") == panel}
+
+
+def run_changes(runs: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """Per run: tasks gained and lost by RL and the change in success (after - before, a fraction)."""
+    changes = {}
+    for name, r in runs.items():
+        pairs = [(r["sft_per_task"][t], r["rl_per_task"][t]) for t in r["sft_per_task"]]
+        gained = sum(s == 0 and a == 1 for s, a in pairs)
+        lost = sum(s == 1 and a == 0 for s, a in pairs)
+        changes[name] = {"gained": gained, "lost": lost, "diff": (gained - lost) / len(pairs)}
+    return changes
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Mean, sample standard deviation (0 for one value), smallest and largest."""
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+    return {"mean": mean, "sd": var ** 0.5, "min": min(values), "max": max(values)}
 
 
 def flips(runs: dict[str, dict]) -> dict[str, dict[str, int]]:
@@ -60,9 +87,10 @@ def by_level(table: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="*", type=Path, help="learn_main_job*.json files (default: every one)")
+    parser.add_argument("--panel", default=None, help="the panel hash to compare on (default: the most common)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    runs = load_runs(args.runs or sorted(RESULTS.glob("learn_main_job*.json")))
+    runs = load_runs(args.runs or sorted(RESULTS.glob("learn_main_job*.json")), args.panel)
     table = flips(runs)
     levels = by_level(table)
     n = len(runs)
@@ -85,9 +113,16 @@ def main() -> None:
           f"{rate:.3f} per task and run: {at_random:.1f}); flipped in at least half the runs: {half}")
     for task, row in sorted(flipped.items(), key=lambda kv: -max(kv[1]["gained"], kv[1]["lost"])):
         print(f"  {task}: SFT {row['sft']}, gained in {row['gained']}, lost in {row['lost']} of {n}")
+    changes = run_changes(runs)
+    for name, c in changes.items():
+        print(f"  {name}: {100 * c['diff']:+.1f} points ({c['gained']} gained, {c['lost']} lost)")
+    change = spread([c["diff"] for c in changes.values()])
+    print(f"change over the {n} runs: mean {100 * change['mean']:+.1f} points, sd {100 * change['sd']:.1f}, "
+          f"from {100 * change['min']:+.1f} to {100 * change['max']:+.1f}")
     if args.out:
-        write_json(args.out, {"runs": list(runs), "flipped": len(flipped), "flip_rate": rate,
-                              "flipped_if_at_random": at_random,
+        write_json(args.out, {"panel_hash": next(iter(runs.values())).get("panel_hash"), "runs": list(runs),
+                              "flipped": len(flipped), "flip_rate": rate, "flipped_if_at_random": at_random,
+                              "per_run": changes, "change": change,
                               "per_task": table, "per_level": levels})
         print(f"wrote {args.out}")
 

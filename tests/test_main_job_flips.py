@@ -45,3 +45,23 @@ def test_the_recorded_runs_read_and_the_script_writes_its_json(flips, tmp_path, 
     flipped = [r for r in data["per_task"].values() if r["gained"] or r["lost"]]
     assert data["flipped"] == len(flipped)
     assert "tasks ever flipped" in capsys.readouterr().out
+
+
+def test_each_runs_change_and_their_spread(flips, tmp_path):
+    sft = {"babyai:40": 0, "babyai:41": 1, "babyai:42": 0, "babyai:43": 1}
+    paths = [_run(tmp_path / "a.json", "p", sft, {"babyai:40": 1, "babyai:41": 1, "babyai:42": 1, "babyai:43": 1}),
+             _run(tmp_path / "b.json", "p", sft, {"babyai:40": 1, "babyai:41": 0, "babyai:42": 0, "babyai:43": 1}),
+             _run(tmp_path / "c.json", "q", sft, sft)]
+    changes = flips.run_changes(flips.load_runs(paths, panel="p"))
+    assert changes == {"a": {"gained": 2, "lost": 0, "diff": 0.5}, "b": {"gained": 1, "lost": 1, "diff": 0.0}}
+    change = flips.spread([c["diff"] for c in changes.values()])
+    assert change["mean"] == pytest.approx(0.25) and change["sd"] == pytest.approx(0.5 ** 0.5 / 2)
+    assert (change["min"], change["max"]) == (0.0, 0.5)
+    assert flips.spread([0.1])["sd"] == 0.0
+    assert list(flips.load_runs(paths, panel="q")) == ["c"]  # a named panel, though not the most common
+
+
+def test_a_panel_no_run_was_on_is_refused_with_the_panels_there_are(flips, tmp_path):
+    paths = [_run(tmp_path / "a.json", "p", {"babyai:40": 0}, {"babyai:40": 1})]
+    with pytest.raises(SystemExit, match=r"no run on panel 'x'.*p \(1 run\)"):
+        flips.load_runs(paths, panel="x")
