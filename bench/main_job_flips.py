@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections import Counter
 from pathlib import Path
 
 from common import write_json
 
+from agentgym_core.evaluation.paired import paired_difference
 from agentgym_env_babyai.levels import LEVELS as LEVEL_NAMES
 
 RESULTS = Path(__file__).parent / "results"
@@ -44,18 +46,15 @@ def run_changes(runs: dict[str, dict]) -> dict[str, dict[str, float]]:
     """Per run: tasks gained and lost by RL and the change in success (after - before, a fraction)."""
     changes = {}
     for name, r in runs.items():
-        pairs = [(r["sft_per_task"][t], r["rl_per_task"][t]) for t in r["sft_per_task"]]
-        gained = sum(s == 0 and a == 1 for s, a in pairs)
-        lost = sum(s == 1 and a == 0 for s, a in pairs)
-        changes[name] = {"gained": gained, "lost": lost, "diff": (gained - lost) / len(pairs)}
+        paired = paired_difference(r["sft_per_task"], r["rl_per_task"])
+        changes[name] = {key: paired[key] for key in ("gained", "lost", "diff")}
     return changes
 
 
 def spread(values: list[float]) -> dict[str, float]:
     """Mean, sample standard deviation (0 for one value), smallest and largest."""
-    mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
-    return {"mean": mean, "sd": var ** 0.5, "min": min(values), "max": max(values)}
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": statistics.fmean(values), "sd": sd, "min": min(values), "max": max(values)}
 
 
 def flips(runs: dict[str, dict]) -> dict[str, dict[str, int]]:
