@@ -86,6 +86,10 @@ class ExpertDemos(_Section):
     workers: int = Field(
         1, ge=1, description="Processes the expert plays in, each with its own in-process environment (the "
         "same episodes as one).")
+    rl_tasks: Literal["all", "solved"] = Field(
+        "all", description="The training tasks RL draws from: 'all' (the env's train split), or 'solved' (the "
+        "tasks of these n that the expert solved within RL's final horizon: a task no expert finishes in time "
+        "gives GRPO groups that all fail, which teach nothing). With 'solved', n is also RL's task pool.")
 
 
 class ReplayOptions(_Section):

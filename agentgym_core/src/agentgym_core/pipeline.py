@@ -42,10 +42,12 @@ def run_rl_recipe(
         return train(config, resume=resume, plugin_manager=plugin_manager, model=model, tokenizer=tokenizer,
                      stop_after=stop_after)
 
-    from agentgym_core.finetune.run import warm_start_examples, warm_start_sft
+    from agentgym_core.finetune.run import train_on_expert_solved, warm_start_examples, warm_start_sft
+    from agentgym_core.rl.plugin_options import final_horizon_of
 
     if config.trainer.learners > 1:  # learner ranks load the warm start's weights from its model directory
         warm = warm_start_sft(config, plugin_manager=pm, resume=resume)
+        config = train_on_expert_solved(config, final_horizon_of(config, pm))
         tuned = config.model_copy(update={"model": config.model.model_copy(update={"path": str(warm.model_path)})})
         # no tokenizer in this process: replay reads the token ids the records hold (expert demos, rollout logs)
         replay = warm_start_examples(config, None, None) if config.warm_start.replay.coef > 0 else None
@@ -55,6 +57,7 @@ def run_rl_recipe(
             model, tokenizer = load_policy(config.model, runtime=config.runtime)
         warm = warm_start_sft(config, plugin_manager=pm, model=model, tokenizer=tokenizer,
                               resume=resume)  # trains model in place
+        config = train_on_expert_solved(config, final_horizon_of(config, pm))  # rl_tasks: solved
         replay = warm_start_examples(config, model, tokenizer) if config.warm_start.replay.coef > 0 else None
         results = train(config, resume=resume, plugin_manager=pm, model=model, tokenizer=tokenizer,
                         stop_after=stop_after, eval_before=warm.eval_after, replay=replay)
@@ -79,7 +82,8 @@ def plan_text(config: TrainConfig) -> str:
         phases.append(f"held-out evaluation before RL: {evals} tasks")
     per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
     replay = f", each update replaying {warm.replay.examples} SFT examples" if warm and warm.replay.coef > 0 else ""
-    phases.append(f"RL: {cfg.trainer.steps} steps of {per_step} episodes ({cfg.algorithm.estimator}{replay})")
+    solved = " on the tasks the expert solved in time" if warm and warm.expert and warm.expert.rl_tasks == "solved" else ""
+    phases.append(f"RL: {cfg.trainer.steps} steps of {per_step} episodes{solved} ({cfg.algorithm.estimator}{replay})")
     if evals:
         phases.append(f"held-out evaluation after RL: {evals} tasks")
     lines = [f"  {i}/{len(phases)} {p}" for i, p in enumerate(phases, start=1)]

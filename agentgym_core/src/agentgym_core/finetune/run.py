@@ -9,7 +9,7 @@ from agentgym_core.finetune.common import FinetuneResult
 from agentgym_core.finetune.config import FinetuneConfig
 from agentgym_core.plugins import PluginManager
 
-__all__ = ["run_finetune", "warm_start_examples", "warm_start_sft"]
+__all__ = ["expert_solved_tasks", "run_finetune", "train_on_expert_solved", "warm_start_examples", "warm_start_sft"]
 
 
 def run_finetune(config: FinetuneConfig, *, resume: bool = False, plugin_manager: PluginManager | None = None,
@@ -143,6 +143,42 @@ def _warm_start_paths(train_config: Any) -> list[str]:
     warm = train_config.warm_start
     expert = [str(Path(train_config.trainer.run_dir) / "warm_start" / "expert.jsonl")] if warm.expert is not None else []
     return [*warm.data.paths, *expert]
+
+
+def expert_solved_tasks(path: str | Path, env: str, horizon: int) -> list[int]:
+    """The task ids of ``env`` whose expert episodes in ``path`` (a rollout log) succeeded within ``horizon``
+    turns, in the order played, each once."""
+    from agentgym_core.rollout.logs import read_rollout_log
+
+    solved: dict[int, None] = {}
+    for record in read_rollout_log(path):
+        if record.get("env") == env and record.get("success") and len(record.get("turns") or []) <= horizon:
+            solved[int(record["task_id"])] = None
+    return list(solved)
+
+
+def train_on_expert_solved(train_config: Any, horizon: int) -> Any:
+    """``train_config`` with the expert's env training only on the tasks its expert solved within ``horizon``
+    (``warm_start.expert.rl_tasks: solved``; any other setting: ``train_config`` itself).
+
+    Reads ``<run_dir>/warm_start/expert.jsonl``, so it comes after :func:`warm_start_sft`. Raises
+    ``ValueError`` when the expert solved none of its tasks in time: RL would have nothing to draw.
+    """
+    demos = train_config.warm_start.expert if train_config.warm_start is not None else None
+    if demos is None or demos.rl_tasks != "solved":
+        return train_config
+    name = demos.env or train_config.envs[0].name
+    path = Path(train_config.trainer.run_dir) / "warm_start" / "expert.jsonl"
+    solved = expert_solved_tasks(path, name, horizon)
+    if not solved:
+        raise ValueError(f"warm_start.expert.rl_tasks=solved: the expert solved none of its {demos.n} {name} tasks "
+                         f"within RL's {horizon}-turn horizon ({path}); raise warm_start.expert.n, or set "
+                         "rl_tasks: all")
+    if train_config.trainer.progress:
+        print(f"RL trains on the {len(solved)} of the expert's {demos.n} {name} tasks it solved within {horizon} turns",
+              flush=True)
+    envs = [e.model_copy(update={"train_tasks": solved}) if e.name == name else e for e in train_config.envs]
+    return train_config.model_copy(update={"envs": envs})
 
 
 def _collect_expert_demos(train_config: Any, out: Path, plugin_manager: PluginManager | None, tokenizer: Any) -> Path:

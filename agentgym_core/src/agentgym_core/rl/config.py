@@ -604,6 +604,18 @@ class TrainConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _expert_solved_tasks_replace_no_list(self) -> TrainConfig:
+        demos = self.warm_start.expert if self.warm_start is not None else None
+        if demos is None or demos.rl_tasks != "solved":
+            return self
+        name = demos.env or self.envs[0].name
+        env = next((e for e in self.envs if e.name == name), None)
+        if env is not None and env.train_tasks is not None:
+            raise ValueError(f"warm_start.expert.rl_tasks=solved and envs[{name}].train_tasks both choose RL's "
+                             "training tasks; keep one of them")
+        return self
+
+    @model_validator(mode="after")
     def _sharded_learners_train_full_weights_in_memory(self) -> TrainConfig:
         if self.trainer.learners > 1:
             refused = [reason for on, reason in [
