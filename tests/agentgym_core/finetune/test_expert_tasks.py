@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from agentgym_core.finetune.run import expert_solved_tasks, train_on_expert_solved
 from agentgym_core.recipes import ConfigError
 from agentgym_core.rl.config import load_config
