@@ -106,3 +106,25 @@ def test_the_results_page_quotes_what_the_rows_give(name, label, counts):
     change = f"{_points(paired['diff'])} points, [{_points(paired['ci95'][0])}, {_points(paired['ci95'][1])}]"
     assert success in RESULTS_PAGE, (name, success)
     assert change in RESULTS_PAGE, (name, change)
+
+
+PAIRED_EVALS = sorted(set(re.findall(r"bench/results/(paired_evals_\w+\.json)", BENCH_README)))
+
+
+@pytest.mark.parametrize("name", PAIRED_EVALS)
+def test_paired_evaluations_recompute_from_their_rows(name):
+    """bench/paired_evals.py's JSON: each panel's change, and the change over all of them, from the rows."""
+    record = _load(name)
+    before, after = {}, {}
+    comparisons = []
+    for panel in record["panels"]:
+        comparisons.append((panel["before_per_task"], panel["after_per_task"], panel["paired"]))
+        before.update(panel["before_per_task"])
+        after.update(panel["after_per_task"])
+    comparisons.append((before, after, record["paired"]))
+    for rows_before, rows_after, stored in comparisons:
+        again = paired_difference(rows_before, rows_after)
+        assert (again["n_tasks"], again["gained"], again["lost"]) == \
+            (stored["n_tasks"], stored["gained"], stored["lost"]), name
+        assert again["ci95"] == pytest.approx(stored["ci95"]) and again["diff"] == pytest.approx(stored["diff"]), name
+    assert len(PAIRED_EVALS) >= 2
