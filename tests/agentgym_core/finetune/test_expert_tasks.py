@@ -71,7 +71,7 @@ def test_a_task_list_and_solved_tasks_are_refused_together(tmp_path):
                            "warm_start={expert: {n: 5, rl_tasks: solved}}"])
 
 
-def test_rl_after_the_warm_start_draws_only_solved_tasks(tmp_path):
+def test_rl_after_the_warm_start_draws_only_solved_tasks(tmp_path, one_rl_step):
     """The whole recipe on the guess env: its binary-search expert needs up to 7 guesses, so a 4-turn horizon
     leaves some of its tasks out, and every RL episode plays one of those it solved."""
     from agentgym_core.pipeline import plan_text, run_rl_recipe
@@ -80,12 +80,11 @@ def test_rl_after_the_warm_start_draws_only_solved_tasks(tmp_path):
 
     pytest.importorskip("agentgym_estimators")
     pm = PluginManager(autoload=True, allow=["transformers", "guess", "estimators"])
-    run = tmp_path / "rl"
+    run = tmp_path / "run"
     config = load_config(None, [
-        "envs=[{name: guess, max_concurrency: 2}]", f"trainer.run_dir={run}", "trainer.progress=false",
-        "trainer.eval_tasks=0", "trainer.tensorboard=false", "trainer.steps=2", "rollout.tasks_per_step=2",
-        "rollout.group_size=2", "rollout.max_new_tokens=4", "rollout.max_total_tokens=256",
-        "algorithm.rounds_ctrl.rounds=[4]",
+        "envs=[{name: guess, max_concurrency: 2}]",
+        *one_rl_step(steps=2, save_every=2, eval_tasks=0, tasks_per_step=2, max_new_tokens=4, max_total_tokens=256,
+                     rounds="[4]"),
         "warm_start={expert: {n: 20, max_turns: 8, rl_tasks: solved}, sft: {batch_size: 4, epochs: 1}}",
     ])
     assert "on the tasks the expert solved in time" in plan_text(config)
