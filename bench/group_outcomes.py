@@ -14,13 +14,13 @@ the log lacks).
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from common import write_json
 
 from agentgym_core.rollout.logs import read_rollout_log
+from agentgym_core.rollout.trajectory import Trajectory
 
 OUTCOMES = ("all solved", "mixed", "all failed")
 
@@ -53,10 +53,9 @@ def count_groups(runs: list[Path], expert: dict[tuple[str, int], int | None]) ->
         for step in steps:
             groups: dict[tuple[str, int], list[bool]] = defaultdict(list)
             for line in step.read_text(encoding="utf-8").splitlines():  # the trainer's step log: one record a line
-                if not line.strip():
-                    continue
-                record = json.loads(line)
-                groups[(record["env"], int(record["task_id"]))].append(bool(record["success"]))
+                t = Trajectory.model_validate_json(line)
+                if not t.failed:  # the environment broke it, not the policy (as record_main_job.step_groups)
+                    groups[(t.env, t.task_id)].append(t.success)
             for task, successes in groups.items():
                 table[band(expert.get(task), played=task in expert)][group_outcome(successes)] += 1
     return {name: {o: table[name][o] for o in OUTCOMES} for name in sorted(table, key=_band_order)}

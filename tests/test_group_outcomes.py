@@ -18,7 +18,8 @@ def test_group_outcomes_by_the_experts_turns(bench_script, tmp_path):
     run = tmp_path / "run"
     (run / "trajectories").mkdir(parents=True)
     samples = {1: [True, True], 2: [True, False], 3: [False, False], 4: [False, True], 9: [False, False]}
-    (run / "trajectories" / "step_000001.jsonl").write_text("".join(
+    broken = json.dumps({"env": "babyai", "task_id": 1, "success": False, "failed": True}) + "\n"  # not counted
+    (run / "trajectories" / "step_000001.jsonl").write_text(broken + "".join(
         json.dumps({"env": "babyai", "task_id": t, "success": s}) + "\n" for t, ss in samples.items() for s in ss))
     table = outcomes.count_groups([run], outcomes.expert_turns(expert))
     assert list(table) == ["1", "2", "4+", "not played", "unsolved"]

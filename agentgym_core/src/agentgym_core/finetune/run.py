@@ -167,7 +167,7 @@ def train_on_expert_solved(train_config: Any, horizon: int) -> Any:
     demos = train_config.warm_start.expert if train_config.warm_start is not None else None
     if demos is None or demos.rl_tasks != "solved":
         return train_config
-    name = demos.env or train_config.envs[0].name
+    name = _expert_env_name(train_config)
     path = Path(train_config.trainer.run_dir) / "warm_start" / "expert.jsonl"
     solved = expert_solved_tasks(path, name, horizon)
     if not solved:
@@ -181,6 +181,11 @@ def train_on_expert_solved(train_config: Any, horizon: int) -> Any:
     return train_config.model_copy(update={"envs": envs})
 
 
+def _expert_env_name(train_config: Any) -> str:
+    """The environment ``warm_start.expert`` plays: its ``env``, else the recipe's first."""
+    return train_config.warm_start.expert.env or train_config.envs[0].name
+
+
 def _collect_expert_demos(train_config: Any, out: Path, plugin_manager: PluginManager | None, tokenizer: Any) -> Path:
     """``warm_start.expert``: the env's expert on a seeded shuffle of training tasks, written to ``out`` once."""
     from agentgym_core.finetune.collect import collect
@@ -189,7 +194,7 @@ def _collect_expert_demos(train_config: Any, out: Path, plugin_manager: PluginMa
     if out.exists():  # written under a temporary name and renamed: an existing file is complete
         return out
     demos = train_config.warm_start.expert
-    env = next((e for e in train_config.envs if e.name == (demos.env or train_config.envs[0].name)), None)
+    env = next((e for e in train_config.envs if e.name == _expert_env_name(train_config)), None)
     if env is None:
         raise ValueError(f"warm_start.expert.env={demos.env!r} is not one of the recipe's envs")
     partial = out.with_suffix(".partial.jsonl")
