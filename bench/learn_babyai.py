@@ -15,7 +15,8 @@ at the RL steps each ran: equal in one invocation; arms run separately (``--from
 and merged with ``--combine`` may differ, and the summary prints both counts. The fixed arm
 interacts more per step (every episode may run to the longest horizon), so ``--match-env-steps``
 then also evaluates it at its saved checkpoint whose environment steps in training come closest to
-the ScalingInter arm's total: the comparison at equal interaction.
+the ScalingInter arm's total: the comparison at equal interaction; ``--match-wall-time`` does the same with
+the time its RL steps took: the comparison at equal wall time (run the arms under the same conditions for it).
 Writes bench/results/learn_babyai.json and, with matplotlib (``pip install -e .[bench]``),
 bench/results/learn_babyai.png: training success and reward per step of both arms, and success
 against environment steps, with the held-out evaluations marked.
@@ -26,6 +27,8 @@ against environment steps, with the held-out evaluations marked.
         --out bench/results/learn_babyai_vs_fixed.json         # both arms, checkpoints every 4 steps
     python bench/learn_babyai.py --eval-tasks 120 --override trainer.save_every=4 \
         --match-env-steps bench/results/learn_babyai_vs_fixed.json   # + the fixed arm at equal env steps
+    python bench/learn_babyai.py --eval-tasks 120 --override trainer.save_every=4 \
+        --match-wall-time bench/results/learn_babyai_vs_fixed.json   # + the fixed arm at equal wall time
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
     config = load_config(args.recipe, [
         f"trainer.run_dir={run_dir}", f"trainer.steps={args.steps}", f"trainer.eval_tasks={args.eval_tasks}",
         f"trainer.seed={args.seed}", f"trainer.save_every={args.steps}", "trainer.progress=true",
+        # every saved checkpoint stays: --match-env-steps and --match-wall-time evaluate earlier ones
+        f"trainer.keep_checkpoints={max(2, args.steps)}",
         *overrides, *args.override,
     ])
     t0 = time.perf_counter()
@@ -115,30 +120,56 @@ def evaluate_checkpoint(args: argparse.Namespace, arm: dict, step: int) -> dict:
     return _pick(results["eval_before"])
 
 
+def train_seconds(row: dict) -> dict[str, float]:
+    """RL step -> seconds the arm's RL steps took up to the end of that step (the sum of their ``time_step``),
+    from its results row; a step logged twice (a resumed run) counts once, its last row standing. Comparable
+    between arms that ran under the same conditions (alone, or side by side on one thread each)."""
+    per_step = {int(x["step"]): x.get("time_step") or 0.0 for x in row["train"]}
+    total, out = 0.0, {}
+    for step in sorted(per_step):
+        total += per_step[step]
+        out[str(step)] = total
+    return out
+
+
+# what a later arm is matched on -> (the key of its evaluation there, the figure per step, its words)
+MATCHES = {
+    "env_steps": ("at_matched_env_steps", lambda row: row["env_steps"], "environment steps"),
+    "train_seconds": ("at_matched_wall_time", train_seconds, "seconds of RL steps"),
+}
+
+
 def closest_checkpoint(saved: list[int], taken: dict[str, float], budget: float) -> int:
-    """The saved step whose environment steps in training come closest to ``budget`` (the earlier on a tie)."""
+    """The saved step whose ``taken`` (environment steps, or seconds, in training) comes closest to ``budget``
+    (the earlier on a tie)."""
     return min(sorted(saved), key=lambda k: abs(taken[str(k)] - budget))
 
 
-def match_env_steps(args: argparse.Namespace, report: list[dict]) -> None:
-    """Every arm after the first, also at the saved checkpoint whose training environment steps come
-    closest to the first arm's total: a comparison at equal interaction, beside the one at equal RL steps."""
+def match_checkpoints(args: argparse.Namespace, report: list[dict], measure: str) -> None:
+    """Every arm after the first, also at its saved checkpoint whose ``measure`` (``env_steps``: environment
+    steps in training, a comparison at equal interaction; ``train_seconds``: time of its RL steps, at equal
+    wall time) comes closest to the first arm's total, beside the comparison at equal RL steps. A checkpoint
+    already evaluated for the other measure is not evaluated again."""
     from agentgym_core.evaluation.paired import paired_difference
 
+    key, per_step, _ = MATCHES[measure]
     first = report[0]
-    budget = max(first["env_steps"].values())
+    budget = max(per_step(first).values())
     for row in report[1:]:
         arm_dir = _arm_dir(row)
         saved = sorted(int(p.name.split("_")[1]) for p in (arm_dir / "checkpoints").glob("step_*"))
         if not saved:
             raise SystemExit(f"{arm_dir}/checkpoints holds no checkpoint")
-        step = closest_checkpoint(saved, row["env_steps"], budget)
-        done = row.get("at_matched_env_steps") or {}
+        taken = per_step(row)
+        step = closest_checkpoint(saved, taken, budget)
+        done = row.get(key) or {}
         if done.get("step") != step:
-            done = {"step": step, "env_steps": row["env_steps"][str(step)], "first_arm_env_steps": budget,
-                    "eval": row["eval_after"] if step == _last_step(row) else evaluate_checkpoint(args, row, step)}
+            known = [m for m in (row.get(k) for k, _, _ in MATCHES.values()) if m and m.get("step") == step]
+            done = {"step": step, measure: taken[str(step)], f"first_arm_{measure}": budget,
+                    "eval": (row["eval_after"] if step == _last_step(row) else
+                             known[0]["eval"] if known else evaluate_checkpoint(args, row, step))}
         done["paired_vs_first_arm"] = paired_difference(first["eval_after"]["per_task"], done["eval"]["per_task"])
-        row["at_matched_env_steps"] = done
+        row[key] = done
 
 
 def _with_env_steps(report: list[dict]) -> list[dict]:
@@ -198,8 +229,9 @@ def plot(report: list[dict], path: Path, title: str) -> bool:
             taken = [row["env_steps"].get(str(k), float("nan")) for k in steps]
             line, = axes[2].plot(taken, [x["success"] for x in row["train"]], marker=".", label=f"{row['arm']} (train)")
             held = [(0.0, row["eval_before"]), (taken[-1] if taken else 0.0, row["eval_after"])]
-            if row.get("at_matched_env_steps"):
-                held.append((row["at_matched_env_steps"]["env_steps"], row["at_matched_env_steps"]["eval"]))
+            for key, _, _ in MATCHES.values():  # each matched checkpoint, at the environment steps it took
+                if row.get(key):
+                    held.append((row["env_steps"].get(str(row[key]["step"]), float("nan")), row[key]["eval"]))
             axes[2].scatter([x for x, e in held if e], [e["success"] for _, e in held if e], marker="s",
                             color=line.get_color(), label=f"{row['arm']} (held-out)")
     base = report[0].get("eval_base")
@@ -251,15 +283,20 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
                         "too), evaluate every arm after the first also at its saved checkpoint closest to the first "
                         "arm's total environment steps in training (e.g. fixed 8 turns against ScalingInter's "
                         "4 -> 8), and write the comparison back into it")
+    parser.add_argument("--match-wall-time", default=None, metavar="JSON",
+                        help="as --match-env-steps, at the saved checkpoint whose RL steps took closest to the first "
+                        "arm's total time: a comparison at equal wall time (fair when the arms ran under the same "
+                        "conditions: one after the other alone, or side by side on one thread each)")
     args = parser.parse_args()
-    if args.match_env_steps:
-        out = Path(args.match_env_steps)
-        run = json.loads(out.read_text())
-        report = _with_env_steps(run["arms"])
-        match_env_steps(args, report)
-        out.write_text(json.dumps({**run, **headline(report), "arms": report}, indent=2))
-        summarize(report, args.eval_tasks, out, TITLES[env])
-        return
+    for earlier_run, measure in ((args.match_env_steps, "env_steps"), (args.match_wall_time, "train_seconds")):
+        if earlier_run:
+            out = Path(earlier_run)
+            run = json.loads(out.read_text())
+            report = _with_env_steps(run["arms"])
+            match_checkpoints(args, report, measure)
+            out.write_text(json.dumps({**run, **headline(report), "arms": report}, indent=2))
+            summarize(report, args.eval_tasks, out, TITLES[env])
+            return
     if args.combine:
         runs = [json.loads(Path(f).read_text()) for f in args.combine]
         report = _with_env_steps([arm for run in runs for arm in run["arms"]])
@@ -292,9 +329,11 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
             if earlier is not None:
                 sft_model = earlier["model"]
             else:
-                sft = sorted((RESULTS / f"learn_{env}" / "scaling_inter" / "warm_start" / "checkpoints").glob("step_*"))
+                first_arm = f"{args.label}_scaling_inter" if args.label else "scaling_inter"
+                sft = sorted((RESULTS / f"learn_{env}" / first_arm / "warm_start" / "checkpoints").glob("step_*"))
                 if not sft:
-                    raise SystemExit("the fixed arm starts from the scaling_inter arm's warm start: run that arm first")
+                    raise SystemExit(f"the fixed arm starts from the {first_arm} arm's warm start: run that arm first "
+                                     "(--arms scaling_inter,fixed), or give an earlier run's JSON with --from-sft")
                 sft_model = sft[-1] / "model"
             overrides = ["warm_start=null", f"model.path={sft_model}"]
             if arm == "fixed":  # the longest horizon throughout
@@ -382,11 +421,12 @@ def summarize(report: list[dict], eval_tasks: int, out: Path, title: str) -> Non
         if row.get("paired_vs_first_arm"):
             print(f"    vs {first['arm']} ({_last_step(row)} vs {_last_step(first)} RL steps): "
                   f"{_change_text(row['paired_vs_first_arm'])}")
-        matched = row.get("at_matched_env_steps")
-        if matched:
-            print(f"    at step {matched['step']} ({matched['env_steps']:.0f} environment steps, {first['arm']} "
-                  f"{matched['first_arm_env_steps']:.0f}): {fmt(matched['eval'])}, vs {first['arm']}: "
-                  f"{_change_text(matched['paired_vs_first_arm'])}")
+        for measure, (key, _, words) in MATCHES.items():
+            matched = row.get(key)
+            if matched:
+                print(f"    at step {matched['step']} ({matched[measure]:.0f} {words}, {first['arm']} "
+                      f"{matched['first_arm_' + measure]:.0f}): {fmt(matched['eval'])}, vs {first['arm']}: "
+                      f"{_change_text(matched['paired_vs_first_arm'])}")
     print(f"results in {out}")
     if plot(report, out.with_suffix(".png"), title):
         print(f"curves: {out.with_suffix('.png')}")

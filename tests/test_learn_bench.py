@@ -53,3 +53,41 @@ def test_the_matched_checkpoint_is_the_saved_step_closest_to_the_first_arms_envi
     assert learn.closest_checkpoint([16, 4, 8, 12], taken, 2900.0) == 12
     assert learn.closest_checkpoint([4, 8, 12, 16], taken, 2500.0) == 8   # a tie: the earlier one
     assert learn.closest_checkpoint([16], taken, 100.0) == 16
+
+
+def test_train_seconds_are_cumulative_step_times_and_a_resumed_step_counts_once(learn):
+    row = {"train": [{"step": 1, "time_step": 30.0}, {"step": 2, "time_step": 50.0},   # step 2 killed, then
+                     {"step": 2, "time_step": 40.0}, {"step": 3, "time_step": None}]}  # resumed; 3: not timed
+    assert learn.train_seconds(row) == {"1": 30.0, "2": 70.0, "3": 70.0}
+
+
+def _arm(tmp_path: Path, name: str, saved: list[int], times: list[float], after: dict) -> dict:
+    run_dir = tmp_path / name
+    for step in saved:
+        (run_dir / "checkpoints" / f"step_{step:06d}").mkdir(parents=True)
+    train = [{"step": k + 1, "time_step": t, "turns": 4.0, "trajectories": 8.0} for k, t in enumerate(times)]
+    return {"arm": name, "config": str(run_dir / "config.yaml"), "train": train, "eval_after": after,
+            "env_steps": {str(k + 1): 32.0 * (k + 1) for k in range(len(times))}}
+
+
+def test_a_later_arm_is_matched_at_equal_wall_time_and_an_evaluated_checkpoint_is_not_played_again(
+        learn, tmp_path, monkeypatch):
+    first = _arm(tmp_path, "scaling_inter", [4], [10.0, 10.0, 20.0, 25.0], {"per_task": {"a": 1, "b": 0}})
+    fixed = _arm(tmp_path, "fixed", [2, 4], [30.0, 30.0, 30.0, 30.0], {"per_task": {"a": 1, "b": 1}})
+    at_two = {"per_task": {"a": 0, "b": 0}}
+    fixed["at_matched_env_steps"] = {"step": 2, "env_steps": 64.0, "first_arm_env_steps": 128.0, "eval": at_two}
+
+    def refuse(*_args):
+        raise AssertionError("checkpoint 2 was evaluated already, for the env-steps match")
+
+    monkeypatch.setattr(learn, "evaluate_checkpoint", refuse)
+    learn.match_checkpoints(None, [first, fixed], "train_seconds")  # the first arm's steps took 65 s
+    matched = fixed["at_matched_wall_time"]
+    assert (matched["step"], matched["train_seconds"], matched["first_arm_train_seconds"]) == (2, 60.0, 65.0)
+    assert matched["eval"] is at_two
+    assert (matched["paired_vs_first_arm"]["gained"], matched["paired_vs_first_arm"]["lost"]) == (0, 1)
+
+    first["train"][-1]["time_step"] = 100.0   # now 140 s: the fixed arm's last checkpoint, its own evaluation
+    learn.match_checkpoints(None, [first, fixed], "train_seconds")
+    assert fixed["at_matched_wall_time"]["step"] == 4
+    assert fixed["at_matched_wall_time"]["eval"] is fixed["eval_after"]
