@@ -92,6 +92,7 @@ RESULTS_PAGE_ROWS = [
     ("learn_textcraft.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textworld_short.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textworld_short_all100.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_textworld_constrained.json", "constrained_scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textworld.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_reasoning_gym.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
 ]
