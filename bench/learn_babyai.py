@@ -92,11 +92,7 @@ def env_steps(run_dir: Path) -> dict[str, float]:
         row = json.loads(line) if line.strip() else {}
         if row.get("kind") == "train" and row.get("trajectories") is not None:
             per_step[int(row["step"])] = row["turns"] * row["trajectories"]
-    total, out = 0.0, {}
-    for step in sorted(per_step):
-        total += per_step[step]
-        out[str(step)] = total
-    return out
+    return _running_total(per_step)
 
 
 def evaluate_checkpoint(args: argparse.Namespace, arm: dict, step: int) -> dict:
@@ -124,7 +120,11 @@ def train_seconds(row: dict) -> dict[str, float]:
     """RL step -> seconds the arm's RL steps took up to the end of that step (the sum of their ``time_step``),
     from its results row; a step logged twice (a resumed run) counts once, its last row standing. Comparable
     between arms that ran under the same conditions (alone, or side by side on one thread each)."""
-    per_step = {int(x["step"]): x.get("time_step") or 0.0 for x in row["train"]}
+    return _running_total({int(x["step"]): x.get("time_step") or 0.0 for x in row["train"]})
+
+
+def _running_total(per_step: dict[int, float]) -> dict[str, float]:
+    """Step -> the sum of ``per_step`` up to and including that step (keys as strings: the JSON's)."""
     total, out = 0.0, {}
     for step in sorted(per_step):
         total += per_step[step]
