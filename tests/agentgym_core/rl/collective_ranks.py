@@ -20,6 +20,16 @@ def stats_sum(out_dir: str) -> None:
     Path(out_dir, f"rank{ctx.rank}.json").write_text(json.dumps(summed))
 
 
+def join_store_on(out_dir: str, port: int) -> None:
+    """Join the group through the store at ``port`` on loopback (held by the test) and sum each rank's number."""
+    from agentgym_core.rl.distributed import all_reduce_stats, init_from_environment
+
+    os.environ["MASTER_PORT"] = str(port)
+    ctx = init_from_environment("cpu")
+    summed = all_reduce_stats({"rank_plus_one": float(ctx.rank + 1)}, ctx)
+    Path(out_dir, f"rank{ctx.rank}.json").write_text(json.dumps({"port": port, **summed}))
+
+
 def strict_rules(out_dir: str) -> None:
     """What strict collectives let through on the default (device) group and on a gloo (host) group."""
     import torch

@@ -7,12 +7,13 @@ them, so :mod:`agentgym_core.testing.strict_collectives` makes them refuse what 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import collective_ranks
 import pytest
 
-from agentgym_core.rl.distributed import spawn
+from agentgym_core.rl.distributed import host_rendezvous, spawn
 
 
 def _read(out: Path, rank: int) -> dict:
@@ -40,6 +41,18 @@ def test_update_statistics_are_summed_and_maxima_taken_over_ranks_under_strict_c
     spawn(collective_ranks.stats_sum, 2, str(tmp_path))
     for rank in (0, 1):
         assert _read(tmp_path, rank) == {"tokens": 3.0, "only_0": 1.0, "only_1": 1.0, "largest": 10.0}
+
+
+def test_ranks_join_a_store_their_launcher_holds_so_no_rank_binds_the_port(tmp_path):
+    # Rank 0 used to bind a port the launcher had picked free and closed again; on a busy machine another
+    # process took it in between (CI: EADDRINUSE). The launcher now binds the port first and keeps it:
+    # nothing else can take it, and the ranks join as clients (a rank that bound it would fail here).
+    store = host_rendezvous()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other, pytest.raises(OSError):
+        other.bind(("127.0.0.1", store.port))
+    spawn(collective_ranks.join_store_on, 2, str(tmp_path), store.port)
+    for rank in (0, 1):
+        assert _read(tmp_path, rank) == {"port": store.port, "rank_plus_one": 3.0}
 
 
 @pytest.mark.slow

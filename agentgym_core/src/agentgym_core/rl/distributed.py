@@ -22,7 +22,6 @@ trainer.learners=N``, which spawns the N processes itself on this machine (loopb
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -38,10 +37,11 @@ __all__ = [
     "all_reduce_stats",
     "barrier",
     "broadcast_object",
-    "free_port",
     "gather_object",
+    "host_rendezvous",
     "init_from_environment",
     "pin_one_gpu",
+    "rank_environment",
     "shard_rows",
     "spawn",
     "visible_gpus",
@@ -75,11 +75,27 @@ class DistContext:
         return self.world_size > 1
 
 
-def free_port() -> int:
-    """A TCP port free on loopback now (for the rendezvous of spawned ranks)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def host_rendezvous(address: str = "127.0.0.1") -> Any:
+    """A rendezvous store (``torch.distributed.TCPStore``) this process hosts, on a port the OS gives it now.
+
+    The ranks join it as clients (:func:`rank_environment`), as torchrun's ranks join their agent's store,
+    so no rank binds the port itself: choosing a free port, closing it and binding it again in another
+    process lets anything else on the machine take it in between (``EADDRINUSE``). Keep the returned
+    store alive until every rank has joined; its ``port`` is the one to hand them.
+    """
+    return dist.TCPStore(address, 0, is_master=True, wait_for_workers=False)
+
+
+def rank_environment(rank: int, world_size: int, master_addr: str, master_port: int,
+                     local_rank: int | None = None) -> dict[str, str]:
+    """The variables :func:`init_from_environment` reads, for a rank joining a :func:`host_rendezvous` store.
+
+    ``TORCHELASTIC_USE_AGENT_STORE`` makes torch's ``env://`` rendezvous connect every rank, rank 0
+    too, as a client of the store at ``master_addr:master_port`` (older torch also reads the restart count).
+    """
+    return dict(RANK=str(rank), LOCAL_RANK=str(rank if local_rank is None else local_rank),
+                WORLD_SIZE=str(world_size), MASTER_ADDR=master_addr, MASTER_PORT=str(master_port),
+                TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
 
 
 def init_from_environment(device: str | torch.device = "cpu",
@@ -129,8 +145,7 @@ def pin_one_gpu(gpus: list[str], rank: int) -> None:
 
 
 def _spawned(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(rank_environment(rank, world, "127.0.0.1", port))
     try:
         fn(*args)
     finally:
@@ -150,8 +165,9 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any) -> None:
     """
     import torch.multiprocessing as mp
 
+    store = host_rendezvous()  # held here until every rank has finished
     try:
-        mp.start_processes(_spawned, args=(world_size, free_port(), fn, args), nprocs=world_size,
+        mp.start_processes(_spawned, args=(world_size, store.port, fn, args), nprocs=world_size,
                            start_method="spawn", join=True)
     except mp.ProcessRaisedException as exc:  # its process exits with 1 after reporting the exception
         last = next((line.strip() for line in reversed(str(exc).splitlines()) if line.strip()), "an error")

@@ -30,7 +30,6 @@ import contextlib
 import logging
 import os
 import random
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,24 +85,26 @@ class LearnerRank:
         return os.getpid()
 
     def rendezvous_address(self) -> tuple[str, int]:
-        """Rank 0's node address and a free port on it, for the process group."""
+        """Host the process group's rendezvous store here (rank 0's actor, which keeps it for the run),
+        and return its node address and port for every rank to join."""
         import ray
 
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            return ray.util.get_node_ip_address(), int(s.getsockname()[1])
+        from agentgym_core.rl.distributed import host_rendezvous
+
+        address = ray.util.get_node_ip_address()
+        self._rendezvous = host_rendezvous(address)
+        return address, int(self._rendezvous.port)
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Join the process group and build the Learner from ``model.path`` (every rank the same weights)."""
         import torch
 
-        from agentgym_core.rl.distributed import init_from_environment
+        from agentgym_core.rl.distributed import init_from_environment, rank_environment
         from agentgym_core.rl.learner import Learner
         from agentgym_core.rl.policy import load_policy_for_ranks, resolve_device
 
         if self.world_size > 1:  # each actor sees its own GPUs as cuda:0..; LOCAL_RANK 0 picks its first
-            os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world_size), LOCAL_RANK="0",
-                              MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+            os.environ.update(rank_environment(self.rank, self.world_size, master_addr, master_port, local_rank=0))
         device = resolve_device(self.config.model.device)
         if device.type == "cuda":  # an actor's process is not the driver's: its allocator is set up here
             prefer_expandable_cuda_segments(backend_capabilities(self.config).expandable_segments)
