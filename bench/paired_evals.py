@@ -25,7 +25,11 @@ from agentgym_core.evaluation.paired import paired_difference
 
 
 def per_task(eval_dir: Path) -> dict[str, int]:
-    """``env:task_id`` -> 1 (success) or 0, from an ``agentgym eval`` output directory (greedy: one sample a task)."""
+    """``env:task_id`` -> 1 (success) or 0, from an ``agentgym eval`` output directory (greedy: one sample a task).
+
+    An episode the environment broke (``failed``: a crash or timeout) counts as 0, as the evaluation's own
+    success does; :func:`env_failures` names them, so a comparison can say how many it holds.
+    """
     rows: dict[str, int] = {}
     for line in (eval_dir / "trajectories.jsonl").read_text(encoding="utf-8").splitlines():
         if not line.strip():
@@ -36,6 +40,12 @@ def per_task(eval_dir: Path) -> dict[str, int]:
             raise SystemExit(f"{eval_dir}: task {key} evaluated more than once; pair greedy evaluations of one sample")
         rows[key] = int(bool(record["success"]))
     return rows
+
+
+def env_failures(eval_dir: Path) -> list[str]:
+    """The ``env:task_id`` of every episode the environment broke in an ``agentgym eval`` output directory."""
+    lines = (eval_dir / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
+    return sorted(f"{r['env']}:{r['task_id']}" for r in map(json.loads, filter(str.strip, lines)) if r.get("failed"))
 
 
 def paired_panels(before: list[Path], after: list[Path]) -> dict:
@@ -50,6 +60,7 @@ def paired_panels(before: list[Path], after: list[Path]) -> dict:
         if set(rows_b) & set(all_before):
             raise SystemExit(f"{b} repeats tasks of an earlier panel")
         panels.append({"before": str(b), "after": str(a), "before_per_task": rows_b, "after_per_task": rows_a,
+                       "env_failures": {"before": env_failures(b), "after": env_failures(a)},
                        "paired": paired_difference(rows_b, rows_a)})
         all_before.update(rows_b)
         all_after.update(rows_a)
@@ -75,6 +86,10 @@ def main() -> None:
     result = {"what": args.what, "machine": args.machine, **paired_panels(args.before, args.after)}
     for panel in result["panels"]:
         print(line(panel["after"], panel["paired"]))
+        broken = panel["env_failures"]
+        if broken["before"] or broken["after"]:
+            print(f"  counted as failures: {len(broken['before'])} episodes before and {len(broken['after'])} after "
+                  f"that the environment broke (crash or timeout), not the policy")
     print(line("all panels", result["paired"]))
     if args.out:
         write_json(args.out, result)

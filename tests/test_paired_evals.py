@@ -36,6 +36,21 @@ def test_each_panel_and_all_of_them_are_paired(paired, tmp_path):
     assert "2/5 -> 3/5, +20.0 points" in paired.line("all", together)
 
 
+def test_episodes_the_environment_broke_count_as_failures_and_are_named(paired, tmp_path, monkeypatch, capsys):
+    before = _eval_dir(tmp_path / "b", {1: True, 2: True})
+    after = tmp_path / "a"
+    after.mkdir()
+    (after / "trajectories.jsonl").write_text(
+        json.dumps({"env": "babyai", "task_id": 1, "success": True}) + "\n"
+        + json.dumps({"env": "babyai", "task_id": 2, "success": False, "failed": True}) + "\n")
+    panel = paired.paired_panels([before], [after])["panels"][0]
+    assert panel["after_per_task"] == {"babyai:1": 1, "babyai:2": 0}
+    assert panel["env_failures"] == {"before": [], "after": ["babyai:2"]}
+    monkeypatch.setattr(sys, "argv", ["paired_evals.py", "--before", str(before), "--after", str(after), "--what", "x"])
+    paired.main()
+    assert "0 episodes before and 1 after that the environment broke" in capsys.readouterr().out
+
+
 def test_mismatched_panels_are_refused(paired, tmp_path):
     before = _eval_dir(tmp_path / "b", {1: False, 2: True})
     other = _eval_dir(tmp_path / "a", {1: True, 3: True})
