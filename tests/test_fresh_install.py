@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,15 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from agentgym_core.testing import start_server_process
+
 pytestmark = pytest.mark.xdist_group("pip_installs")  # pip builds agentgym_core in its tree: one build at a time
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +57,15 @@ def test_third_party_env_passes_check_env_over_http(venv):
 
 @pytest.mark.slow
 def test_serve_babyai_then_play_through_client_and_agentgym_routes(venv):
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGYM_")}
-    server = subprocess.Popen([str(venv / "bin" / "agentgym"), "serve", "babyai", "--port", str(port)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # --port 0: the server binds a free port itself and prints it (a port picked here could be taken before)
+    server, url = start_server_process([str(venv / "bin" / "agentgym"), "serve", "babyai", "--port", "0"], env=env)
     try:
         client_script = textwrap.dedent(f"""
             import json, time, requests
             from agentgym_core.http.client import HTTPEnv
             from agentgym_env_babyai.expert import solve
-            url = "http://127.0.0.1:{port}"
+            url = "{url}"
             for _ in range(300):
                 try:
                     requests.get(url + "/v1/health", timeout=1); break

@@ -5,7 +5,7 @@ here (a new command without one fails ``test_every_command_on_the_page_is_checke
 runs through the real ``agentgym`` executable of this venv, in a subprocess, with three things
 swapped because they cannot exist in a test: the SmolLM2 weights (the tiny random model of
 ``agentgym_core.testing``), the size of a training run (one step, six expert episodes) and fixed
-ports (a free one). The install lines run in tests/test_install_hints.py; the two set-up commands
+ports (``--port 0``: the server binds a free one and prints it). The install lines run in tests/test_install_hints.py; the two set-up commands
 are what CI runs (``.ci/run``), and their training recipes run here with the tiny model.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from agentgym_core.testing import start_server_process
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "getting-started.md"
@@ -61,12 +62,6 @@ def page_commands(marker: str | None = None) -> list[str]:
             if line and not line.startswith("#"):
                 commands.append(line)
     return commands
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def env() -> dict[str, str]:
@@ -120,28 +115,20 @@ def train_as_documented(command: str, workdir: Path, tiny_model_dir: Path) -> No
     assert any((run_dir / "checkpoints").glob("step_*/DONE"))
 
 
-def serve_until_ready(args: list[str], url: str, cwd: Path) -> subprocess.Popen:
-    server = subprocess.Popen(
-        [str(BIN / "agentgym"), *args],
-        cwd=cwd,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def serve_until_ready(args: list[str], path: str, cwd: Path) -> tuple[subprocess.Popen, str]:
+    """``agentgym ARGS`` (given ``--port 0``: it binds a free port itself) once ``path`` answers; (process, base URL)."""
+    server, base = start_server_process([str(BIN / "agentgym"), *args], env=env(), cwd=cwd)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2):
-                return server
+            with urllib.request.urlopen(base + path, timeout=2):
+                return server, base
         except OSError:
             if server.poll() is not None:
-                raise AssertionError(
-                    f"server exited {server.returncode}: {server.stderr.read()[-2000:]}"
-                ) from None
+                raise AssertionError(f"server exited {server.returncode}") from None
             time.sleep(0.2)
     server.kill()
-    raise AssertionError(f"no answer from {url} within 120 s")
+    raise AssertionError(f"no answer from {base + path} within 120 s")
 
 
 def stop(server: subprocess.Popen) -> None:
@@ -213,13 +200,11 @@ def test_look_around_commands_run(workdir, tiny_model_dir):
     played = ok(agentgym(play, workdir, input="actions\nturn left\nquit\n")).stdout
     assert "=== task 3 ===" in played and "stopped." in played
 
-    port = free_port()
-    server = serve_until_ready(
-        serve.split()[1:-1] + [str(port)], f"http://127.0.0.1:{port}/v1/health", workdir
-    )
+    assert serve.endswith("--port 8000"), serve
+    server, base = serve_until_ready(serve.split()[1:-1] + ["0"], "/v1/health", workdir)
     try:  # the page's Python snippet, against that server
         snippet = re.search(r"```python\n(.*?)```", PAGE.read_text(), re.S).group(1)
-        snippet = snippet.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+        snippet = snippet.replace("http://127.0.0.1:8000", base)
         result = subprocess.run(
             [sys.executable, "-c", snippet], env=env(), capture_output=True, text=True, timeout=120
         )
@@ -247,11 +232,9 @@ def test_the_viewer_serves_a_run(workdir, tiny_model_dir):
         train_as_documented(
             ".venv/bin/agentgym train examples/babyai_smoke_cpu.yaml", workdir, tiny_model_dir
         )
-    port = free_port()
-    args = view.split()[1:] + ["--port", str(port)]
-    server = serve_until_ready(args, f"http://127.0.0.1:{port}/", workdir)
+    server, base = serve_until_ready(view.split()[1:] + ["--port", "0"], "/", workdir)
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
+        with urllib.request.urlopen(f"{base}/", timeout=10) as page:
             assert page.status == 200
     finally:
         stop(server)

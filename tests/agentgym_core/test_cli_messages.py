@@ -124,3 +124,33 @@ def subprocess_free_help(command: str) -> str:
     """``agentgym COMMAND --help`` as printed (argparse exits after printing it)."""
     parser = subcommand_parsers(build_parser())[command]
     return parser.format_help()
+
+
+def test_serve_model_on_a_port_in_use_says_so_before_loading_the_model(capsys):
+    # bound before the weights load: a taken port fails now, not after minutes of loading
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        line = in_process_one_line(capsys, ["serve-model", "no-such-model", "--port", str(port)])
+        assert f"cannot listen on 127.0.0.1:{port}" in line and "--port (0 picks a free one)" in line
+
+
+@pytest.mark.slow  # a real `agentgym serve` process
+def test_serve_on_port_0_prints_the_free_port_it_listens_on():
+    from agentgym_core.testing import start_server_process
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGYM_")}
+    server, url = start_server_process([sys.executable, "-m", "agentgym_core.cli", "serve", "guess", "--port", "0"],
+                                       env=env)
+    try:
+        port = int(url.rsplit(":", 1)[1])
+        assert url == f"http://127.0.0.1:{port}" and port > 0
+        with socket.socket() as other, pytest.raises(OSError):  # the server holds it
+            other.bind(("127.0.0.1", port))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    with pytest.raises(RuntimeError, match=r"exited with code 2: .*takes no option 'hihg'"):
+        start_server_process([sys.executable, "-m", "agentgym_core.cli", "serve", "guess", "--port", "0",
+                              "--env-kwargs", '{"hihg": 50}'], env=env)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -108,23 +107,17 @@ def test_eval_with_a_model_path_that_does_not_exist_answers_before_transformers(
     assert "torch" not in imported and "transformers" not in imported, imported
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("env", ["textcraft", "babyai"])
 def test_an_env_server_process_never_loads_torch(env):
-    port = _free_port()
-    server = subprocess.Popen([AGENTGYM, "serve", env, "--port", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, env=ENV)
+    from agentgym_core.testing import start_server_process
+
+    server, url = start_server_process([AGENTGYM, "serve", env, "--port", "0"], env=ENV)
     try:
         deadline = time.monotonic() + 120
         while True:
-            assert server.poll() is None, server.stderr.read()
+            assert server.poll() is None, f"the server exited with code {server.returncode}"
             try:
-                created = requests.post(f"http://127.0.0.1:{port}/v1/instances", json={"task_id": 0}, timeout=30)
+                created = requests.post(f"{url}/v1/instances", json={"task_id": 0}, timeout=30)
                 break
             except (requests.ConnectionError, requests.Timeout):
                 assert time.monotonic() < deadline, "the server did not answer in 120 s"

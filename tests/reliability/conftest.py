@@ -3,41 +3,30 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import requests
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from agentgym_core.testing import start_server_process
 
 
-def start_server(env: str, port: int, *extra: str) -> subprocess.Popen:
-    """`agentgym serve ENV` on loopback as its own process; returns once it answers /v1/health."""
+def start_server(env: str, port: int = 0, *extra: str) -> tuple[subprocess.Popen, int]:
+    """`agentgym serve ENV` on loopback as its own process (on a free port it binds itself unless ``port`` is
+    given); returns (process, port) once it answers /v1/health."""
     agentgym = Path(sys.executable).with_name("agentgym")
     environ = {k: v for k, v in os.environ.items() if k != "AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"}
-    # A file, not a pipe: a server that logs more than a pipe holds (tracebacks of fuzzed requests)
-    # would block on its next write, and its supervisor would take it for hung.
-    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - open as long as the server runs
-    process = subprocess.Popen([str(agentgym), "serve", env, "--port", str(port), *extra], env=environ,
-                               stdout=subprocess.DEVNULL, stderr=log, text=True)
+    process, url = start_server_process([str(agentgym), "serve", env, "--port", str(port), *extra], env=environ)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log.seek(0)
-            raise RuntimeError(f"the server exited: {log.read()[-3000:]}")
+    while time.monotonic() < deadline:  # listening since it printed the address; its app answers once started
         try:
-            requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=1)
-            return process
+            requests.get(f"{url}/v1/health", timeout=1)
+            return process, int(url.rsplit(":", 1)[1])
         except requests.RequestException:
+            assert process.poll() is None, f"the server exited with code {process.returncode}"
             time.sleep(0.1)
     process.kill()
     raise TimeoutError("the server did not answer within 120 s")
@@ -45,13 +34,12 @@ def start_server(env: str, port: int, *extra: str) -> subprocess.Popen:
 
 @pytest.fixture
 def server_process():
-    """``start(env, port=None)`` -> (process, port) starts a server (on a free port unless given);
+    """``start(env, port=0)`` -> (process, port) starts a server (on a free port it binds itself unless given);
     every one still running is killed at teardown."""
     started: list[subprocess.Popen] = []
 
-    def start(env: str, port: int | None = None, *extra: str) -> tuple[subprocess.Popen, int]:
-        port = port or free_port()
-        process = start_server(env, port, *extra)
+    def start(env: str, port: int = 0, *extra: str) -> tuple[subprocess.Popen, int]:
+        process, port = start_server(env, port, *extra)
         started.append(process)
         return process, port
 
@@ -66,8 +54,7 @@ def server_process():
 def textcraft_workers_url():
     """``agentgym serve textcraft --workers 2`` on loopback, shared by the suite's bad-input tests, so
     they also run through the worker front (which reads bodies and ids before any worker does)."""
-    port = free_port()
-    process = start_server("textcraft", port, "--workers", "2", "--max-instances", "64")
+    process, port = start_server("textcraft", 0, "--workers", "2", "--max-instances", "64")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +31,7 @@ from openenv.core.env_server.types import (  # noqa: E402
 )
 from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
-from agentgym_core.testing import serve_env  # noqa: E402
+from agentgym_core.testing import serve_env, start_server_process  # noqa: E402
 from agentgym_env_babyai.env import BabyAIEnv  # noqa: E402
 from agentgym_env_babyai.expert import solve  # noqa: E402
 from agentgym_env_guess import GuessEnv  # noqa: E402
@@ -44,21 +42,11 @@ SERVER_ENV = {k: v for k, v in os.environ.items() if k not in ("AGENTGYM_DISABLE
 TASK = 3
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def url():
-    """`agentgym serve babyai`, as a user starts it."""
-    port = _free_port()
-    server = subprocess.Popen([AGENTGYM, "serve", "babyai", "--port", str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=SERVER_ENV)
-    base = f"http://127.0.0.1:{port}"
+    """`agentgym serve babyai`, as a user starts it (on a free port it binds itself: --port 0)."""
+    server, base = start_server_process([AGENTGYM, "serve", "babyai", "--port", "0"], env=SERVER_ENV)
     try:
-        assert server.stdout.readline().startswith("serving 'babyai'")
         deadline = time.monotonic() + 60
         while True:
             try:

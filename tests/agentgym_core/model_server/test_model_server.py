@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -173,35 +171,28 @@ def test_concurrent_clients_all_answered(url):
     assert answers == [200] * 6
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_serve_model_command(backend, tmp_path):
     """The real command on a saved Hugging Face directory, in its own process."""
+    from agentgym_core.testing import start_server_process
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
     model, tokenizer = tiny_chat_model(seed=0)
     model.save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"}
     env |= {"AGENTGYM_PLUGINS": "transformers", "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agentgym_core.cli", "serve-model", str(tmp_path / "tiny"), "--port", str(port),
-         "--served-model-name", NAME, "--threads", "1"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # --port 0: the command binds a free port before loading the model and prints it with the address
+    process, base = start_server_process(
+        [sys.executable, "-m", "agentgym_core.cli", "serve-model", str(tmp_path / "tiny"), "--port", "0",
+         "--served-model-name", NAME, "--threads", "1"], env=env)
     try:
-        base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
         while True:
-            assert process.poll() is None, process.stdout.read()
+            assert process.poll() is None, f"serve-model exited with code {process.returncode}"
             try:
                 if requests.get(f"{base}/health", timeout=2).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             assert time.monotonic() < deadline, "serve-model did not come up within 90 s"
             time.sleep(0.2)

@@ -74,7 +74,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="read the shared token from the first line of FILE (keep it readable by you alone)")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding an address other than loopback without a token")
-    parser.add_argument("--port", type=_bounded(int, 0, what="--port"), default=8000, help="TCP port")
+    parser.add_argument("--port", type=_bounded(int, 0, what="--port"), default=8000,
+                        help="TCP port; 0 picks a free one, and the 'serving ... on http://HOST:PORT' line says which")
     parser.add_argument("--max-instances", type=_bounded(int, 1, what="--max-instances"),
                         default=DEFAULT_MAX_INSTANCES, help="live instances allowed at once; more answer 503")
     parser.add_argument("--idle-ttl", type=_bounded(float, 1.0, allow_zero=True, what="--idle-ttl"),

@@ -25,7 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="address to bind; an address other than loopback needs --api-key (or --insecure)")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding an address other than loopback without an API key")
-    parser.add_argument("--port", type=int, default=8001, help="TCP port")
+    parser.add_argument("--port", type=int, default=8001,
+                        help="TCP port; 0 picks a free one, and the 'serving ... at http://HOST:PORT/v1' line says which")
     parser.add_argument("--served-model-name", default=None,
                         help="the model id clients send (default: MODEL as given)")
     parser.add_argument("--backend", default="transformers", help="rollout backend that loads and samples the model")
@@ -60,12 +61,15 @@ def context_length(backend: Any) -> int | None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from agentgym_core.http.serving import listening_socket
     from agentgym_core.model_server import ModelServerConfig, create_model_app
     from agentgym_core.plugins import get_plugin_manager
 
     if args.api_key_file is not None:
         args.api_key = read_secret_file(args.api_key_file)
     check_exposure(args.host, args.api_key, insecure=args.insecure, what="model server (and its weights)")
+    sock = listening_socket(args.host, args.port)  # before the model loads: a port in use fails now, not after it
+    port = sock.getsockname()[1]
     factory = get_plugin_manager().get("rollout_backend", args.backend)
     options: dict[str, Any] = {"model": args.model, "device": args.device}
     if args.threads:
@@ -86,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: binding {args.host}: anyone who can reach this address can use the model"
               + (" and replace its weights (--no-control-routes turns that off)" if args.control_routes else "")
               + ("" if args.api_key else " (no --api-key set)"), file=sys.stderr)
-    print(f"serving {config.model_name!r} at http://{args.host}:{args.port}/v1 "
-          f"(try: agentgym eval --backend openai --base-url http://{args.host}:{args.port}/v1 "
+    print(f"serving {config.model_name!r} at http://{args.host}:{port}/v1 "
+          f"(try: agentgym eval --backend openai --base-url http://{args.host}:{port}/v1 "
           f"--model {config.model_name} --env ENV)", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     return 0

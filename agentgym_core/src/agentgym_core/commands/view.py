@@ -25,10 +25,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, stdout=None) -> int:
-    import socket
-
     import uvicorn
 
+    from agentgym_core.http.serving import listening_socket
     from agentgym_core.viewer import create_viewer_app, discover_runs
 
     stdout = stdout or sys.stdout
@@ -40,13 +39,7 @@ def run(args: argparse.Namespace, stdout=None) -> int:
         print(f"agentgym view: no run files under {root} yet (metrics.jsonl, trajectories/, trajectories.jsonl, "
               "results.json); the page will show them when they appear", file=sys.stderr)
     app = create_viewer_app(root)
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as exc:
-        raise ValueError(f"cannot listen on {args.host}:{args.port} ({exc.strerror}); "
-                         "pick another port with --port (0 picks a free one)") from exc
+    sock = listening_socket(args.host, args.port)
     port = sock.getsockname()[1]
     print(f"agentgym view: serving {root.resolve()} at http://{args.host}:{port}/  (Ctrl-C to stop)",
           file=stdout, flush=True)

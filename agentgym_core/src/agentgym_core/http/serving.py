@@ -26,8 +26,8 @@ from agentgym_core.env import Env
 from agentgym_core.http.protocol import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
 from agentgym_core.http.server import create_app
 
-__all__ = ["DEFAULT_BODY_TIMEOUT_S", "DEFAULT_HEADER_TIMEOUT_S", "serve_app", "serve_env", "serve_forever",
-           "uvicorn_config"]
+__all__ = ["DEFAULT_BODY_TIMEOUT_S", "DEFAULT_HEADER_TIMEOUT_S", "listening_socket", "serve_app", "serve_env",
+           "serve_forever", "uvicorn_config"]
 
 log = logging.getLogger(__name__)
 
@@ -153,17 +153,43 @@ def serve_env(env_cls: type[Env], env_kwargs: dict[str, Any] | None = None, *,
         yield url
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` and listening (port 0: a free one the OS picks; ``getsockname`` says which).
+
+    A server binds it before its slow start-up (loading a model) and prints the address only after, so a
+    port in use fails at once, in one line (``ValueError``), and the address printed is the one served.
+    """
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port must be 0-65535 (0 picks a free one), got {port}")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is no conflict
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port} ({exc.strerror}); stop what holds it or pick another "
+                         "--port (0 picks a free one)") from None
+    sock.listen(2048)
+    return sock
+
+
 def serve_forever(env_cls: type[Env], env_kwargs: dict[str, Any] | None = None, *, host: str = "127.0.0.1",
                   port: int = 8000, name: str | None = None, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
                   body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, **server_options: Any) -> None:
     """Serve ``env_cls`` on ``host:port`` in this thread until interrupted: ``agentgym serve`` for a registered
     environment, and a script's own ``Env`` class (no plugin needed) that a recipe then uses with ``url:``.
 
+    Prints ``serving NAME on http://HOST:PORT`` once the port is listening (port 0: the free one it got).
+
     ``name`` defaults to ``env_cls.name``; ``server_options`` go to
     :func:`agentgym_core.http.server.create_app` (``max_instances``, ``token``, ...).
     """
     name = name or env_cls.name
     app = create_app(env_cls, env_kwargs=env_kwargs or {}, name=name, **server_options)
+    # Bound and listening before the line is printed: the address printed is served from then on (port 0
+    # prints the free port the OS gave), and no other process can take the port in between.
+    sock = listening_socket(host, port)
+    port = sock.getsockname()[1]
     print(f"serving {name!r} on http://{host}:{port} (docs: http://{host}:{port}/docs)", flush=True)
-    uvicorn.Server(uvicorn_config(app, host=host, port=port, header_timeout_s=header_timeout_s,
-                                  body_timeout_s=body_timeout_s)).run()
+    uvicorn.Server(uvicorn_config(app, header_timeout_s=header_timeout_s,
+                                  body_timeout_s=body_timeout_s)).run(sockets=[sock])

@@ -27,7 +27,7 @@ from agentgym_core.testing.env_check import (
     check_env,
     check_env_http,
 )
-from agentgym_core.testing.serving import serve_app, serve_env
+from agentgym_core.testing.serving import serve_app, serve_env, start_server_process
 from agentgym_core.testing.trajectory import TrajectoryCheckError, TrajectoryReport, check_trajectory
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "check_trajectory",
     "serve_app",
     "serve_env",
+    "start_server_process",
     "tiny_chat_model",
 ]
 
