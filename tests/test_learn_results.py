@@ -40,6 +40,9 @@ def _pairs(record: dict) -> list[tuple[str, dict, dict, dict]]:
     first = record["arms"][0]
     pairs += [(f"{arm['arm']} vs {first['arm']}", first["eval_after"]["per_task"], arm["eval_after"]["per_task"],
                arm["paired_vs_first_arm"]) for arm in record["arms"][1:] if "paired_vs_first_arm" in arm]
+    # a run resumed past an earlier run's last checkpoint: that evaluation against this one
+    pairs += [(f"{arm['arm']}: step {arm['eval_earlier']['step']} -> rl", arm["eval_earlier"]["per_task"],
+               arm["eval_after"]["per_task"], arm["paired_vs_earlier"]) for arm in record["arms"] if "eval_earlier" in arm]
     return pairs
 
 
@@ -75,6 +78,14 @@ def test_every_quoted_figure_recomputes_from_the_per_task_rows(name):
             (pytest.approx(paired["before"]), pytest.approx(paired["after"]))
 
 
+@pytest.mark.parametrize("name", [n for n in QUOTED if any("eval_earlier" in a for a in _load(n).get("arms", []))])
+def test_an_earlier_checkpoints_rows_are_the_ones_its_own_json_holds(name):
+    for arm in _load(name)["arms"]:
+        if "eval_earlier" in arm:
+            earlier = json.loads((ROOT / arm["eval_earlier"]["from"]).read_text(encoding="utf-8"))
+            assert arm["eval_earlier"]["per_task"] == earlier["arms"][0]["eval_after"]["per_task"], name
+
+
 def _points(x: float) -> str:
     return f"{100 * x:+.1f}".replace("-", "\N{MINUS SIGN}")
 
@@ -93,6 +104,8 @@ RESULTS_PAGE_ROWS = [
     ("learn_textworld_short.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textworld_short_all100.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textworld_constrained.json", "constrained_scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_textworld_constrained_16.json", "constrained_scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_textworld_constrained_16.json", "constrained_scaling_inter: step 8 -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textworld.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_reasoning_gym.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
 ]
