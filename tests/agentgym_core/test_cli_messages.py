@@ -62,7 +62,7 @@ def in_process_one_line(capsys, argv: list[str]) -> str:
     return err
 
 
-def test_serve_on_a_port_in_use_says_so_before_serving(capsys):
+def test_serve_and_serve_model_on_a_port_in_use_say_so_before_serving(capsys):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -73,6 +73,9 @@ def test_serve_on_a_port_in_use_says_so_before_serving(capsys):
         assert "already in use" in in_process_one_line(
             capsys, ["serve", "guess", "--port", str(port), "--workers", "2"]
         )
+        # serve-model binds before the weights load: a taken port fails now, not after minutes of loading
+        line = in_process_one_line(capsys, ["serve-model", "no-such-model", "--port", str(port)])
+        assert f"cannot listen on 127.0.0.1:{port}" in line and "--port (0 picks a free one)" in line
 
 
 @pytest.mark.slow  # a real `agentgym serve` process: on today's code it would serve until the timeout
@@ -124,16 +127,6 @@ def subprocess_free_help(command: str) -> str:
     """``agentgym COMMAND --help`` as printed (argparse exits after printing it)."""
     parser = subcommand_parsers(build_parser())[command]
     return parser.format_help()
-
-
-def test_serve_model_on_a_port_in_use_says_so_before_loading_the_model(capsys):
-    # bound before the weights load: a taken port fails now, not after minutes of loading
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        port = held.getsockname()[1]
-        line = in_process_one_line(capsys, ["serve-model", "no-such-model", "--port", str(port)])
-        assert f"cannot listen on 127.0.0.1:{port}" in line and "--port (0 picks a free one)" in line
 
 
 @pytest.mark.slow  # a real `agentgym serve` process
