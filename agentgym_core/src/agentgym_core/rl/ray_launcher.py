@@ -79,6 +79,7 @@ class LearnerRank:
 
     def __init__(self, config: TrainConfig, rank: int, world_size: int) -> None:
         self.config, self.rank, self.world_size = config, rank, world_size
+        self._rendezvous: Any = None  # rank 0: the process group's store, hosted here for the run
         _set_threads(config, config.trainer.ray.learner_resources)
 
     def pid(self) -> int:
