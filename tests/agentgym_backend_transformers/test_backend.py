@@ -84,10 +84,37 @@ def test_config_rejects_unknown_keys():
 
 
 @pytest.mark.slow
-def test_smollm2_default_model_samples_and_scores():
-    from agentgym_backend_transformers import make_backend
+def test_smollm2_default_model_samples_and_scores(tmp_path, monkeypatch):
+    """The default model: its GGUF file's first load saves a Hugging Face copy in the cache (agentgym_core.gguf_cache),
+    the backend then loads that copy, and the copy is the same tokenizer and the same weights."""
+    import shutil
 
-    backend = make_backend({"model": "smollm2-135m-instruct", "device": "cpu", "threads": 2})
+    from agentgym_backend_transformers import make_backend
+    from agentgym_core.models import load_pretrained, load_tokenizer, resolve_model
+
+    monkeypatch.setenv("AGENTGYM_CACHE_DIR", str(tmp_path))
+    resolved = resolve_model("smollm2-135m-instruct")
+    try:
+        from_gguf, gguf_tokenizer = load_pretrained(resolved)  # parses the GGUF file, saves the conversion
+        [folder] = (tmp_path / "gguf").iterdir()
+        assert (folder / "COMPLETE").is_file() and (folder / "model.safetensors").is_file()
+        backend = make_backend({"model": "smollm2-135m-instruct", "device": "cpu", "threads": 2})
+        assert load_tokenizer(resolved).name_or_path == str(folder)  # read from the copy, not the GGUF file
+
+        texts = ["go to the red ball", "  Ünïcode, digits 12345 and\nnew lines\t", "<|im_start|>user"]
+        assert backend.tokenizer(texts).input_ids == gguf_tokenizer(texts).input_ids
+        chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Pick up the key."}]
+        assert backend.tokenizer.apply_chat_template(chat, add_generation_prompt=True) == \
+            gguf_tokenizer.apply_chat_template(chat, add_generation_prompt=True)
+        for name in ("eos_token_id", "bos_token_id", "pad_token_id"):
+            assert getattr(backend.tokenizer, name) == getattr(gguf_tokenizer, name), name
+        copied = backend.model.state_dict()
+        assert copied.keys() == from_gguf.state_dict().keys()
+        assert all(torch.equal(copied[k], v) for k, v in from_gguf.state_dict().items())
+        del from_gguf
+    finally:
+        shutil.rmtree(tmp_path / "gguf", ignore_errors=True)  # ~540 MB of float32 weights
+
     check_backend(backend, max_new_tokens=4, atol=2e-3)
     prompt = _prompt(backend)
     sample = backend.generate([prompt], SamplingParams(temperature=0, max_new_tokens=40))[0]

