@@ -36,9 +36,8 @@ def api_url(tiny_backend):
 
 @pytest.fixture()
 def dead_url():
-    """A loopback URL nothing listens on (the port was free a moment ago)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}/v1"
+    """A loopback URL that refuses connections: its port is bound by this test and never listened on, so no
+    other process can take it while the test runs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,12 +35,12 @@ def plugins():
 
 
 @pytest.fixture
-def dead_url() -> str:
-    """A loopback URL where nothing listens (connection refused)."""
+def dead_url() -> Iterator[str]:
+    """A loopback URL that refuses connections: its port is bound by this test and never listened on, so no
+    other process can take it while the test runs."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def one_line_error(capsys, argv: list[str]) -> str:

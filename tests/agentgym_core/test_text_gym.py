@@ -173,46 +173,31 @@ def test_global_random_gives_each_instance_its_own_stream():
 def test_a_script_serves_its_class_in_the_foreground_for_a_recipe_s_url(tmp_path):
     """write-an-environment.md's script: ``serve_forever`` serves a text_gym class, no plugin, until stopped."""
     import os
-    import socket
-    import subprocess
     import sys
     import textwrap
-    import time
 
-    import requests
+    from agentgym_core.testing import start_server_process
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     script = tmp_path / "echo_agentgym.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(textwrap.dedent("""
         from agentgym_core.http import serve_forever
         from agentgym_core.text_gym import text_gym_env
 
         class Echo:
             def reset(self, *, seed=None, options=None):
-                return f"task {{seed}}: say done", {{}}
+                return f"task {seed}: say done", {}
 
             def step(self, action):
-                return "ok", 1.0, action == "done", False, {{}}
+                return "ok", 1.0, action == "done", False, {}
 
-        EchoEnv = text_gym_env("echo", Echo, instruction="Say `Action: done`.", splits={{"test": [3]}})
-        serve_forever(EchoEnv, port={port})
+        EchoEnv = text_gym_env("echo", Echo, instruction="Say `Action: done`.", splits={"test": [3]})
+        serve_forever(EchoEnv, port=0)
     """))
     environ = {k: v for k, v in os.environ.items() if k != "AGENTGYM_TOKEN"}
-    server = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=environ)
+    server, url = start_server_process([sys.executable, str(script)], env=environ)  # "serving 'echo' on URL"
     try:
-        assert server.stdout.readline().startswith(f"serving 'echo' on http://127.0.0.1:{port}")
-        deadline = time.monotonic() + 120  # it printed its address just before binding it
-        while True:
-            try:
-                requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=10)
-                break
-            except requests.ConnectionError:
-                assert time.monotonic() < deadline, "the script's server never accepted a connection"
-                time.sleep(0.1)
-        env = HTTPEnv(f"http://127.0.0.1:{port}")
+        assert url.startswith("http://127.0.0.1:")  # loopback unless told otherwise
+        env = HTTPEnv(url)
         assert env.reset(3).observation == "task 3: say done"
         result = env.step(env.parse_action("Action: done"))
         assert result.done and result.success

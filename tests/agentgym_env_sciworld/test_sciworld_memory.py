@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import time
 
 import pytest
 from sciworld_helpers import requires_java, tree_rss_mb
 
-from agentgym_core.http.client import EnvClient, HTTPEnv
+from agentgym_core.http.client import HTTPEnv
+from agentgym_core.testing import start_server_process
 from agentgym_env_sciworld import task_catalog
 
 pytestmark = [pytest.mark.java, requires_java, pytest.mark.slow]
@@ -27,25 +25,11 @@ def test_2000_steps_and_100_task_switches_keep_server_rss_under_1gb():
     peak = 0.0
     # A real `agentgym serve` process, measured with its JVM children: hosting the server inside
     # this test process would also count whatever else the suite has loaded (torch, models).
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     environ = {k: v for k, v in os.environ.items() if k != "AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"}
     environ["AGENTGYM_PLUGINS"] = "sciworld"
-    server = subprocess.Popen([sys.executable, "-m", "agentgym_core.cli", "serve", "sciworld", "--port", str(port)],
-                              env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    server, url = start_server_process(
+        [sys.executable, "-m", "agentgym_core.cli", "serve", "sciworld", "--port", "0"], env=environ)
     try:
-        probe = EnvClient(url, timeout=2, retries=0)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                probe.health()
-                break
-            except Exception:
-                assert server.poll() is None, f"server exited: {server.stderr.read()}"
-                assert time.monotonic() < deadline, "server did not start in 120 s"
-                time.sleep(0.2)
         env = HTTPEnv(url)
         try:
             steps = 0
