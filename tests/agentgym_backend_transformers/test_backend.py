@@ -111,6 +111,12 @@ def test_smollm2_default_model_samples_and_scores(tmp_path, monkeypatch):
         copied = backend.model.state_dict()
         assert copied.keys() == from_gguf.state_dict().keys()
         assert all(torch.equal(copied[k], v) for k, v in from_gguf.state_dict().items())
+        # A learner rank that receives its shards builds the structure from the copy's config too.
+        from agentgym_core.rl.config import ModelConfig
+        from agentgym_core.rl.policy import load_policy
+
+        structure, _ = load_policy(ModelConfig(path="smollm2-135m-instruct"), device="meta")
+        assert {k: v.shape for k, v in structure.state_dict().items()} == {k: v.shape for k, v in copied.items()}
         del from_gguf
     finally:
         shutil.rmtree(tmp_path / "gguf", ignore_errors=True)  # ~540 MB of float32 weights

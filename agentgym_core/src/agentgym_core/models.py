@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = [
     "NAMED_MODELS", "ModelNotFoundError", "ResolvedModel", "detach_dequantized_gguf", "load_pretrained", "load_tokenizer",
-    "resolve_model",
+    "resolve_model", "with_cached_copy",
 ]
 
 
@@ -122,11 +122,11 @@ def load_tokenizer(spec: str | Path | ResolvedModel) -> Any:
     """The tokenizer of a named model, .gguf file or Hugging Face directory, without loading its weights."""
     from transformers import AutoTokenizer
 
-    resolved = _cached(spec if isinstance(spec, ResolvedModel) else resolve_model(spec))
+    resolved = with_cached_copy(spec if isinstance(spec, ResolvedModel) else resolve_model(spec))
     return AutoTokenizer.from_pretrained(resolved.directory, **_load_kwargs(resolved))
 
 
-def _cached(resolved: ResolvedModel) -> ResolvedModel:
+def with_cached_copy(resolved: ResolvedModel) -> ResolvedModel:
     """``resolved``, or for a GGUF file converted before, the Hugging Face folder its conversion was saved in."""
     if resolved.gguf_file is None:
         return resolved
@@ -143,7 +143,7 @@ def load_pretrained(
     import torch
     from transformers import AutoModelForCausalLM
 
-    resolved = _cached(spec if isinstance(spec, ResolvedModel) else resolve_model(spec))
+    resolved = with_cached_copy(spec if isinstance(spec, ResolvedModel) else resolve_model(spec))
     if dtype == "auto":
         torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     else:

@@ -76,9 +76,9 @@ def _model_structure(config: ModelConfig) -> tuple[Any, Any]:
     """(model on the meta device, tokenizer) for ``config.path``: its config read, no weight loaded."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from agentgym_core.models import _load_kwargs, load_tokenizer, resolve_model
+    from agentgym_core.models import _load_kwargs, load_tokenizer, resolve_model, with_cached_copy
 
-    resolved = resolve_model(config.path)
+    resolved = with_cached_copy(resolve_model(config.path))  # a GGUF file's converted copy, if saved
     dtype = torch.float32 if config.dtype == "auto" else getattr(torch, config.dtype)
     model_config = AutoConfig.from_pretrained(resolved.directory, **_load_kwargs(resolved))
     with torch.device("meta"):
