@@ -149,17 +149,14 @@ def load_pretrained(
     else:
         torch_dtype = getattr(torch, dtype)
     tokenizer = load_tokenizer(resolved)
-    if resolved.gguf_file is None:
-        model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **_load_kwargs(resolved))
-    else:  # dequantized in float32 as transformers does, saved for later loads, then cast as asked
-        from agentgym_core.gguf_cache import save_gguf_conversion
+    model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **_load_kwargs(resolved))
+    # A GGUF file is dequantized to float on load, but transformers keeps its GGUF quantizer and then
+    # refuses save_pretrained, so every checkpoint of a run on the default model would fail.
+    detach_dequantized_gguf(model)
+    if resolved.gguf_file is not None and torch_dtype == torch.float32:  # exactly what was dequantized: saved
+        from agentgym_core.gguf_cache import save_gguf_conversion  # (a bf16 load would save rounded weights)
 
-        model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch.float32, **_load_kwargs(resolved))
-        # A GGUF file is dequantized to float on load, but transformers keeps its GGUF quantizer and then
-        # refuses save_pretrained, so every checkpoint of a run on the default model would fail.
-        detach_dequantized_gguf(model)
         save_gguf_conversion(resolved.directory / resolved.gguf_file, model, tokenizer)
-        model.to(torch_dtype)
     model.to(device).eval()
     if tokenizer.chat_template is None:
         raise ModelNotFoundError(
