@@ -11,7 +11,7 @@ import pytest
 os.environ["AGENTGYM_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-# The suite writes nothing to the user's cache (a GGUF model's converted copy, agentgym_core.gguf_cache): a test
+# The suite writes nothing to the user's cache (a GGUF model's converted copy, agentgym_core.models): a test
 # that exercises the cache gives it a folder of its own.
 os.environ["AGENTGYM_CACHE_DIR"] = ""
 

@@ -85,7 +85,7 @@ def test_config_rejects_unknown_keys():
 
 @pytest.mark.slow
 def test_smollm2_default_model_samples_and_scores(tmp_path, monkeypatch):
-    """The default model: its GGUF file's first load saves a Hugging Face copy in the cache (agentgym_core.gguf_cache),
+    """The default model: its GGUF file's first load saves a Hugging Face copy in the cache (agentgym_core.models),
     the backend then loads that copy, and the copy is the same tokenizer and the same weights."""
     import shutil
 

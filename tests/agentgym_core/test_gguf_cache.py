@@ -1,4 +1,4 @@
-"""The cache of converted GGUF models (agentgym_core.gguf_cache): its keys, its atomic writes, its refusals.
+"""The cache of converted GGUF models (agentgym_core.models): its keys, its atomic writes, its refusals.
 
 The conversion of the real default model, and that a load from the cache equals the GGUF load, is
 tests/agentgym_backend_transformers/test_backend.py::test_smollm2_default_model_samples_and_scores. Here a
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgym_core import gguf_cache
-from agentgym_core.gguf_cache import cache_root, cached_gguf_folder, save_gguf_conversion
+from agentgym_core import models
+from agentgym_core.models import cache_root, cached_gguf_folder, save_gguf_conversion
 from agentgym_core.testing.tiny_model import tiny_chat_model
 
 
@@ -83,7 +83,7 @@ def test_a_folder_without_its_completion_mark_is_not_used(cache, gguf):
 
 def test_a_second_process_that_finishes_later_keeps_the_first_ones_folder(cache, gguf, monkeypatch):
     model, tokenizer = tiny_chat_model(seed=0)
-    entry = gguf_cache._entry(gguf)
+    entry = models._entry(gguf)
     real_rename = Path.rename
 
     def another_process_finishes_first(self, target):  # between this process's check and its rename
