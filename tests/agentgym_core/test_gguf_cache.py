@@ -41,7 +41,7 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_root() == tmp_path / "xdg" / "agentgym"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert cache_root() == tmp_path.home() / ".cache" / "agentgym"
+    assert cache_root() == Path.home() / ".cache" / "agentgym"
 
 
 def test_a_saved_conversion_is_found_and_loads_as_the_same_model(cache, gguf, capsys):

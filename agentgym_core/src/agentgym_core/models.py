@@ -8,10 +8,11 @@ CLI). Only local files are used: nothing is downloaded.
 dequantised to float by transformers' ``gguf_file=`` loader).
 
 A GGUF file is converted once to a Hugging Face folder, so later loads skip transformers' GGUF parser,
-which reads the file three times per load (config, tokenizer, weights) in pure Python: the default SmolLM2-135M file takes 32 s to load on a 2-core CPU, ~3 s of it dequantizing,
-against 4.1 s for the same model saved as safetensors (``bench/model_load.py``). The first load of a GGUF
-file saves what it loaded (float32 weights, tokenizer, config: exactly what the GGUF loader produced)
-under the cache folder; every later load of the same file reads that folder instead.
+which reads the file three times per load (config, tokenizer, weights) in pure Python: the default
+SmolLM2-135M file takes 32 s to load on a 2-core CPU, ~3 s of it dequantizing, against 4.1 s for the same
+model saved as safetensors (``bench/model_load.py``). The first load of a GGUF file saves what it loaded
+(float32 weights, tokenizer, config: exactly what the GGUF loader produced) under the cache folder; every
+later load of the same file reads that folder instead.
 
 The cache folder is ``$AGENTGYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/agentgym``, else ``~/.cache/agentgym``;
 ``AGENTGYM_CACHE_DIR=""`` turns the cache off. An entry is keyed by the file's content and the
