@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from agentgym_core.http.auth import TOKEN_ENV, resolve_token
+from agentgym_core.http.auth import TOKEN_ENV, bearer_matches, resolve_token
 from agentgym_core.http.client import EnvClient, HTTPEnv, RemoteError
 from agentgym_core.http.compat import AgentGymCompat
 from agentgym_core.http.pool import EnvPool
@@ -64,8 +64,12 @@ def test_the_bearer_scheme_is_read_in_any_case(url):
             answer = requests.get(f"{url}/v1/health", headers={"Authorization": f"{scheme}{spaces}{TOKEN}"},
                                   timeout=10)
             assert answer.status_code == 200, (scheme, spaces, answer.text)
-    for wrong in (f"Basic {TOKEN}", f"Bearer{TOKEN}", f"Bearer {TOKEN.upper()}", f"Bearer {TOKEN} "):
+    # Whitespace after the token is not part of the header's value (RFC 9110, section 5.5: recipients strip
+    # it, and the server's HTTP parser does since the dependencies of 2026-12), so "Bearer TOKEN " is the token; a character more or less is not.
+    for wrong in (f"Basic {TOKEN}", f"Bearer{TOKEN}", f"Bearer {TOKEN.upper()}", f"Bearer {TOKEN}x",
+                  f"Bearer {TOKEN[:-1]}", f"Bearer {TOKEN} x"):
         assert requests.get(f"{url}/v1/health", headers={"Authorization": wrong}, timeout=10).status_code == 401
+    assert not bearer_matches(f"Bearer {TOKEN} ".encode(), TOKEN)  # the check itself compares exactly
 
 
 def test_clients_and_pools_send_the_token(url, monkeypatch):
