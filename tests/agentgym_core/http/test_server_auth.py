@@ -65,7 +65,8 @@ def test_the_bearer_scheme_is_read_in_any_case(url):
                                   timeout=10)
             assert answer.status_code == 200, (scheme, spaces, answer.text)
     # Whitespace after the token is not part of the header's value (RFC 9110, section 5.5: recipients strip
-    # it, and the server's HTTP parser does since the dependencies of 2026-12), so "Bearer TOKEN " is the token; a character more or less is not.
+    # it, as the server's HTTP parser does since the install of 2026-12-07), so "Bearer TOKEN " is the token;
+    # a character more or less is not.
     for wrong in (f"Basic {TOKEN}", f"Bearer{TOKEN}", f"Bearer {TOKEN.upper()}", f"Bearer {TOKEN}x",
                   f"Bearer {TOKEN[:-1]}", f"Bearer {TOKEN} x"):
         assert requests.get(f"{url}/v1/health", headers={"Authorization": wrong}, timeout=10).status_code == 401
