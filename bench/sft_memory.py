@@ -21,8 +21,10 @@ their ratios to it:
 * ``--compare-with "OPTIONS"`` (repeatable, one run each): the baseline's options plus these, for
   changes that go together, e.g. ``"--micro-batch-tokens 1024 --gradient-checkpointing 0"``.
 
-``--gradient-checkpointing 0``, ``--gradient-checkpointing-above-tokens N`` and
-``--optimizer-state-to-disk 1`` change the baseline itself.
+``--gradient-checkpointing 0``, ``--gradient-checkpointing-above-tokens N``, ``--autocast-cache 0`` and
+``--optimizer-state-to-disk 1`` change the baseline itself (the main job's runtime settings:
+``--autocast-cache 0 --optimizer-state-to-disk 1 --heap-trim-interval 1`` and
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY=32`` in the environment).
 
 Writes bench/results/sft_memory.json.
 
@@ -66,7 +68,8 @@ def main() -> None:
                         help="also run with micro-batches of at most N tokens and compare")
     parser.add_argument("--compare-no-autocast-cache", action="store_true",
                         help="also run without autocast's cache of bf16 weight casts and compare")
-    parser.add_argument("--autocast-cache", type=int, default=1, help=argparse.SUPPRESS)  # internal: 0 or 1
+    parser.add_argument("--autocast-cache", type=int, choices=(0, 1), default=1,
+                        help="1: keep the weights' bf16 casts for the whole step (runtime.autocast_cache)")
     parser.add_argument("--compare-optimizer-state-to-disk", action="store_true",
                         help="also run with AdamW's moments in a file except inside optimizer.step()")
     parser.add_argument("--optimizer-state-to-disk", type=int, choices=(0, 1), default=0,
@@ -117,7 +120,7 @@ def main() -> None:
             subprocess.run([sys.executable, __file__, *_measure_arguments(args), *extra, "--one-setting", str(out)], env=env,
                            check=True)
             runs[label] = {"environment": changes, "arguments": extra, **json.loads(out.read_text())}
-    internal = ("one_setting", "autocast_cache")
+    internal = ("one_setting",)
     result = {"settings": {k: v for k, v in vars(args).items() if k not in internal},
               "load_avg_1m_start": load, "runs": runs, "ratios_to_baseline": {}}
     base = runs["baseline"]
@@ -138,7 +141,7 @@ def _measure_arguments(args: argparse.Namespace) -> list[str]:
             "--micro-batch-tokens", str(args.micro_batch_tokens),
             "--optimizer-state-to-disk", str(args.optimizer_state_to_disk),
             "--gradient-checkpointing", str(args.gradient_checkpointing),
-            "--heap-trim-interval", str(args.heap_trim_interval),
+            "--heap-trim-interval", str(args.heap_trim_interval), "--autocast-cache", str(args.autocast_cache),
             *(["--gradient-checkpointing-above-tokens", str(args.gradient_checkpointing_above_tokens)]
               if args.gradient_checkpointing_above_tokens is not None else [])]
 
