@@ -93,9 +93,11 @@ def bearer(token: str) -> bytes:
 
 def bearer_matches(value: bytes, token: str) -> bool:
     """Whether the ``Authorization`` header ``value`` carries ``token``: ``Bearer``, in any case (RFC 9110
-    makes auth schemes case-insensitive), then the token, compared in constant time."""
+    makes auth schemes case-insensitive), then the token, compared in constant time. Spaces and tabs around
+    the token are not part of it (RFC 9110, section 5.5: a field value excludes them), so the answer does not
+    depend on whether the server's HTTP parser stripped them first (httptools does)."""
     scheme, _, credentials = value.partition(b" ")
-    return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.lstrip(b" "), token.encode())
+    return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(b" \t"), token.encode())
 
 
 def admit(scope: dict[str, Any], token: str) -> dict[str, Any] | None:
