@@ -22,18 +22,24 @@ torch = pytest.importorskip("torch")
 STEPS, TASKS, GROUP = 3, 3, 2
 
 
-class StepCountingRelay:
-    """A loopback TCP relay in front of a server that counts the step requests passing through it.
+class KillingRelay:
+    """A loopback TCP relay in front of a server that kills the server under a step request once armed.
 
-    The test kills the server process once a step of the second training step has gone through, so
-    the kill lands mid-episode however slow the machine is (a fixed delay could land between episodes).
+    After ``arm(kill)``, the next step request to arrive is held, ``kill`` runs (the server process
+    dies), and only then is the request passed on: that step can never be answered, so the kill lands
+    mid-episode however fast or slow the machine is. (Killing *after* a step had gone through raced the
+    server: on a fast CPU the answer, and with it the episode's last step, could beat the kill.)
     """
 
     def __init__(self, upstream_port: int) -> None:
-        self.upstream_port, self.steps = upstream_port, 0
+        self.upstream_port, self._kill = upstream_port, None
+        self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self, kill) -> None:
+        self._kill = kill
 
     def _accept(self) -> None:
         while True:
@@ -46,14 +52,17 @@ class StepCountingRelay:
             except OSError:
                 client.close()  # the server is gone: the client sees its connection dropped
                 continue
-            for source, sink, count in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._pipe, args=(source, sink, count), daemon=True).start()
+            for source, sink, requests in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(source, sink, requests), daemon=True).start()
 
-    def _pipe(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket, requests: bool) -> None:
         try:
             while data := source.recv(65536):
-                if count:
-                    self.steps += data.count(b"/step HTTP/1.1")
+                if requests and b"/step HTTP/1.1" in data:
+                    with self._lock:  # exactly one request is the one held under the kill
+                        kill, self._kill = self._kill, None
+                    if kill is not None:
+                        kill()  # before the request goes on: the dead server cannot answer it
                 sink.sendall(data)
         except OSError:
             pass
@@ -67,17 +76,18 @@ class StepCountingRelay:
         self._listener.close()
 
 
-def _kill_during_second_rollout(process, relay: StepCountingRelay, run_dir, done: threading.Event) -> None:
-    """Kill ``process`` once step 1 is logged and a step of step 2 has reached it (episodes mid-flight)."""
+def _arm_after_first_step(process, relay: KillingRelay, run_dir, done: threading.Event) -> None:
+    """Arm the relay once step 1 is logged: the victim's next step request (one of step 2's) kills it."""
     metrics = run_dir / "metrics.jsonl"
     while not done.is_set() and not (metrics.exists() and '"kind": "train"' in metrics.read_text()):
         time.sleep(0.01)
-    seen = relay.steps
-    while not done.is_set():
-        if relay.steps > seen:
-            process.kill()
-            return
-        time.sleep(0.005)
+
+    def kill() -> None:
+        process.kill()
+        process.wait(timeout=30)
+
+    if not done.is_set():
+        relay.arm(kill)
 
 
 @pytest.mark.slow  # ~40 s: an `agentgym serve` start-up and three training steps
@@ -89,7 +99,7 @@ def test_run_finishes_when_one_of_three_babyai_servers_dies(tmp_path, server_pro
     # The one to kill is its own `agentgym serve` process; the two that live on serve in this process
     # (real HTTP servers on loopback, without two more interpreter start-ups).
     victim, port = server_process("babyai")
-    relay = StepCountingRelay(port)
+    relay = KillingRelay(port)
     with contextlib.ExitStack() as stack:
         stack.callback(relay.close)
         urls = [stack.enter_context(serve_env(BabyAIEnv)), relay.url, stack.enter_context(serve_env(BabyAIEnv))]
@@ -114,13 +124,13 @@ def _train_and_check(run_dir, urls, victim, relay):
     model, tokenizer = tiny_chat_model(seed=0)
 
     done = threading.Event()
-    killer = threading.Thread(target=_kill_during_second_rollout, args=(victim, relay, run_dir, done), daemon=True)
-    killer.start()
+    arming = threading.Thread(target=_arm_after_first_step, args=(victim, relay, run_dir, done), daemon=True)
+    arming.start()
     try:
         train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
     finally:
         done.set()
-        killer.join(timeout=5)
+        arming.join(timeout=5)
     assert victim.poll() is not None, "the server was never killed: the test did not test anything"
 
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
