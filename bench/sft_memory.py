@@ -21,8 +21,8 @@ their ratios to it:
 * ``--compare-with "OPTIONS"`` (repeatable, one run each): the baseline's options plus these, for
   changes that go together, e.g. ``"--micro-batch-tokens 1024 --gradient-checkpointing 0"``.
 
-``--gradient-checkpointing 0``, ``--gradient-checkpointing-above-tokens N``, ``--autocast-cache 0`` and
-``--optimizer-state-to-disk 1`` change the baseline itself (the main job's runtime settings:
+``--gradient-checkpointing 0``, ``--gradient-checkpointing-above-tokens N``, ``--autocast-cache 0``,
+``--lean-activations 0`` and ``--optimizer-state-to-disk 1`` change the baseline itself (the main job's runtime settings:
 ``--autocast-cache 0 --optimizer-state-to-disk 1 --heap-trim-interval 1`` and
 ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=32`` in the environment).
 
@@ -78,6 +78,9 @@ def main() -> None:
                         help="0: keep every layer's activations for the backward pass instead of recomputing them")
     parser.add_argument("--gradient-checkpointing-above-tokens", type=int, default=None, metavar="N",
                         help="checkpoint only forwards of more than N tokens (model.gradient_checkpointing_above_tokens)")
+    parser.add_argument("--lean-activations", type=int, choices=(0, 1), default=1,
+                        help="0: transformers' own RMS norms and MLPs, which keep more for backward "
+                        "(model.lean_activations)")
     parser.add_argument("--heap-trim-interval", type=float, default=0.0, metavar="S",
                         help="trim the C heap every S seconds from a thread, as training runs do "
                         "(runtime.heap_trim_interval_s, 1.0 there); 0: only after each step")
@@ -142,6 +145,7 @@ def _measure_arguments(args: argparse.Namespace) -> list[str]:
             "--optimizer-state-to-disk", str(args.optimizer_state_to_disk),
             "--gradient-checkpointing", str(args.gradient_checkpointing),
             "--heap-trim-interval", str(args.heap_trim_interval), "--autocast-cache", str(args.autocast_cache),
+            "--lean-activations", str(args.lean_activations),
             *(["--gradient-checkpointing-above-tokens", str(args.gradient_checkpointing_above_tokens)]
               if args.gradient_checkpointing_above_tokens is not None else [])]
 
@@ -175,6 +179,7 @@ def measure(args: argparse.Namespace) -> dict:
     model, _ = load_policy(ModelConfig(path="smollm2-135m-instruct",
                                        gradient_checkpointing=bool(args.gradient_checkpointing),
                                        gradient_checkpointing_above_tokens=args.gradient_checkpointing_above_tokens,
+                                       lean_activations=bool(args.lean_activations),
                                        mixed_precision="auto"), runtime=RuntimeConfig(threads=args.threads))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer, _ = build_optimizer(params, [], OptimConfig(lr=5e-5), args.steps)
@@ -214,6 +219,8 @@ def measure(args: argparse.Namespace) -> dict:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
         model.eval()
+        if on_disk is not None:
+            on_disk.wait_for_write()  # the state being written is still in memory until the write ends
         release_memory()
         peak = max([optimizer_peak.gb] + [max(p["forward_peak_gb"], p["backward_peak_gb"]) for p in parts])
         steps.append({"micro_batches": parts, "optimizer_peak_gb": optimizer_peak.gb, "peak_gb": peak,

@@ -90,6 +90,9 @@ class ModelConfig(_Section):
     gradient_checkpointing_above_tokens: int | None = Field(
         None, ge=1, description="With gradient_checkpointing, recompute activations only in training "
         "forwards of more than N tokens (None: in every forward).")
+    lean_activations: bool = Field(
+        True, description="Llama-shaped models (Llama, Qwen2/3, Mistral): RMS norms and SiLU-gated MLPs that "
+        "keep less for backward, with the same forward numbers (agentgym_core.training.lean_activations).")
     mixed_precision: Literal["no", "bf16", "auto"] = Field(
         "no", description="Run training forwards and backwards under bfloat16 autocast ('auto': where the "
         "device has native bf16).",

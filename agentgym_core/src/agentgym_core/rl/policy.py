@@ -10,6 +10,7 @@ import torch
 
 from agentgym_core.rl.config import ModelConfig, RuntimeConfig
 from agentgym_core.training.activation_checkpointing import checkpoint_only_above
+from agentgym_core.training.lean_activations import keep_fewer_activations
 from agentgym_core.training.memory import limit_onednn_primitive_cache
 
 __all__ = ["apply_runtime", "load_policy", "load_policy_for_ranks", "resolve_device", "wrap_lora"]
@@ -48,6 +49,8 @@ def load_policy(config: ModelConfig, device: str | torch.device | None = None, *
     if config.gradient_checkpointing:  # transformers 5 renamed it; 4.x has only the old name
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
+    if config.lean_activations:  # the same numbers, less kept for backward in training forwards
+        keep_fewer_activations(model)
     if config.lora.enabled:
         model = wrap_lora(model, config)
     if config.gradient_checkpointing_above_tokens is not None:

@@ -146,6 +146,10 @@ class OptimizerStateOnDisk:
             self.optimizer.state[params[i]] = entry
         self.stored = False
 
+    def wait_for_write(self) -> None:
+        """Return once a write under way has ended (the state it held is then freed, or kept on failure)."""
+        self._wait()
+
     def _wait(self) -> None:
         if self._writing is not None:
             self._writing.join()
