@@ -22,9 +22,10 @@ their ratios to it:
   changes that go together, e.g. ``"--micro-batch-tokens 1024 --gradient-checkpointing 0"``.
 
 ``--gradient-checkpointing 0``, ``--gradient-checkpointing-above-tokens N``, ``--autocast-cache 0``,
-``--lean-activations 0`` and ``--optimizer-state-to-disk 1`` change the baseline itself (the main job's runtime settings:
-``--autocast-cache 0 --optimizer-state-to-disk 1 --heap-trim-interval 1`` and
-``ONEDNN_PRIMITIVE_CACHE_CAPACITY=32`` in the environment).
+``--lean-activations 0``, ``--onednn-primitive-cache N`` and ``--optimizer-state-to-disk 1`` change the
+baseline itself (the main job's runtime settings: ``--autocast-cache 0 --optimizer-state-to-disk 1
+--heap-trim-interval 1 --onednn-primitive-cache 32``; before 2026-12-07 the cap was given as
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY=32`` in the environment, which leaves PyTorch's own cache uncapped).
 
 Writes bench/results/sft_memory.json.
 
@@ -78,6 +79,9 @@ def main() -> None:
                         help="0: keep every layer's activations for the backward pass instead of recomputing them")
     parser.add_argument("--gradient-checkpointing-above-tokens", type=int, default=None, metavar="N",
                         help="checkpoint only forwards of more than N tokens (model.gradient_checkpointing_above_tokens)")
+    parser.add_argument("--onednn-primitive-cache", type=int, default=None, metavar="N",
+                        help="keep at most N oneDNN primitives, in oneDNN's cache and PyTorch's "
+                        "(runtime.onednn_primitive_cache; 32 in the main job)")
     parser.add_argument("--lean-activations", type=int, choices=(0, 1), default=1,
                         help="0: transformers' own RMS norms and MLPs, which keep more for backward "
                         "(model.lean_activations)")
@@ -146,6 +150,8 @@ def _measure_arguments(args: argparse.Namespace) -> list[str]:
             "--gradient-checkpointing", str(args.gradient_checkpointing),
             "--heap-trim-interval", str(args.heap_trim_interval), "--autocast-cache", str(args.autocast_cache),
             "--lean-activations", str(args.lean_activations),
+            *(["--onednn-primitive-cache", str(args.onednn_primitive_cache)]
+              if args.onednn_primitive_cache is not None else []),
             *(["--gradient-checkpointing-above-tokens", str(args.gradient_checkpointing_above_tokens)]
               if args.gradient_checkpointing_above_tokens is not None else [])]
 
@@ -180,7 +186,8 @@ def measure(args: argparse.Namespace) -> dict:
                                        gradient_checkpointing=bool(args.gradient_checkpointing),
                                        gradient_checkpointing_above_tokens=args.gradient_checkpointing_above_tokens,
                                        lean_activations=bool(args.lean_activations),
-                                       mixed_precision="auto"), runtime=RuntimeConfig(threads=args.threads))
+                                       mixed_precision="auto"),
+                           runtime=RuntimeConfig(threads=args.threads, onednn_primitive_cache=args.onednn_primitive_cache))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer, _ = build_optimizer(params, [], OptimConfig(lr=5e-5), args.steps)
     on_disk = None

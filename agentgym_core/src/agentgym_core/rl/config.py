@@ -128,8 +128,8 @@ class RuntimeConfig(_Section):
         None, ge=1, description="torch CPU threads per process (None: half the CPUs under `agentgym`, or "
         "$OMP_NUM_THREADS).")
     onednn_primitive_cache: int | None = Field(
-        None, ge=1, description="Most compiled oneDNN kernels a process keeps (sets ONEDNN_PRIMITIVE_CACHE_CAPACITY "
-        "unless it is set; None: oneDNN's default).")
+        None, ge=1, description="Most compiled oneDNN kernels a process keeps, in oneDNN's cache and in PyTorch's "
+        "(sets ONEDNN_PRIMITIVE_CACHE_CAPACITY and LRU_CACHE_CAPACITY, each unless it is set; None: the defaults).")
     heap_trim_interval_s: float | None = Field(
         1.0, ge=0.0, description="Seconds between returns of the C heap's free pages to the OS while a phase runs "
         "(0 or None: only between phases; else at least 0.05).")
