@@ -93,6 +93,7 @@ def _points(x: float) -> str:
 # (JSON, which comparison, how the results page writes success at both ends)
 RESULTS_PAGE_ROWS = [
     ("learn_main_job_intel.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
+    ("learn_main_job_intel_seed1.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_main_job_shipped_constrained.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_main_job.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_main_job_all_levels.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
