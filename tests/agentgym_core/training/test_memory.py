@@ -191,6 +191,20 @@ def test_model_config_limits_the_onednn_cache_when_the_policy_loads(monkeypatch,
     assert os.environ[ONEDNN_CACHE_VARIABLE] == os.environ[IDEEP_CACHE_VARIABLE] == "32"
 
 
+def _rss_growth_mb(scenario: str, argument: str, env: dict[str, str] | None = None) -> float:
+    """The RSS growth in MB that ``scenario`` prints, run in a fresh interpreter with neither cache variable
+    set except as ``env`` says."""
+    base = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    done = subprocess.run([sys.executable, "-c", scenario, argument], env=base | (env or {}), capture_output=True,
+                          text=True, timeout=120, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def _keep_smaller(growth: dict[str, float], name: str, measured: float) -> None:
+    """The smaller of the measurements is kept: the allocator adds noise, never takes memory away."""
+    growth[name] = min(growth.get(name, measured), measured)
+
+
 # A fresh interpreter that imports torch, then limits the cache (as load_policy does, after the import),
 # then runs bf16 matmuls of 200 different lengths, as training forwards do: prints the RSS growth in MB.
 _ONEDNN_SCENARIO = textwrap.dedent("""
@@ -218,18 +232,10 @@ def test_a_small_onednn_cache_stops_rss_growing_with_every_new_matmul_shape():
 
     if not torch.cpu._is_avx512_bf16_supported():
         pytest.skip("bf16 matmuls go through oneDNN's cached kernels on CPUs with native bf16")
-    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
     growth: dict[str, float] = {}
-
-    def measure(setting: str) -> None:  # the smaller of the measurements kept: the allocator adds noise
-        done = subprocess.run([sys.executable, "-c", _ONEDNN_SCENARIO, setting], env=env, capture_output=True,
-                              text=True, timeout=120, check=True)
-        measured = float(done.stdout.strip().splitlines()[-1])
-        growth[setting] = min(growth.get(setting, measured), measured)
-
     for _ in range(3):  # another look only while the last is not clear
         for setting in ("default", "32"):
-            measure(setting)
+            _keep_smaller(growth, setting, _rss_growth_mb(_ONEDNN_SCENARIO, setting))
         if growth["32"] < 0.85 * growth["default"]:
             break
     # measured: 200 shapes grew RSS 175 MB with oneDNN's 1,024 entries and 84 MB with 32 here (178 and 102
@@ -269,15 +275,11 @@ def test_pytorchs_own_primitive_cache_is_capped_too_or_training_shapes_keep_grow
 
     if not torch.cpu._is_avx512_bf16_supported():
         pytest.skip("bf16 matmuls go through oneDNN's cached kernels on CPUs with native bf16")
-    base = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
     settings = {"oneDNN's cache only": ({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32"}, "none"), "both": ({}, "32")}
     growth: dict[str, float] = {}
-    for _ in range(3):  # another look only while the last is not clear; the smaller measurement is kept
+    for _ in range(3):  # another look only while the last is not clear
         for name, (env, argument) in settings.items():
-            done = subprocess.run([sys.executable, "-c", _TRAINING_SHAPES_SCENARIO, argument], env=base | env,
-                                  capture_output=True, text=True, timeout=120, check=True)
-            measured = float(done.stdout.strip().splitlines()[-1])
-            growth[name] = min(growth.get(name, measured), measured)
+            _keep_smaller(growth, name, _rss_growth_mb(_TRAINING_SHAPES_SCENARIO, argument, env))
         if growth["both"] < 0.5 * growth["oneDNN's cache only"]:
             break
     # measured on the Intel Xeon (AMX) on 2026-12-07: 200 MB with only oneDNN's cache capped, 43 MB with
