@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 
-class _MallInfo2(ctypes.Structure):
+class MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (``man mallinfo2``)."""
+
     _fields_ = [(name, ctypes.c_size_t) for name in
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
                  "keepcost")]
@@ -38,7 +40,7 @@ def _rss_bytes() -> int:
 
 def sample_forever(out: Path, every_s: float = 0.25, window_s: float = 30.0) -> None:
     libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
+    libc.mallinfo2.restype = MallInfo2
     with out.open("w") as f:
         best, started = None, time.time()
         while True:

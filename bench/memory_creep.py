@@ -41,19 +41,15 @@ SETTINGS = {  # name -> (micro-batch lengths, environment)
 }
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
-
-
 def _rss_gb() -> float:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e9
 
 
 def _heap_in_use_gb() -> float:
+    from heap_probe import MallInfo2  # bench/ is on sys.path: this script's folder
+
     libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
+    libc.mallinfo2.restype = MallInfo2
     return libc.mallinfo2().uordblks / 1e9
 
 

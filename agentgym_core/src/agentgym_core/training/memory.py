@@ -125,8 +125,9 @@ def limit_onednn_primitive_cache(capacity: int) -> bool:
     (its primitives and their scratch memory, about 9 MB per forward shape of SmolLM2-135M). Training
     forwards change shape with every micro-batch's length, so nearly every entry is used once and the
     caches only grow: 0.07 GB of resident memory per SFT step of the main job with only oneDNN's
-    capped, none with both. A small cache keeps the speed (one forward's layers share a handful of
-    shapes; ``bench/sft_memory.py`` measures it, in bench/README.md). Both are read when first used,
+    capped, none with both (``bench/memory_creep.py``). A small oneDNN cache keeps the speed (one
+    forward's layers share a handful of shapes; ``bench/sft_memory.py`` measures it, in bench/README.md);
+    PyTorch's cap has no same-run timing yet (the main job took 23:31 with it). Both are read when first used,
     so call this before the process's first bf16 matmul on the CPU.
     """
     if capacity < 1:
