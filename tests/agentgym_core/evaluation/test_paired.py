@@ -36,3 +36,23 @@ def test_mcnemar_is_the_two_sided_binomial_on_the_tasks_that_flipped():
     assert mcnemar_exact_p(5, 0) == pytest.approx(2 / 32)
     assert mcnemar_exact_p(3, 3) == 1.0
     assert mcnemar_exact_p(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)
+
+
+def test_success_rates_pair_as_rates_and_get_no_mcnemar():
+    # Avg@4 per task: a rate of 0.5 must count as 0.5, not as a success.
+    before = {"a": 0.25, "b": 0.5, "c": 1.0, "d": 0.0}
+    after = {"a": 0.75, "b": 0.5, "c": 0.75, "d": 0.0}
+    out = paired_difference(before, after)
+    d = [0.5, 0.0, -0.25, 0.0]
+    mean = sum(d) / 4
+    half = 3.182 * math.sqrt(sum((x - mean) ** 2 for x in d) / 3) / 2
+    assert out["diff"] == pytest.approx(0.0625) and out["ci95"] == pytest.approx([mean - half, mean + half])
+    assert (out["before"], out["after"], out["gained"], out["lost"]) == (0.4375, 0.5, 1, 1)
+    assert out["mcnemar_p"] is None
+    # Flags given as floats or bools are still flags: McNemar applies.
+    assert paired_difference({"a": 0.0, "b": True}, {"a": 1.0, "b": True})["mcnemar_p"] == 1.0
+
+
+def test_a_value_outside_zero_one_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"after: .*task 'b' has 2.0"):
+        paired_difference({"a": 0, "b": 1}, {"a": 1, "b": 2.0})

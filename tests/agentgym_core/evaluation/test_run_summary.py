@@ -33,7 +33,7 @@ def test_an_invalid_action_rise_with_flat_success_is_named():
     assert "invalid-action rate rose from 11.2% to 62.7%" in warning and "success did not rise" in warning
     text = format_summary(summary)
     assert "8/40 (20.0%)" in text and "9/40 (22.5%)" in text and "11.2%" in text and "62.7%" in text
-    assert "RL - SFT success: +2.5 points, 95% CI [" in text and "2 tasks gained, 1 lost" in text
+    assert "RL - SFT success: +2.5 points, 95% CI [" in text and "2 tasks gained, 1 lost; McNemar exact p = 1)" in text
     assert "1 of 2 steps updated the policy (32 episodes trained" in text
     assert text.splitlines()[-1].startswith("warning: the invalid-action rate rose")
 
@@ -47,6 +47,17 @@ def test_a_real_gain_has_an_interval_above_zero_and_no_warning():
     assert paired["mcnemar_p"] == pytest.approx(2 / 1024)
     assert summary["warnings"] == []
     assert summary["invalid_action_rate"] == {"sft": 0.12, "after": 0.10}
+
+
+def test_success_rates_per_task_get_an_interval_and_no_mcnemar_line():
+    # success rates (K samples a task), not flags: McNemar's test of paired 0/1 outcomes does not apply
+    sft, rl = _eval([1, 0, 0, 1], 0.0), _eval([1, 0, 0, 1], 0.0)
+    sft["per_task"] = {"babyai:1": 0.25, "babyai:2": 0.5, "babyai:3": 1.0, "babyai:4": 0.0}
+    rl["per_task"] = {"babyai:1": 0.75, "babyai:2": 0.75, "babyai:3": 1.0, "babyai:4": 0.25}
+    summary = summarize_run({"eval_sft": sft, "eval_after": rl}, _steps(False))
+    assert summary["paired"]["diff"] == pytest.approx(0.25) and summary["paired"]["mcnemar_p"] is None
+    text = format_summary(summary)
+    assert "3 tasks gained, 0 lost)" in text and "McNemar" not in text
 
 
 def test_a_small_rise_or_one_that_comes_with_a_real_gain_is_not_a_warning():

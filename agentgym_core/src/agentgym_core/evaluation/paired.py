@@ -1,7 +1,8 @@
 """Paired comparison of two evaluations of the same tasks: did training change success?
 
-Two policies evaluated greedily on the same n tasks give, per task, success 0/1 before and after.
-The difference of success rates is the mean of the per-task differences d_i in {-1, 0, 1}; pairing
+Two policies evaluated greedily on the same n tasks give, per task, success 0/1 before and after; sampled K
+times a task, its success rate in [0, 1] (Avg@K). The difference of success rates is the mean of the
+per-task differences d_i (in {-1, 0, 1} for greedy flags, in [-1, 1] for rates); pairing
 removes the between-task variance (task difficulty), so the interval is much tighter than one built
 from two independent proportions. The interval is the usual t interval on the mean of d:
 
@@ -12,7 +13,8 @@ It excludes 0 when the change is unlikely to be noise in which tasks were drawn.
 
 The t interval leans on a normal approximation that is shaky when few tasks flip, so the result also
 carries McNemar's exact test: under no change each of the tasks that flipped is equally likely to
-have flipped either way, a binomial with p = 1/2 on the gained and lost counts.
+have flipped either way, a binomial with p = 1/2 on the gained and lost counts. It is a test of paired
+binary outcomes, so rates (any value strictly between 0 and 1) get none: ``mcnemar_p`` is None.
 """
 
 from __future__ import annotations
@@ -50,30 +52,43 @@ def mcnemar_exact_p(gained: int, lost: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def paired_difference(before: Mapping[str, int | bool], after: Mapping[str, int | bool]) -> dict[str, Any]:
-    """Success after minus before over the tasks both evaluated (keys: task names, values: 0/1).
+def paired_difference(before: Mapping[str, float | bool], after: Mapping[str, float | bool]) -> dict[str, Any]:
+    """Success after minus before over the tasks both evaluated (keys: task names; values: success flags 0/1,
+    or success rates in [0, 1] when a task was sampled several times).
 
     Returns ``n_tasks``, ``before``, ``after`` (success rates), ``diff`` and ``ci95`` ([low, high]),
-    ``gained``/``lost`` (tasks that flipped to success / to failure), ``interval`` (how ``ci95`` was
-    computed) and ``mcnemar_p``.
+    ``gained``/``lost`` (tasks whose success rose / fell: flipped to success / to failure for flags),
+    ``interval`` (how ``ci95`` was computed) and ``mcnemar_p`` (None when any value is a rate).
     """
     tasks = sorted(set(before) & set(after))
     if len(tasks) < 2:
         raise ValueError(f"a paired interval needs at least 2 tasks evaluated by both; got {len(tasks)}")
-    d = [int(bool(after[t])) - int(bool(before[t])) for t in tasks]
+    b, a = _rates(before, tasks, "before"), _rates(after, tasks, "after")
+    d = [x - y for x, y in zip(a, b)]
     n = len(d)
     mean = sum(d) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
     half = t_quantile_975(n - 1) * sd / math.sqrt(n)
     gained, lost = sum(1 for x in d if x > 0), sum(1 for x in d if x < 0)
+    binary = all(v in (0.0, 1.0) for v in (*b, *a))
     return {
         "n_tasks": n,
-        "before": sum(int(bool(before[t])) for t in tasks) / n,
-        "after": sum(int(bool(after[t])) for t in tasks) / n,
+        "before": sum(b) / n,
+        "after": sum(a) / n,
         "diff": mean,
         "ci95": [mean - half, mean + half],
         "gained": gained,
         "lost": lost,
         "interval": INTERVAL,
-        "mcnemar_p": mcnemar_exact_p(gained, lost),
+        "mcnemar_p": mcnemar_exact_p(gained, lost) if binary else None,
     }
+
+
+def _rates(values: Mapping[str, float | bool], tasks: list[str], which: str) -> list[float]:
+    """``values`` of ``tasks`` as floats, refusing any outside [0, 1] (a score, not a success)."""
+    out = [float(values[t]) for t in tasks]
+    bad = [(t, v) for t, v in zip(tasks, out) if not 0.0 <= v <= 1.0]
+    if bad:
+        raise ValueError(f"{which}: success must be a flag (0/1) or a rate in [0, 1]; task {bad[0][0]!r} has "
+                         f"{bad[0][1]!r}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+    return out

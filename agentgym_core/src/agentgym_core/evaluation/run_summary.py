@@ -118,7 +118,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     if paired is not None:
         lines.append(f"  RL - {'SFT' if start == 'sft' else 'start'} success: {_points(paired['diff'])}, "
                      f"95% CI {_interval(paired['ci95'])} ({paired['interval']}; {paired['gained']} tasks gained, "
-                     f"{paired['lost']} lost; McNemar exact p = {paired['mcnemar_p']:.3g})")
+                     f"{paired['lost']} lost" + ("" if paired["mcnemar_p"] is None
+                                                else f"; McNemar exact p = {paired['mcnemar_p']:.3g}") + ")")
     updates = summary["updates"]
     if updates["steps"]:
         lines.append(f"  RL updates: {updates['updated']} of {updates['steps']} steps updated the policy "
