@@ -148,3 +148,35 @@ def test_paired_evaluations_recompute_from_their_rows(name):
 def test_the_bench_readme_quotes_paired_evaluations():
     # the parametrized check above runs once per file the README names; none found would check nothing
     assert len(PAIRED_EVALS) >= 2, PAIRED_EVALS
+
+
+SAMPLED = sorted(set(re.findall(r"bench/results/(main_job_sampled\w*\.json)", BENCH_README)))
+
+
+@pytest.mark.parametrize("name", SAMPLED)
+def test_sampled_evaluations_recompute_from_their_samples(name, bench_script):
+    """bench/main_job_sampled.py's JSON: each run's Avg@K change and both intervals, from every sample's 0/1."""
+    script = bench_script("main_job_sampled")
+    record = _load(name)
+    for run, row in record["runs"].items():
+        before, after = row["sft_samples"], row["rl_samples"]
+        assert len(before) >= 40 and set(before) == set(after), (name, run)
+        assert {len(s) for s in [*before.values(), *after.values()]} == {record["samples"]}, (name, run)
+        assert all(v in (0, 1) for s in [*before.values(), *after.values()] for v in s), (name, run)
+        again = paired_difference(script.rates(before), script.rates(after))
+        stored = row["paired"]
+        assert (again["gained"], again["lost"], again["mcnemar_p"]) == (stored["gained"], stored["lost"], None)
+        for key in ("before", "after", "diff"):
+            assert again[key] == pytest.approx(stored[key]), (name, run, key)
+        assert again["ci95"] == pytest.approx(stored["ci95"]), (name, run)
+        assert script.bootstrap_ci95(script.rates(before), script.rates(after)) == pytest.approx(row["bootstrap_ci95"])
+
+
+def test_the_bootstrap_interval_brackets_the_mean_and_is_seeded(bench_script):
+    script = bench_script("main_job_sampled")
+    before = {f"t{i}": 0.0 for i in range(30)}
+    after = {f"t{i}": (1.0 if i < 6 else 0.0) for i in range(30)}
+    low, high = script.bootstrap_ci95(before, after)
+    assert 0.0 <= low < 0.2 < high <= 0.5
+    assert script.bootstrap_ci95(before, after) == [low, high]
+    assert script.bootstrap_ci95(before, before) == [0.0, 0.0]
