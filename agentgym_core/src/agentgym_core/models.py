@@ -135,6 +135,18 @@ def _load_kwargs(resolved: ResolvedModel) -> dict[str, Any]:
     return kwargs
 
 
+def _model_load_kwargs(resolved: ResolvedModel) -> dict[str, Any]:
+    """:func:`_load_kwargs` for the weights, and no hub kernels: transformers 5 turns them on by default, and
+    on a networked machine they fetch layer code from the Hub at load time (never downloaded, code included)
+    and replace the norms that ``model.lean_activations`` and the tests check against transformers' own."""
+    from transformers import PreTrainedModel
+
+    kwargs = _load_kwargs(resolved)
+    if hasattr(PreTrainedModel, "set_use_kernels"):  # transformers versions that know hub kernels
+        kwargs["use_kernels"] = False
+    return kwargs
+
+
 def load_tokenizer(spec: str | Path | ResolvedModel) -> Any:
     """The tokenizer of a named model, .gguf file or Hugging Face directory, without loading its weights."""
     from transformers import AutoTokenizer
@@ -164,7 +176,7 @@ def load_pretrained(
     else:
         torch_dtype = getattr(torch, dtype)
     tokenizer = load_tokenizer(resolved)
-    model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **_load_kwargs(resolved))
+    model = AutoModelForCausalLM.from_pretrained(resolved.directory, dtype=torch_dtype, **_model_load_kwargs(resolved))
     # A GGUF file is dequantized to float on load, but transformers keeps its GGUF quantizer and then
     # refuses save_pretrained, so every checkpoint of a run on the default model would fail.
     detach_dequantized_gguf(model)
