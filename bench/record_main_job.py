@@ -120,7 +120,8 @@ def main() -> None:
     parser.add_argument("--what", required=True, help="one line: which recipe or variant this run is")
     parser.add_argument("--command", required=True, help="the command that made the run")
     parser.add_argument("--commit", required=True)
-    parser.add_argument("--machine", default="this project's 2-core AMD EPYC CPU (AVX512-BF16), 24 GiB")
+    parser.add_argument("--machine", required=True,
+                        help="the machine, in words (CPU, cores, memory, how busy), for the record")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     data = record(args.run, what=args.what, command=args.command, commit=args.commit, machine=args.machine,
