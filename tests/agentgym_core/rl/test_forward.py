@@ -76,7 +76,7 @@ def test_token_logprobs_match_log_softmax_in_value_and_gradient_and_keep_no_floa
             tokens = torch.randint(0, 301, (37,), generator=g)
             weights = torch.randn(37, generator=g)
             saved: list[torch.Tensor] = []
-            with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t) or t, lambda t: t):
                 got = token_logprobs(logits, tokens, temperature)
             (got * weights).sum().backward()
             got_grad, logits.grad = logits.grad, None

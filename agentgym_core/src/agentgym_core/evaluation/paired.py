@@ -64,7 +64,7 @@ def paired_difference(before: Mapping[str, float | bool], after: Mapping[str, fl
     if len(tasks) < 2:
         raise ValueError(f"a paired interval needs at least 2 tasks evaluated by both; got {len(tasks)}")
     b, a = _rates(before, tasks, "before"), _rates(after, tasks, "after")
-    d = [x - y for x, y in zip(a, b)]
+    d = [x - y for x, y in zip(a, b, strict=True)]
     n = len(d)
     mean = sum(d) / n
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
@@ -87,7 +87,7 @@ def paired_difference(before: Mapping[str, float | bool], after: Mapping[str, fl
 def _rates(values: Mapping[str, float | bool], tasks: list[str], which: str) -> list[float]:
     """``values`` of ``tasks`` as floats, refusing any outside [0, 1] (a score, not a success)."""
     out = [float(values[t]) for t in tasks]
-    bad = [(t, v) for t, v in zip(tasks, out) if not 0.0 <= v <= 1.0]
+    bad = [(t, v) for t, v in zip(tasks, out, strict=True) if not 0.0 <= v <= 1.0]
     if bad:
         raise ValueError(f"{which}: success must be a flag (0/1) or a rate in [0, 1]; task {bad[0][0]!r} has "
                          f"{bad[0][1]!r}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
