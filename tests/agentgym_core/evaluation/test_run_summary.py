@@ -54,10 +54,21 @@ def test_success_rates_per_task_get_an_interval_and_no_mcnemar_line():
     sft, rl = _eval([1, 0, 0, 1], 0.0), _eval([1, 0, 0, 1], 0.0)
     sft["per_task"] = {"babyai:1": 0.25, "babyai:2": 0.5, "babyai:3": 1.0, "babyai:4": 0.0}
     rl["per_task"] = {"babyai:1": 0.75, "babyai:2": 0.75, "babyai:3": 1.0, "babyai:4": 0.25}
+    for record, rows in ((sft, sft["per_task"]), (rl, rl["per_task"])):  # trainer.eval_samples: 4 at temperature 1
+        record.update(samples_per_task=4, temperature=1.0, success=sum(rows.values()) / 4)
     summary = summarize_run({"eval_sft": sft, "eval_after": rl}, _steps(False))
     assert summary["paired"]["diff"] == pytest.approx(0.25) and summary["paired"]["mcnemar_p"] is None
     text = format_summary(summary)
     assert "3 tasks gained, 0 lost)" in text and "McNemar" not in text
+    assert "4 tasks, the same at both ends (4 episodes a task sampled at temperature 1, success = each task's " \
+           "rate (Avg@4), 8 turns)" in text
+    assert "success (Avg@4)" in text and "43.8%" in text and "68.8%" in text and "/4 (" not in text
+    # one episode a task, sampled: the header says so instead of "greedy"
+    one = summarize_run({"eval_sft": {**_eval([1, 0, 0, 1], 0.0), "temperature": 0.7},
+                         "eval_after": {**_eval([1, 1, 0, 1], 0.0), "temperature": 0.7}}, _steps(False))
+    assert "(sampled at temperature 0.7, 8 turns)" in format_summary(one) and "3/4 (75.0%)" in format_summary(one)
+    assert "(greedy, 8 turns)" in format_summary(summarize_run({"eval_sft": _eval([1, 0], 0.0),
+                                                                "eval_after": _eval([1, 1], 0.0)}))
 
 
 def test_a_small_rise_or_one_that_comes_with_a_real_gain_is_not_a_warning():

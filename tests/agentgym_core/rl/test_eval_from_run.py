@@ -53,6 +53,27 @@ def test_a_sampling_setting_typed_beside_from_changes_the_panel_hash(trained, tm
     assert results["panel_hash"] != after["panel_hash"]
 
 
+def test_eval_from_a_run_with_k_samples_a_task_plays_them_too(pm, tiny_config, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    config = tiny_config(run_dir, **{"trainer.steps": 1, "trainer.eval_tasks": 2, "trainer.eval_before": "false",
+                                     "trainer.eval_samples": 2, "rollout.eval_temperature": 1.0,
+                                     "rollout.max_new_tokens": 8})
+    model, tokenizer = tiny_chat_model(seed=0)
+    after = train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)["eval_after"]
+    reset_plugin_manager(pm)
+    try:
+        main(["eval", "--from", str(run_dir), "--out", str(tmp_path / "eval"), "--threads", "1"])
+    finally:
+        reset_plugin_manager(None)
+    capsys.readouterr()
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert results["config"]["n_samples"] == 2 and results["panel_hash"] == after["panel_hash"]
+    rates: dict[str, list[int]] = {}
+    for row in results["per_task"]:
+        rates.setdefault(f"{row['env']}:{row['task_id']}", []).append(int(row["success"]))
+    assert {task: sum(s) / len(s) for task, s in rates.items()} == after["per_task"]
+
+
 def test_from_a_run_without_a_checkpoint_is_one_line(tmp_path, capsys):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from agentgym_core.rl.trainer import train
@@ -83,3 +84,31 @@ def test_end_on_invalid_action_ends_training_episodes_but_not_the_evaluation(tmp
     evals = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
     # the held-out evaluation plays every episode to its 3-turn horizon past refusals
     assert evals and all(e["turns"] == 3 for e in evals), evals
+
+
+def test_eval_samples_plays_each_held_out_task_k_times_and_the_summary_pairs_their_rates(tmp_path, tiny_config):
+    from agentgym_core.evaluation.run_summary import format_summary, summarize_run
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.recipes import ConfigError
+    from agentgym_core.rl.config import load_config
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    with pytest.raises(ConfigError, match=r"trainer.eval_samples=3 with rollout.eval_temperature=0.*Set "
+                                          r"rollout.eval_temperature"):
+        load_config(None, ["envs=[{name: x}]", "trainer.eval_samples=3"])
+    pm = PluginManager(autoload=True, allow=["estimators", "transformers", "guess"])
+    model, tokenizer = tiny_chat_model(seed=0)
+    config = tiny_config(tmp_path / "run", **{
+        "envs": "[{name: guess, max_concurrency: 2}]", "trainer.steps": 1, "trainer.eval_tasks": 3,
+        "trainer.eval_samples": 2, "rollout.eval_temperature": 1.0, "algorithm.rounds_ctrl.rounds": 2,
+    })
+    result = train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
+    panel = json.loads((tmp_path / "run" / "evaluation_panel.json").read_text())
+    assert panel["conditions"]["samples_per_task"] == 2 and panel["conditions"]["temperature"] == 1.0
+    for which in ("eval_before", "eval_after"):
+        record = result[which]
+        assert (record["tasks"], record["samples_per_task"], record["temperature"]) == (3, 2, 1.0)
+        assert len(record["per_task"]) == 3 and set(record["per_task"].values()) <= {0.0, 0.5, 1.0}
+        assert record["success"] == pytest.approx(sum(record["per_task"].values()) / 3)
+    text = format_summary(summarize_run(result))
+    assert "3 tasks, the same at both ends (2 episodes a task sampled at temperature 1" in text

@@ -85,23 +85,27 @@ class PanelShare:
     stats: RolloutStats = field(default_factory=RolloutStats)
 
 
-def _panel_episodes(envs: Sequence[HeldOutEnv], tasks_per_env: int) -> tuple[dict[str, list[int]], list[EpisodeSpec]]:
-    """The panel (env name -> task ids) and its episodes in the panel's order, every env's in turn."""
+def _panel_episodes(envs: Sequence[HeldOutEnv], tasks_per_env: int,
+                    samples_per_task: int = 1) -> tuple[dict[str, list[int]], list[EpisodeSpec]]:
+    """The panel (env name -> task ids) and its episodes in the panel's order, every env's in turn, each task's
+    ``samples_per_task`` samples side by side."""
     panel: dict[str, list[int]] = {}
     episodes: list[EpisodeSpec] = []
     for env in envs:
         panel[env.name] = tasks = panel_tasks(env.test_tasks, tasks_per_env)
-        episodes += [EpisodeSpec(task_id=t, seed=None, category=env.categories.get(t), env=env.name) for t in tasks]
+        episodes += [EpisodeSpec(task_id=t, sample_index=k, seed=None, category=env.categories.get(t), env=env.name)
+                     for t in tasks for k in range(samples_per_task)]
     return panel, episodes
 
 
 def play_panel_share(backend: Any, envs: Sequence[HeldOutEnv], *, tasks_per_env: int, sampling: SamplingParams,
                      horizon: int, max_total_tokens: int, step_timeout_s: float, desc: str,
-                     progress: bool = True, share: tuple[int, int] = (0, 1)) -> PanelShare:
-    """Play the ``share = (i, N)`` of the panel of ``tasks_per_env`` held-out tasks of each env: its episodes
-    i, i+N, i+2N, ... (all of them with the default ``(0, 1)``), every env at once, at most ``horizon`` turns."""
+                     progress: bool = True, share: tuple[int, int] = (0, 1), samples_per_task: int = 1) -> PanelShare:
+    """Play the ``share = (i, N)`` of the panel of ``tasks_per_env`` held-out tasks of each env, ``samples_per_task``
+    episodes a task: its episodes i, i+N, i+2N, ... (all of them with the default ``(0, 1)``), every env at once,
+    at most ``horizon`` turns. Each episode's place in the panel seeds its sampling, so a task's samples differ."""
     index, count = share
-    panel, episodes = _panel_episodes(envs, tasks_per_env)
+    panel, episodes = _panel_episodes(envs, tasks_per_env, samples_per_task)
     positions = list(range(index, len(episodes), count))
     mine = [episodes[p] for p in positions]
     concurrency = {env.name: env.max_concurrency for env in envs}
@@ -111,8 +115,9 @@ def play_panel_share(backend: Any, envs: Sequence[HeldOutEnv], *, tasks_per_env:
         name = str(spec.env)
         sources[name] = EnvSource(make_env[name], min(concurrency[name], sum(e.env == name for e in mine)))
     config = {"tasks_per_env": tasks_per_env, "horizon": horizon, "temperature": sampling.temperature,
-              "max_new_tokens": sampling.max_new_tokens}
-    conditions = evaluation_conditions(sampling, horizon=horizon, max_total_tokens=max_total_tokens)
+              "max_new_tokens": sampling.max_new_tokens, "samples_per_task": samples_per_task}
+    conditions = evaluation_conditions(sampling, horizon=horizon, max_total_tokens=max_total_tokens,
+                                       samples_per_task=samples_per_task)
     result = PanelShare(positions, [], panel, config, conditions)
     if mine:
         engine = EngineConfig(sampling=sampling, max_turns=horizon, max_total_tokens=max_total_tokens,
@@ -142,13 +147,14 @@ def panel_results(shares: Sequence[PanelShare], wall_seconds: float) -> EvalResu
 
 def evaluate_held_out(backend: Any, envs: Sequence[HeldOutEnv], *, tasks_per_env: int, sampling: SamplingParams,
                       horizon: int, max_total_tokens: int, step_timeout_s: float, desc: str,
-                      progress: bool = True) -> EvalResults:
+                      progress: bool = True, samples_per_task: int = 1) -> EvalResults:
     """The panel of ``tasks_per_env`` held-out tasks of each env (:func:`agentgym_core.evaluation.panel.panel_tasks`,
-    as ``agentgym eval --limit`` takes them), one episode each, every env at once, at most ``horizon`` turns."""
+    as ``agentgym eval --limit`` takes them), ``samples_per_task`` episodes each, every env at once, at most
+    ``horizon`` turns."""
     start = time.perf_counter()
     share = play_panel_share(backend, envs, tasks_per_env=tasks_per_env, sampling=sampling, horizon=horizon,
                              max_total_tokens=max_total_tokens, step_timeout_s=step_timeout_s, desc=desc,
-                             progress=progress)
+                             progress=progress, samples_per_task=samples_per_task)
     return panel_results([share], time.perf_counter() - start)
 
 

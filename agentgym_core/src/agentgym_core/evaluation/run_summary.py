@@ -40,7 +40,7 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
     ``ci95``, ``interval`` naming its method and ``mcnemar_p``; None unless both ends share 2+ tasks),
     ``updates`` (``steps``, ``updated``: steps whose update ran, ``trained_trajectories``, and
     ``mixed_groups`` of ``sampled_groups``: groups whose rewards differed, where the log counts them) and
-    ``warnings``.
+    ``warnings``; ``samples_per_task`` and ``temperature`` say how the panel was played.
     """
     start = "sft" if results.get("eval_sft") else "before"
     first = results.get("eval_sft") or results.get("eval_before") or {}
@@ -49,6 +49,8 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
         "start": start,
         "tasks": int(last.get("tasks") or first.get("tasks") or 0),
         "horizon": last.get("horizon", first.get("horizon")),
+        "samples_per_task": int(last.get("samples_per_task") or first.get("samples_per_task") or 1),
+        "temperature": last.get("temperature", first.get("temperature")),
         "success": {start: first.get("success"), "after": last.get("success")},
         "invalid_action_rate": {start: first.get("invalid_action_rate"), "after": last.get("invalid_action_rate")},
         "paired": None,
@@ -106,10 +108,15 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     name = {"sft": "after SFT", "before": "before RL"}[start]
     tasks, lines = summary["tasks"], []
     horizon = f", {summary['horizon']} turns" if summary.get("horizon") else ""
-    lines.append(f"held-out panel: {tasks} tasks, the same at both ends (greedy{horizon})")
+    k, temperature = summary.get("samples_per_task", 1), summary.get("temperature")
+    sampling = "greedy" if not temperature else f"sampled at temperature {temperature:g}"
+    if k > 1:
+        sampling = f"{k} episodes a task {sampling}, success = each task's rate (Avg@{k})"
+    lines.append(f"held-out panel: {tasks} tasks, the same at both ends ({sampling}{horizon})")
     rows = [("", name, "after RL")]
     success = summary["success"]
-    rows.append(("success", *(_count(success[k], tasks) for k in (start, "after"))))
+    rows.append(("success" if k == 1 else f"success (Avg@{k})",
+                 *(_count(success[key], tasks) if k == 1 else _rate(success[key]) for key in (start, "after"))))
     invalid = summary["invalid_action_rate"]
     rows.append(("invalid actions (share of turns)", *(_rate(invalid[k]) for k in (start, "after"))))
     width = max(len(r[0]) for r in rows)

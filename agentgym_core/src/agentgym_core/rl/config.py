@@ -546,6 +546,9 @@ class TrainerConfig(_Section):
     run_dir: str = Field("runs/run", description="Where config, metrics, checkpoints and trajectories go.")
     eval_every: int = Field(0, ge=0, description="Evaluate on held-out tasks every N steps (0: only before/after).")
     eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
+    eval_samples: int = Field(
+        1, ge=1, description="Episodes per held-out task: K > 1 compares each task's success rate (Avg@K) at "
+        "rollout.eval_temperature, which must then be above 0; steadier than one greedy episode, K times the time.")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps (the last step is always saved).")
     keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are deleted.")
@@ -640,6 +643,15 @@ class TrainConfig(_Section):
                     "update's own log-probs leave the PPO ratio at 1, so nothing bounds how far the policy moves "
                     "from the one that sampled. Use algorithm.old_logprobs=recompute (or auto)")
             self.algorithm.old_logprobs = "recompute"  # auto: the proximal policy is the learner before the update
+        return self
+
+    @model_validator(mode="after")
+    def _several_evaluation_samples_are_sampled(self) -> TrainConfig:
+        if self.trainer.eval_samples > 1 and self.rollout.eval_temperature == 0:
+            raise ValueError(
+                f"trainer.eval_samples={self.trainer.eval_samples} with rollout.eval_temperature=0: greedy replies "
+                "play each task the same way every time. Set rollout.eval_temperature (e.g. 1.0, the usual training "
+                "temperature) to measure sampled success, or trainer.eval_samples=1 for one greedy episode a task")
         return self
 
     @model_validator(mode="after")

@@ -111,12 +111,13 @@ def eval_sampling(config: TrainConfig) -> SamplingParams:
 def eval_conditions(config: TrainConfig, horizon: int) -> dict[str, Any]:
     """The conditions of the run's held-out evaluations (part of their panel hash)."""
     return evaluation_conditions(eval_sampling(config), horizon=horizon,
-                                 max_total_tokens=config.rollout.max_total_tokens)
+                                 max_total_tokens=config.rollout.max_total_tokens,
+                                 samples_per_task=config.trainer.eval_samples)
 
 
 def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
     """The run's held-out evaluation at ``step``: greedy (or ``eval_temperature``) episodes on the panel of
-    ``eval_tasks`` held-out tasks of each env, every env at once; the record the trainer logs."""
+    ``eval_tasks`` held-out tasks of each env, ``eval_samples`` a task, every env at once; the record the trainer logs."""
     start = time.perf_counter()
     share = evaluation_share(backend, envs, config, horizon, step)
     return evaluation_record([share], horizon, step, wall_seconds=time.perf_counter() - start)
@@ -130,9 +131,11 @@ def evaluation_share(backend: Any, envs: list[EnvHandle], config: TrainConfig, h
                             horizon=horizon, max_total_tokens=config.rollout.max_total_tokens,
                             step_timeout_s=config.rollout.env_timeout_s,
                             desc=f"eval {', '.join(env.name for env in envs)} (step {step})",
-                            progress=config.trainer.progress and share[0] == 0, share=share)
+                            progress=config.trainer.progress and share[0] == 0, share=share,
+                            samples_per_task=config.trainer.eval_samples)
 
 
 def evaluation_record(shares: list[PanelShare], horizon: int, step: int, *, wall_seconds: float) -> dict[str, Any]:
     """The record the trainer logs of the evaluation at ``step`` that ``shares`` played together."""
-    return {"step": step, "horizon": horizon, **panel_results(shares, wall_seconds).trainer_record()}
+    return {"step": step, "horizon": horizon, "temperature": shares[0].config["temperature"],
+            **panel_results(shares, wall_seconds).trainer_record()}

@@ -60,7 +60,7 @@ def eval_config_from_run(source: str | Path, *, env: str | None = None, override
     settings: dict[str, Any] = dict(
         env=chosen.name, model=model, backend=config.rollout.backend, backend_options=options,
         split=chosen.test_split, categories=chosen.categories, limit=config.trainer.eval_tasks, env_options=dict(chosen.env_kwargs),
-        action_format=chosen.action_format, n_samples=1, temperature=sampling.temperature, top_p=sampling.top_p,
+        action_format=chosen.action_format, n_samples=config.trainer.eval_samples, temperature=sampling.temperature, top_p=sampling.top_p,
         max_new_tokens=sampling.max_new_tokens, constrain_actions=sampling.constrain_actions,
         max_rounds=final_horizon_of(config, plugin_manager or get_plugin_manager()),
         max_total_tokens=config.rollout.max_total_tokens, seed=sampling.seed,
