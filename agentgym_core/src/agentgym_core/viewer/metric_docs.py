@@ -213,7 +213,12 @@ METRICS: tuple[MetricDoc, ...] = (
     MetricDoc("pool/<env>/<server>/down", "1 when the pool marked the server down at the end of the step.", "0.",
               "1: the server stopped answering; the pool routes around it.", "server"),
     # ---- evaluation only ------------------------------------------------------------------------------
-    MetricDoc("tasks", "Held-out episodes the evaluation ran.", "Constant (trainer.eval_tasks).", "", "evaluation"),
+    MetricDoc("tasks", "Held-out tasks the evaluation played (each trainer.eval_samples times).",
+              "Constant (trainer.eval_tasks per environment).", "", "evaluation"),
+    MetricDoc("samples_per_task", "Episodes played per held-out task (trainer.eval_samples); above 1, success and "
+              "per_task are each task's success rate over its samples (Avg@K).", "Constant.", "", "evaluation"),
+    MetricDoc("temperature", "Sampling temperature of the held-out evaluation (rollout.eval_temperature; 0 = "
+              "greedy).", "Constant.", "", "evaluation"),
     MetricDoc("per_task", "Success per env:task (not charted; agentgym compare pairs evaluations by it).", "", "",
               "evaluation"),
     MetricDoc("panel_hash", "Hash of the evaluated task ids: equal hashes, equal tasks (not charted).", "",
