@@ -19,8 +19,8 @@ from agentgym_core.rl.plugin_options import backend_factory_options
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.tool_calls import tool_call_env
 
-__all__ = ["EnvHandle", "eval_conditions", "eval_samples", "eval_sampling", "evaluate", "evaluation_record", "evaluation_share",
-           "make_backend", "open_envs"]
+__all__ = ["EnvHandle", "eval_conditions", "eval_samples", "eval_sampling", "evaluate", "evaluation_record",
+           "evaluation_share", "make_backend", "open_envs"]
 
 
 def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, bool]:
