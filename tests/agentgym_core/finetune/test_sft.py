@@ -297,3 +297,34 @@ def test_a_finished_warm_start_keeps_its_evaluations_only_under_this_runs_settin
     assert _changed_eval_settings(saved, other) == ["envs", "panel size"]
     elsewhere = FinetuneConfig.model_validate({**base, "envs": [{"name": "guess", "max_concurrency": 9}]})
     assert _changed_eval_settings(saved, elsewhere) == []  # how many envs run at once scores nothing differently
+
+
+def test_an_rl_recipes_warm_start_evaluates_with_its_samples_per_task(tmp_path):
+    """trainer.eval_samples reaches the evaluation after the warm start's SFT: both ends of the run's summary
+    play the same panel K times a task under one panel hash (the warm start once played one episode a task)."""
+    from agentgym_core.evaluation.run_summary import summarize_run
+    from agentgym_core.finetune.config import load_finetune_config
+    from agentgym_core.pipeline import run_rl_recipe as train
+    from agentgym_core.plugins import PluginManager
+    from agentgym_core.recipes import ConfigError
+    from agentgym_core.rl.config import load_config
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    pytest.importorskip("agentgym_estimators")
+    with pytest.raises(ConfigError, match="trainer.eval_samples=2 with rollout.eval_temperature=0"):
+        load_finetune_config(None, ["kind=sft", "data.paths=[x.jsonl]", "trainer.eval_samples=2"])
+    pm = PluginManager(autoload=True, allow=["transformers", "guess", "estimators"])
+    run = tmp_path / "rl"
+    config = load_config(None, [
+        "envs=[{name: guess, max_concurrency: 2}]", f"trainer.run_dir={run}", "trainer.progress=false",
+        "trainer.eval_tasks=2", "trainer.eval_samples=3", "rollout.eval_temperature=1.0", "trainer.steps=1",
+        "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=8", "rollout.max_total_tokens=256",
+        "algorithm.rounds_ctrl.rounds=[2]", "warm_start={expert: {n: 5, max_turns: 8}, sft: {batch_size: 5, epochs: 1}, lr: 0.001}",
+    ])
+    model, tokenizer = tiny_chat_model(seed=0)
+    results = train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
+    sft, after = results["eval_sft"], results["eval_after"]
+    assert (sft["tasks"], sft["samples_per_task"]) == (after["tasks"], after["samples_per_task"]) == (2, 3)
+    assert sft["panel_hash"] == after["panel_hash"]
+    assert set(sft["per_task"].values()) | set(after["per_task"].values()) <= {0.0, 1 / 3, 2 / 3, 1.0}
+    assert summarize_run(results)["samples_per_task"] == 3

@@ -26,7 +26,14 @@ from pydantic import Field, model_validator
 
 from agentgym_core.finetune_options import DataConfig, DPOOptions, RejectionOptions, SFTOptions, _Section
 from agentgym_core.recipes import load_recipe, save_recipe
-from agentgym_core.rl.config import EnvConfig, ModelConfig, OptimConfig, RolloutConfig, RuntimeConfig
+from agentgym_core.rl.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RolloutConfig,
+    RuntimeConfig,
+    check_eval_samples,
+)
 
 __all__ = [
     "CollectConfig",
@@ -49,6 +56,9 @@ class FinetuneTrainerConfig(_Section):
     run_dir: str = Field("runs/finetune", description="Where config, metrics, checkpoints and evaluations go.")
     seed: int = Field(0, description="Seed of data order, sampling and initialisation.")
     eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
+    eval_samples: int = Field(
+        1, ge=1, description="Episodes per held-out task: K > 1 compares each task's success rate (Avg@K) at "
+        "rollout.eval_temperature, which must then be above 0 (an RL recipe's warm start takes the RL run's).")
     eval_max_turns: int = Field(12, ge=1, description="Turn budget of evaluation episodes.")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (the last is always saved).")
@@ -82,6 +92,7 @@ class FinetuneConfig(_Section):
             raise ValueError(f"kind={self.kind} needs data.paths (trajectory files; write them with `agentgym collect`)")
         if self.kind == "rejection_sampling" and not self.envs:
             raise ValueError("kind=rejection_sampling samples from environments: set envs: [{name: ...}]")
+        check_eval_samples(self.trainer.eval_samples, self.rollout.eval_temperature)
         return self
 
 

@@ -64,7 +64,8 @@ def warm_start_sft(train_config: Any, *, plugin_manager: PluginManager | None = 
         "kind": "sft", "model": train_config.model, "envs": train_config.envs, "rollout": train_config.rollout,
         "data": {**warm.data.model_dump(), "paths": paths}, "sft": warm.sft, "optim": {"lr": warm.lr},
         "trainer": {"run_dir": str(run_dir), "seed": train_config.trainer.seed,
-                    "eval_tasks": train_config.trainer.eval_tasks, "eval_max_turns": horizon,
+                    "eval_tasks": train_config.trainer.eval_tasks, "eval_samples": train_config.trainer.eval_samples,
+                    "eval_max_turns": horizon,
                     "eval_before": train_config.trainer.eval_before and warm.eval_base,
                     "progress": train_config.trainer.progress,
                     "save_every": 10**9},
@@ -106,7 +107,8 @@ what RL trains on)."""
 def _changed_eval_settings(saved: Path, config: FinetuneConfig) -> list[str]:
     """Which settings that decide a held-out evaluation's numbers differ between the warm start saved in
     ``saved`` (its config.yaml) and ``config`` (this run's): the envs, how replies are sampled, the token
-    budget, the panel size, the horizon and the seed. Empty when they agree or nothing was saved."""
+    budget, the panel size and samples per task, the horizon and the seed. Empty when they agree or nothing was
+    saved."""
     from agentgym_core.finetune.config import load_finetune_config
 
     if not saved.exists():
@@ -117,8 +119,8 @@ def _changed_eval_settings(saved: Path, config: FinetuneConfig) -> list[str]:
         r, t = c.rollout, c.trainer
         return {"envs": [e.model_dump(mode="json", exclude=_NOT_EVALUATION) for e in c.envs],
                 "rollout sampling": r.eval_sampling(seed=0),  # the seed is its own entry
-                "token budget": r.max_total_tokens, "panel size": t.eval_tasks, "horizon": t.eval_max_turns,
-                "seed": t.seed}
+                "token budget": r.max_total_tokens, "panel size": t.eval_tasks, "samples per task": t.eval_samples,
+                "horizon": t.eval_max_turns, "seed": t.seed}
 
     old, new = settings(before), settings(config)
     return [name for name in new if old[name] != new[name]]

@@ -43,6 +43,7 @@ __all__ = [
     "RuntimeConfig",
     "TrainConfig",
     "TrainerConfig",
+    "check_eval_samples",
     "check_group_size",
     "load_config",
     "save_config",
@@ -647,11 +648,7 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _several_evaluation_samples_are_sampled(self) -> TrainConfig:
-        if self.trainer.eval_samples > 1 and self.rollout.eval_temperature == 0:
-            raise ValueError(
-                f"trainer.eval_samples={self.trainer.eval_samples} with rollout.eval_temperature=0: greedy replies "
-                "play each task the same way every time. Set rollout.eval_temperature (e.g. 1.0, the usual training "
-                "temperature) to measure sampled success, or trainer.eval_samples=1 for one greedy episode a task")
+        check_eval_samples(self.trainer.eval_samples, self.rollout.eval_temperature)
         return self
 
     @model_validator(mode="after")
@@ -682,6 +679,15 @@ class TrainConfig(_Section):
                     f"{', '.join(again)} sample again after it slept and before the next weight load, from "
                     "discarded weights. Use sleep_level: 1 (weights kept in host memory), or turn those off")
         return self
+
+
+def check_eval_samples(eval_samples: int, eval_temperature: float) -> None:
+    """Refuse ``trainer.eval_samples`` > 1 with greedy evaluations (RL and fine-tuning recipes alike)."""
+    if eval_samples > 1 and eval_temperature == 0:
+        raise ValueError(
+            f"trainer.eval_samples={eval_samples} with rollout.eval_temperature=0: greedy replies play each task "
+            "the same way every time. Set rollout.eval_temperature (e.g. 1.0, the usual training temperature) to "
+            "measure sampled success, or trainer.eval_samples=1 for one greedy episode a task")
 
 
 # -- loading (the loader itself is agentgym_core.recipes, shared with fine-tuning) -------------

@@ -19,8 +19,8 @@ from agentgym_core.rl.plugin_options import backend_factory_options
 from agentgym_core.rollout.backend import SamplingParams, capabilities_of
 from agentgym_core.rollout.tool_calls import tool_call_env
 
-__all__ = ["EnvHandle", "eval_conditions", "eval_samples", "eval_sampling", "evaluate", "evaluation_record",
-           "evaluation_share", "make_backend", "open_envs"]
+__all__ = ["EnvHandle", "eval_conditions", "eval_sampling", "evaluate", "evaluation_record", "evaluation_share",
+           "make_backend", "open_envs"]
 
 
 def make_backend(pm: PluginManager, config: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, bool]:
@@ -108,17 +108,11 @@ def eval_sampling(config: TrainConfig) -> SamplingParams:
     return config.rollout.eval_sampling(config.trainer.seed)
 
 
-def eval_samples(config: TrainConfig) -> int:
-    """Episodes per held-out task: ``trainer.eval_samples``; one for the fine-tuning recipes, whose evaluations
-    reuse these functions and have no such key."""
-    return getattr(config.trainer, "eval_samples", 1)
-
-
 def eval_conditions(config: TrainConfig, horizon: int) -> dict[str, Any]:
     """The conditions of the run's held-out evaluations (part of their panel hash)."""
     return evaluation_conditions(eval_sampling(config), horizon=horizon,
                                  max_total_tokens=config.rollout.max_total_tokens,
-                                 samples_per_task=eval_samples(config))
+                                 samples_per_task=config.trainer.eval_samples)
 
 
 def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
@@ -139,7 +133,7 @@ def evaluation_share(backend: Any, envs: list[EnvHandle], config: TrainConfig, h
                             step_timeout_s=config.rollout.env_timeout_s,
                             desc=f"eval {', '.join(env.name for env in envs)} (step {step})",
                             progress=config.trainer.progress and share[0] == 0, share=share,
-                            samples_per_task=eval_samples(config))
+                            samples_per_task=config.trainer.eval_samples)
 
 
 def evaluation_record(shares: list[PanelShare], horizon: int, step: int, *, wall_seconds: float) -> dict[str, Any]:
