@@ -147,3 +147,14 @@ def test_a_fall_in_success_is_named_even_when_actions_stay_valid():
     assert little.startswith("only 10 of 64 groups had differing rewards")
     flat = summarize_run({"eval_sft": sft, "eval_after": _eval([1] * 7 + [0] * 33, 0.1)}, _steps(False))
     assert flat["warnings"] == []  # one task lost: inside the noise, nothing to name
+
+
+def test_evaluations_of_different_panels_are_not_paired_and_the_summary_says_so():
+    sft = {**_eval([1, 0, 0, 1], 0.0), "panel_hash": "aaaa"}
+    rl = {**_eval([1, 1, 0, 1], 0.0), "panel_hash": "bbbb"}
+    summary = summarize_run({"eval_sft": sft, "eval_after": rl}, _steps(False))
+    assert summary["paired"] is None and summary["success"] == {"sft": 0.5, "after": 0.75}
+    assert summary["warnings"][0].startswith("the evaluations at the two ends played different panels (hashes aaaa")
+    assert "RL - SFT success" not in format_summary(summary)
+    rl["panel_hash"] = "aaaa"
+    assert summarize_run({"eval_sft": sft, "eval_after": rl}, _steps(False))["paired"]["gained"] == 1

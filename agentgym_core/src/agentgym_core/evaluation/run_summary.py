@@ -56,10 +56,16 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
         "paired": None,
     }
     both = set(first.get("per_task") or {}) & set(last.get("per_task") or {})
-    if len(both) >= 2:  # one shared task has no interval: the table still gives both rates
+    hashes = (first.get("panel_hash"), last.get("panel_hash"))
+    same_panel = None in hashes or hashes[0] == hashes[1]  # logs before the hash cannot tell
+    if len(both) >= 2 and same_panel:  # one shared task has no interval: the table still gives both rates
         summary["paired"] = paired_difference(first["per_task"], last["per_task"])
     summary["updates"] = _updates(train_log)
     summary["warnings"] = _warnings(summary)
+    if not same_panel:
+        summary["warnings"].insert(0, f"the evaluations at the two ends played different panels (hashes {hashes[0]} "
+                                      f"and {hashes[1]}: other tasks, sampling, horizon or samples per task), so "
+                                      "they are not compared task by task")
     return summary
 
 
