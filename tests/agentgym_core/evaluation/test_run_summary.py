@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentgym_core.evaluation.run_summary import format_summary, summarize_run
+from agentgym_core.evaluation.run_summary import describe_sampling, format_summary, summarize_run
 
 
 def _eval(successes: list[int], invalid: float) -> dict:
@@ -158,3 +158,9 @@ def test_evaluations_of_different_panels_are_not_paired_and_the_summary_says_so(
     assert "RL - SFT success" not in format_summary(summary)
     rl["panel_hash"] = "aaaa"
     assert summarize_run({"eval_sft": sft, "eval_after": rl}, _steps(False))["paired"]["gained"] == 1
+
+
+def test_the_sampling_is_named_as_the_run_played_it():
+    assert describe_sampling(0.0) == describe_sampling(None) == "greedy"
+    assert describe_sampling(0.7) == "sampled at temperature 0.7"
+    assert describe_sampling(1.0, 4) == "4 episodes a task sampled at temperature 1, success = each task's rate (Avg@4)"

@@ -45,7 +45,10 @@ def run(args: argparse.Namespace) -> int:
     before, after = (result.eval_before or {}).get("success"), (result.eval_after or {}).get("success")
     if before is not None or after is not None:
         fmt = lambda v: f"{100 * v:.1f}%" if isinstance(v, float) else "-"  # noqa: E731
-        print(f"held-out success (greedy): before {fmt(before)}  after {fmt(after)}")
+        from agentgym_core.evaluation.run_summary import describe_sampling
+
+        sampling = describe_sampling(config.rollout.eval_temperature, config.trainer.eval_samples)
+        print(f"held-out success ({sampling}): before {fmt(before)}  after {fmt(after)}")
     for row in result.rounds:
         ev = (row.get("eval") or {}).get("success")
         print(f"  round {int(row['round'])}: kept {int(row['kept'])}/{int(row['sampled'])} sampled, "

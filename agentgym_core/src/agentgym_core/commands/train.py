@@ -147,7 +147,10 @@ def run(args: argparse.Namespace) -> int:
     table = _success_table(results)
     print(f"\nrun directory: {config.trainer.run_dir}")
     if table:
-        print("held-out success and invalid-action rate (greedy):\n" + table)
+        from agentgym_core.evaluation.run_summary import describe_sampling
+
+        sampling = describe_sampling(config.rollout.eval_temperature, config.trainer.eval_samples)
+        print(f"held-out success and invalid-action rate ({sampling}):\n" + table)
     print(_run_summary(results, Path(config.trainer.run_dir)))
     return 0
 

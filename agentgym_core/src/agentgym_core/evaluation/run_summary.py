@@ -26,7 +26,7 @@ from typing import Any
 
 from agentgym_core.evaluation.paired import paired_difference
 
-__all__ = ["INVALID_RISE", "LOW_SIGNAL", "format_summary", "summarize_run"]
+__all__ = ["INVALID_RISE", "LOW_SIGNAL", "describe_sampling", "format_summary", "summarize_run"]
 
 INVALID_RISE = 0.05  # a rise of the invalid-action rate past 5 points is named, unless success rose with it
 LOW_SIGNAL = 0.25  # a run whose groups' rewards differed in fewer than a quarter of them is named
@@ -108,16 +108,23 @@ def _warnings(summary: dict[str, Any]) -> list[str]:
     return warnings
 
 
+def describe_sampling(temperature: float | None, samples_per_task: int = 1) -> str:
+    """How a held-out panel was played, in words: "greedy", "sampled at temperature 0.7", or with K > 1
+    "4 episodes a task sampled at temperature 1, success = each task's rate (Avg@4)"."""
+    sampling = "greedy" if not temperature else f"sampled at temperature {temperature:g}"
+    if samples_per_task > 1:
+        sampling = f"{samples_per_task} episodes a task {sampling}, success = each task's rate (Avg@{samples_per_task})"
+    return sampling
+
+
 def format_summary(summary: Mapping[str, Any]) -> str:
     """The summary as the lines ``agentgym train`` prints under its table."""
     start = summary["start"]
     name = {"sft": "after SFT", "before": "before RL"}[start]
     tasks, lines = summary["tasks"], []
     horizon = f", {summary['horizon']} turns" if summary.get("horizon") else ""
-    k, temperature = summary.get("samples_per_task", 1), summary.get("temperature")
-    sampling = "greedy" if not temperature else f"sampled at temperature {temperature:g}"
-    if k > 1:
-        sampling = f"{k} episodes a task {sampling}, success = each task's rate (Avg@{k})"
+    k = summary.get("samples_per_task", 1)
+    sampling = describe_sampling(summary.get("temperature"), k)
     lines.append(f"held-out panel: {tasks} tasks, the same at both ends ({sampling}{horizon})")
     rows = [("", name, "after RL")]
     success = summary["success"]
