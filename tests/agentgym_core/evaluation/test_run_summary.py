@@ -164,3 +164,16 @@ def test_the_sampling_is_named_as_the_run_played_it():
     assert describe_sampling(0.0) == describe_sampling(None) == "greedy"
     assert describe_sampling(0.7) == "sampled at temperature 0.7"
     assert describe_sampling(1.0, 4) == "4 episodes a task sampled at temperature 1, success = each task's rate (Avg@4)"
+
+
+def test_each_evaluation_says_how_long_it_took_and_old_logs_leave_the_row_out():
+    sft, rl = _eval([1, 0, 0, 1], 0.0), _eval([1, 1, 0, 1], 0.0)
+    sft["wall_seconds"], rl["wall_seconds"] = 107.4, 486.0  # 1:47 greedy, 8:06 with four samples a task
+    summary = summarize_run({"eval_sft": sft, "eval_after": rl}, _steps(False))
+    assert summary["eval_seconds"] == {"sft": 107.4, "after": 486.0}
+    (row,) = [line for line in format_summary(summary).splitlines() if "evaluation time" in line]
+    assert row.split()[-2:] == ["1:47", "8:06"]
+    rl["wall_seconds"] = 3725.0  # past an hour: hours shown
+    assert format_summary(summarize_run({"eval_sft": sft, "eval_after": rl}, [])).count("1:02:05") == 1
+    del sft["wall_seconds"], rl["wall_seconds"]  # a log from before the record had it
+    assert "evaluation time" not in format_summary(summarize_run({"eval_sft": sft, "eval_after": rl}, []))

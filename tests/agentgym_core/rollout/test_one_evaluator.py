@@ -43,6 +43,7 @@ def test_agentgym_eval_and_the_trainers_evaluation_give_the_same_results(tiny_ba
     record = by_trainer.trainer_record()  # what the trainer logs: its metric names, per task, the panel
     assert record["success"] == by_cli.overall.success_avg and record["guess/turns"] == by_cli.overall.turns_avg
     assert set(record["per_task"]) == {f"guess:{row['task_id']}" for row in by_cli.per_task}
+    assert record["wall_seconds"] == by_trainer.timing["wall_seconds"] > 0  # the summary's "evaluation time"
 
 
 def test_k_samples_a_task_are_one_evaluator_too_and_the_trainer_logs_each_tasks_rate(tiny_backend, tmp_path):

@@ -110,7 +110,7 @@ class EvalResults(BaseModel):
     def trainer_record(self) -> dict[str, Any]:
         """The record the trainer logs: its flat metric names, success per ``env:task`` (for
         :mod:`agentgym_core.evaluation.paired`: 0/1 with one sample a task, the task's success rate with K),
-        the tasks, the samples per task and the panel hash."""
+        the tasks, the samples per task, the panel hash and the evaluation's wall time."""
         flat = _flat({"": self.overall, **{f"{env}/": m for env, m in self.environments.items()}})
         samples: dict[str, list[int]] = {}
         for row in self.per_task:
@@ -118,7 +118,7 @@ class EvalResults(BaseModel):
         k = max((len(s) for s in samples.values()), default=1)
         per_task = {task: s[0] if k == 1 else sum(s) / len(s) for task, s in samples.items()}
         return {"tasks": len(samples), "samples_per_task": k, **flat, "per_task": per_task,
-                "panel_hash": self.panel_hash}
+                "panel_hash": self.panel_hash, "wall_seconds": self.timing.get("wall_seconds")}
 
 
 def _flat(groups: dict[str, GroupMetrics], prefix: str = "") -> dict[str, float]:

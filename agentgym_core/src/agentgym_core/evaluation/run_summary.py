@@ -40,7 +40,8 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
     ``ci95``, ``interval`` naming its method and ``mcnemar_p``; None unless both ends share 2+ tasks),
     ``updates`` (``steps``, ``updated``: steps whose update ran, ``trained_trajectories``, and
     ``mixed_groups`` of ``sampled_groups``: groups whose rewards differed, where the log counts them) and
-    ``warnings``; ``samples_per_task`` and ``temperature`` say how the panel was played.
+    ``warnings``; ``samples_per_task`` and ``temperature`` say how the panel was played, ``eval_seconds``
+    how long each evaluation took (None in logs from before it was recorded).
     """
     start = "sft" if results.get("eval_sft") else "before"
     first = results.get("eval_sft") or results.get("eval_before") or {}
@@ -53,6 +54,7 @@ def summarize_run(results: Mapping[str, Any], train_log: Iterable[Mapping[str, A
         "temperature": last.get("temperature", first.get("temperature")),
         "success": {start: first.get("success"), "after": last.get("success")},
         "invalid_action_rate": {start: first.get("invalid_action_rate"), "after": last.get("invalid_action_rate")},
+        "eval_seconds": {start: first.get("wall_seconds"), "after": last.get("wall_seconds")},
         "paired": None,
     }
     both = set(first.get("per_task") or {}) & set(last.get("per_task") or {})
@@ -132,6 +134,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                  *(_count(success[key], tasks) if k == 1 else _rate(success[key]) for key in (start, "after"))))
     invalid = summary["invalid_action_rate"]
     rows.append(("invalid actions (share of turns)", *(_rate(invalid[k]) for k in (start, "after"))))
+    seconds = summary.get("eval_seconds") or {}
+    if any(seconds.get(key) is not None for key in (start, "after")):
+        rows.append(("evaluation time", *(_duration(seconds.get(key)) for key in (start, "after"))))
     width = max(len(r[0]) for r in rows)
     lines += [f"  {label:<{width}}  {a:>14}  {b:>14}" for label, a, b in rows]
     paired = summary.get("paired")
@@ -161,6 +166,13 @@ def _interval(ci: list[float]) -> str:
 
 def _count(rate: float | None, tasks: int) -> str:
     return "-" if rate is None else f"{round(rate * tasks)}/{tasks} ({100 * rate:.1f}%)"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"{minutes}:{secs:02d}"
 
 
 def _rate(rate: float | None) -> str:

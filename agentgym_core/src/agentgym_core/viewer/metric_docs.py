@@ -219,6 +219,9 @@ METRICS: tuple[MetricDoc, ...] = (
               "per_task are each task's success rate over its samples (Avg@K).", "Constant.", "", "evaluation"),
     MetricDoc("temperature", "Sampling temperature of the held-out evaluation (rollout.eval_temperature; 0 = "
               "greedy).", "Constant.", "", "evaluation"),
+    MetricDoc("wall_seconds", "How long the evaluation took, start to end, in seconds.", "", "Far longer than "
+              "an earlier evaluation of the same panel: the machine was busy, or trainer.eval_samples grew.",
+              "evaluation"),
     MetricDoc("per_task", "Success per env:task (not charted; agentgym compare pairs evaluations by it).", "", "",
               "evaluation"),
     MetricDoc("panel_hash", "Hash of the evaluated task ids: equal hashes, equal tasks (not charted).", "",
