@@ -27,6 +27,8 @@ from pydantic import Field, model_validator
 from agentgym_core.finetune_options import DataConfig, DPOOptions, RejectionOptions, SFTOptions, _Section
 from agentgym_core.recipes import load_recipe, save_recipe
 from agentgym_core.rl.config import (
+    EVAL_SAMPLES,
+    EVAL_TASKS,
     EnvConfig,
     ModelConfig,
     OptimConfig,
@@ -55,10 +57,8 @@ class FinetuneTrainerConfig(_Section):
 
     run_dir: str = Field("runs/finetune", description="Where config, metrics, checkpoints and evaluations go.")
     seed: int = Field(0, description="Seed of data order, sampling and initialisation.")
-    eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
-    eval_samples: int = Field(
-        1, ge=1, description="Episodes per held-out task: K > 1 compares each task's success rate (Avg@K) at "
-        "rollout.eval_temperature, which must then be above 0 (an RL recipe's warm start takes the RL run's).")
+    eval_tasks: int = EVAL_TASKS
+    eval_samples: int = EVAL_SAMPLES
     eval_max_turns: int = Field(12, ge=1, description="Turn budget of evaluation episodes.")
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(50, ge=1, description="Checkpoint every N optimizer steps (the last is always saved).")

@@ -533,6 +533,14 @@ class RayConfig(_Section):
         1, ge=0, description="Times a rollout worker that died is restarted and its batch sampled again.")
 
 
+# The held-out panel's keys, one definition for the RL and the fine-tuning trainer (their help written once)
+EVAL_TASKS = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
+EVAL_SAMPLES = Field(
+    1, ge=1, description="Episodes per held-out task: K > 1 compares each task's success rate (Avg@K) at "
+    "rollout.eval_temperature, which must then be above 0; steadier than one greedy episode, K times the time "
+    "(an RL recipe's warm start plays the RL trainer's K).")
+
+
 class TrainerConfig(_Section):
     """``trainer``: the run itself."""
 
@@ -546,10 +554,8 @@ class TrainerConfig(_Section):
     seed: int = Field(0, description="Seed of task order, sampling and initialisation.")
     run_dir: str = Field("runs/run", description="Where config, metrics, checkpoints and trajectories go.")
     eval_every: int = Field(0, ge=0, description="Evaluate on held-out tasks every N steps (0: only before/after).")
-    eval_tasks: int = Field(20, ge=0, description="Held-out tasks per environment per evaluation (0: none).")
-    eval_samples: int = Field(
-        1, ge=1, description="Episodes per held-out task: K > 1 compares each task's success rate (Avg@K) at "
-        "rollout.eval_temperature, which must then be above 0; steadier than one greedy episode, K times the time.")
+    eval_tasks: int = EVAL_TASKS
+    eval_samples: int = EVAL_SAMPLES
     eval_before: bool = Field(True, description="Evaluate the initial model before training.")
     save_every: int = Field(10, ge=1, description="Checkpoint every N steps (the last step is always saved).")
     keep_checkpoints: int = Field(2, ge=1, description="Most recent checkpoints kept on disk; older ones are deleted.")
