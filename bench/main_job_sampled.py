@@ -113,7 +113,8 @@ def compare(name: str, run: Path, args: argparse.Namespace) -> dict:
     rl_results, rl_minutes = evaluate(run, rl, **options)
     sft_samples, rl_samples = samples_per_task(sft_results), samples_per_task(rl_results)
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8")) if (run / "summary.json").is_file() else {}
-    greedy = summary.get("paired")
+    # the run's own table is the greedy comparison only where the trainer played one greedy episode a task
+    greedy = summary.get("paired") if summary.get("samples_per_task", 1) == 1 and not summary.get("temperature") else None
     row = {"run_dir": str(run), "sft_checkpoint": str(sft), "rl_checkpoint": str(rl),
            "panel_hash": sft_results["panel_hash"],
            "sft_samples": sft_samples, "rl_samples": rl_samples,
@@ -122,10 +123,25 @@ def compare(name: str, run: Path, args: argparse.Namespace) -> dict:
            "invalid_action_rate": {"sft": sft_results["overall"]["invalid_action_rate"],
                                    "rl": rl_results["overall"]["invalid_action_rate"]},
            "eval_minutes": {"sft": sft_minutes, "rl": rl_minutes},
-           "greedy_paired": greedy}
+           "greedy_paired": greedy,
+           "trainer_after": trainer_after(run, rl_results)}
     if rl_results["panel_hash"] != row["panel_hash"]:
         raise SystemExit(f"{name}: the SFT and RL evaluations played different panels")
     return row
+
+
+def trainer_after(run: Path, rl_results: dict) -> dict | None:
+    """The trainer's own evaluation after RL where it played this panel as this script does (the same panel
+    hash: ``trainer.eval_samples`` = K at the same temperature and seed): its success, and the tasks whose rate
+    differs from that of ``agentgym eval`` on the saved checkpoint (one evaluator, up to float rounding)."""
+    log = run / "metrics.jsonl"
+    rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()] if log.is_file() else []
+    same = [r for r in rows if r.get("kind") == "eval" and r.get("panel_hash") == rl_results["panel_hash"]]
+    if not same:
+        return None
+    own, again = same[-1]["per_task"], rates(samples_per_task(rl_results))
+    return {"step": same[-1]["step"], "success": same[-1]["success"], "eval_success": rl_results["overall"]["success_avg"],
+            "tasks_differing": {task: [own[task], again[task]] for task in sorted(own) if own[task] != again.get(task)}}
 
 
 def _pts(x: float) -> str:
@@ -172,6 +188,10 @@ def main() -> None:
         print(f"{name:<12} {greedy:<34} {100 * p['before']:.1f}% -> {100 * p['after']:.1f}%, {_pts(p['diff'])} "
               f"[{_pts(p['ci95'][0])}, {_pts(p['ci95'][1])}] (bootstrap [{_pts(r['bootstrap_ci95'][0])}, "
               f"{_pts(r['bootstrap_ci95'][1])}]; {p['gained']} tasks up, {p['lost']} down)")
+        if r["trainer_after"]:
+            t = r["trainer_after"]
+            print(f"{'':<12} the trainer's own Avg@{args.samples} after RL: {100 * t['success']:.1f}% "
+                  f"({len(t['tasks_differing'])} tasks' rates differ from agentgym eval's)")
     print(f"wrote {args.out}")
 
 

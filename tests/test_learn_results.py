@@ -170,6 +170,11 @@ def test_sampled_evaluations_recompute_from_their_samples(name, bench_script):
             assert again[key] == pytest.approx(stored[key]), (name, run, key)
         assert again["ci95"] == pytest.approx(stored["ci95"]), (name, run)
         assert script.bootstrap_ci95(script.rates(before), script.rates(after)) == pytest.approx(row["bootstrap_ci95"])
+        if row.get("trainer_after"):  # the trainer's own Avg@K against agentgym eval's of the saved checkpoint
+            own = row["trainer_after"]
+            assert own["eval_success"] == pytest.approx(sum(map(sum, after.values())) / (record["samples"] * len(after)))
+            for task, (trainer_rate, eval_rate) in own["tasks_differing"].items():
+                assert trainer_rate != eval_rate == pytest.approx(script.rates(after)[task]), (name, run, task)
 
 
 def test_the_bootstrap_interval_brackets_the_mean_and_is_seeded(bench_script):
