@@ -170,6 +170,8 @@ def test_sampled_evaluations_recompute_from_their_samples(name, bench_script):
             assert again[key] == pytest.approx(stored[key]), (name, run, key)
         assert again["ci95"] == pytest.approx(stored["ci95"]), (name, run)
         assert script.bootstrap_ci95(script.rates(before), script.rates(after)) == pytest.approx(row["bootstrap_ci95"])
+        quoted = f"{_points(again['diff'])} points, [{_points(again['ci95'][0])}, {_points(again['ci95'][1])}]"
+        assert quoted in " ".join(RESULTS_PAGE.split()), (name, run, quoted)  # the results page quotes every run's change
         if row.get("trainer_after"):  # the trainer's own Avg@K against agentgym eval's of the saved checkpoint
             own = row["trainer_after"]
             assert own["eval_success"] == pytest.approx(sum(map(sum, after.values())) / (record["samples"] * len(after)))
