@@ -70,7 +70,9 @@ def time_report(path: Path) -> dict[str, float]:
 
 
 def phase_peaks(run: Path) -> dict[str, float]:
-    """The largest peak RSS each phase logged (``peak_rss*`` metrics; the warm start's under ``warm_start_``).
+    """The largest peak RSS each phase logged (``peak_rss*`` metrics; the warm start's under ``warm_start_``),
+    each evaluation on its own, named by its step (``eval_step9_peak_rss_gb``): the evaluations at the two
+    ends of a run are different phases, and one key for both hid which of them peaked.
 
     The phase meters reset the kernel's high-water mark (VmHWM) at each phase, and ``/usr/bin/time``
     reads that mark when the process exits: its "Maximum resident set size" is the last phases' peak,
@@ -80,9 +82,11 @@ def phase_peaks(run: Path) -> dict[str, float]:
         if not path.exists():
             continue
         for line in path.read_text(encoding="utf-8").splitlines():
-            for key, value in json.loads(line).items():
+            row = json.loads(line)
+            phase = f"{prefix}eval_step{row.get('step')}_" if row.get("kind") == "eval" else prefix
+            for key, value in row.items():
                 if key.startswith("peak_rss") and isinstance(value, (int, float)):
-                    peaks[prefix + key] = max(peaks.get(prefix + key, 0.0), float(value))
+                    peaks[phase + key] = max(peaks.get(phase + key, 0.0), float(value))
     if peaks:
         peaks["run"] = max(peaks.values())
     return peaks

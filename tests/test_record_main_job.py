@@ -28,11 +28,14 @@ def _trajectory(task: int, success: bool, reward: float, actions: list[str], fai
 
 def test_the_run_peak_is_the_largest_phase_peak_not_the_last(record, tmp_path):
     _jsonl(tmp_path / "warm_start" / "metrics.jsonl", [{"kind": "train", "step": 1, "peak_rss_gb": 3.9}])
-    _jsonl(tmp_path / "metrics.jsonl", [{"kind": "eval", "peak_rss_gb": 3.2},
+    _jsonl(tmp_path / "metrics.jsonl", [{"kind": "eval", "step": 0, "peak_rss_gb": 3.2},
                                         {"kind": "train", "peak_rss_rollout_gb": 3.0, "peak_rss_update_gb": 4.4},
-                                        {"kind": "train", "peak_rss_rollout_gb": 3.5, "peak_rss_update_gb": 3.6}])
-    assert record.phase_peaks(tmp_path) == {"warm_start_peak_rss_gb": 3.9, "peak_rss_gb": 3.2,
-                                            "peak_rss_rollout_gb": 3.5, "peak_rss_update_gb": 4.4, "run": 4.4}
+                                        {"kind": "train", "peak_rss_rollout_gb": 3.5, "peak_rss_update_gb": 3.6},
+                                        {"kind": "eval", "step": 2, "peak_rss_gb": 3.7}])
+    # each evaluation apart (the one after RL peaked, not the one it started from)
+    assert record.phase_peaks(tmp_path) == {"warm_start_peak_rss_gb": 3.9, "eval_step0_peak_rss_gb": 3.2,
+                                            "peak_rss_rollout_gb": 3.5, "peak_rss_update_gb": 4.4,
+                                            "eval_step2_peak_rss_gb": 3.7, "run": 4.4}
 
 
 def test_groups_count_differing_rewards_and_successes_apart_and_skip_failed_episodes(record, tmp_path):
