@@ -29,7 +29,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from common import write_json
@@ -62,9 +61,9 @@ def run_checkpoints(run: Path) -> tuple[Path, Path]:
 
 
 def evaluate(run: Path, model: Path, *, work: Path, samples: int, temperature: float, seed: int,
-             threads: int) -> tuple[dict, float | None]:
-    """``agentgym eval`` of ``model`` on ``run``'s panel, K samples a task; its results.json and the minutes
-    it took (None when reused)."""
+             threads: int) -> tuple[dict, Path]:
+    """``agentgym eval`` of ``model`` on ``run``'s panel, K samples a task; its results.json and its folder
+    (the episodes are in its trajectories.jsonl)."""
     key = hashlib.sha1(str(model).encode()).hexdigest()[:10]
     out = work / f"{key}_k{samples}_t{temperature:g}_s{seed}"
     if (out / "eval_config.json").is_file():
@@ -72,16 +71,15 @@ def evaluate(run: Path, model: Path, *, work: Path, samples: int, temperature: f
         if played != str(model):
             raise SystemExit(f"{out} holds an evaluation of {played}, not {model}: give another --work")
     if (out / "results.json").is_file():
-        return json.loads((out / "results.json").read_text(encoding="utf-8")), None
+        return json.loads((out / "results.json").read_text(encoding="utf-8")), out
     cli = shutil.which("agentgym", path=str(Path(sys.executable).parent)) or "agentgym"
     command = [cli, "eval", "--from", str(run), "--model", str(model), "--n-samples", str(samples),
                "--temperature", str(temperature), "--seed", str(seed), "--threads", str(threads), "--out", str(out)]
     if (out / "eval_config.json").is_file():
         command.append("--resume")
     print(f"evaluating {model} ({samples} samples a task at temperature {temperature:g}) -> {out}", flush=True)
-    start = time.perf_counter()
     subprocess.run(command, check=True)
-    return json.loads((out / "results.json").read_text(encoding="utf-8")), (time.perf_counter() - start) / 60
+    return json.loads((out / "results.json").read_text(encoding="utf-8")), out
 
 
 def samples_per_task(results: dict) -> dict[str, list[int]]:
@@ -90,6 +88,32 @@ def samples_per_task(results: dict) -> dict[str, list[int]]:
     for row in results["per_task"]:
         rows.setdefault(f"{row['env']}:{row['task_id']}", []).append((row["sample_index"], int(bool(row["success"]))))
     return {task: [s for _, s in sorted(r)] for task, r in sorted(rows.items())}
+
+
+def levels(results: dict) -> dict[str, str]:
+    """``env:task`` -> its category (BabyAI: the level)."""
+    return {f"{row['env']}:{row['task_id']}": row["category"] or "-" for row in results["per_task"]}
+
+
+def level_rates(samples: dict[str, list[int]], level_of: dict[str, str]) -> dict[str, float]:
+    """Success rate per category over all its tasks' samples."""
+    pooled: dict[str, list[int]] = {}
+    for task, outcomes in samples.items():
+        pooled.setdefault(level_of[task], []).extend(outcomes)
+    return {level: sum(o) / len(o) for level, o in sorted(pooled.items())}
+
+
+def first_moves(folder: Path) -> dict[str, dict[str, int]]:
+    """Per category, how many episodes opened with each kind of action (the first word of the first turn's
+    parsed action, e.g. BabyAI's ``go``, ``pickup``, ``turn``; ``-`` where the first reply had none)."""
+    counts: dict[str, dict[str, int]] = {}
+    for line in (folder / "trajectories.jsonl").read_text(encoding="utf-8").splitlines():
+        episode = json.loads(line)
+        action = (episode["turns"][0].get("action") or "") if episode.get("turns") else ""
+        verb = action.split()[0] if action.split() else "-"
+        level = counts.setdefault(episode.get("category") or "-", {})
+        level[verb] = level.get(verb, 0) + 1
+    return {level: dict(sorted(c.items())) for level, c in sorted(counts.items())}
 
 
 def rates(samples: dict[str, list[int]]) -> dict[str, float]:
@@ -109,9 +133,10 @@ def compare(name: str, run: Path, args: argparse.Namespace) -> dict:
     sft, rl = run_checkpoints(run)
     options = dict(work=args.work, samples=args.samples, temperature=args.temperature, seed=args.seed,
                    threads=args.threads)
-    sft_results, sft_minutes = evaluate(run, sft, **options)
-    rl_results, rl_minutes = evaluate(run, rl, **options)
+    sft_results, sft_folder = evaluate(run, sft, **options)
+    rl_results, rl_folder = evaluate(run, rl, **options)
     sft_samples, rl_samples = samples_per_task(sft_results), samples_per_task(rl_results)
+    level_of = levels(sft_results)
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8")) if (run / "summary.json").is_file() else {}
     # the run's own table is the greedy comparison only where the trainer played one greedy episode a task
     greedy = summary.get("paired") if summary.get("samples_per_task", 1) == 1 and not summary.get("temperature") else None
@@ -122,7 +147,12 @@ def compare(name: str, run: Path, args: argparse.Namespace) -> dict:
            "bootstrap_ci95": bootstrap_ci95(rates(sft_samples), rates(rl_samples)),
            "invalid_action_rate": {"sft": sft_results["overall"]["invalid_action_rate"],
                                    "rl": rl_results["overall"]["invalid_action_rate"]},
-           "eval_minutes": {"sft": sft_minutes, "rl": rl_minutes},
+           # the wall time of each evaluation's last invocation (a resumed one: only what it played then)
+           "eval_minutes": {"sft": sft_results["timing"]["wall_seconds"] / 60,
+                            "rl": rl_results["timing"]["wall_seconds"] / 60},
+           "levels": level_of,
+           "level_rates": {"sft": level_rates(sft_samples, level_of), "rl": level_rates(rl_samples, level_of)},
+           "first_moves": {"sft": first_moves(sft_folder), "rl": first_moves(rl_folder)},
            "greedy_paired": greedy,
            "trainer_after": trainer_after(run, rl_results)}
     if rl_results["panel_hash"] != row["panel_hash"]:
@@ -192,7 +222,25 @@ def main() -> None:
             t = r["trainer_after"]
             print(f"{'':<12} the trainer's own Avg@{args.samples} after RL: {100 * t['success']:.1f}% "
                   f"({len(t['tasks_differing'])} tasks' rates differ from agentgym eval's)")
+    print_levels(runs)
     print(f"wrote {args.out}")
+
+
+def print_levels(runs: dict[str, dict]) -> None:
+    """Per category, over all runs: success after SFT and after RL, and the most common opening action of each."""
+    print(f"\nper level, all runs pooled: {'level':<24} {'SFT':>6} {'RL':>6}  opening move after SFT -> after RL")
+    for level in sorted({lv for r in runs.values() for lv in r["levels"].values()}):
+        cells = []
+        for end in ("sft", "rl"):
+            tasks = [(r[f"{end}_samples"][t]) for r in runs.values() for t, lv in r["levels"].items() if lv == level]
+            outcomes = [o for s in tasks for o in s]
+            moves: dict[str, int] = {}
+            for r in runs.values():
+                for verb, n in r["first_moves"][end].get(level, {}).items():
+                    moves[verb] = moves.get(verb, 0) + n
+            top = max(moves, key=moves.get) if moves else "-"
+            cells.append((sum(outcomes) / len(outcomes), f"{top} {100 * moves.get(top, 0) / max(1, sum(moves.values())):.0f}%"))
+        print(f"{'':<26} {level:<24} {100 * cells[0][0]:>5.0f}% {100 * cells[1][0]:>5.0f}%  {cells[0][1]} -> {cells[1][1]}")
 
 
 if __name__ == "__main__":

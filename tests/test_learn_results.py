@@ -170,6 +170,12 @@ def test_sampled_evaluations_recompute_from_their_samples(name, bench_script):
             assert again[key] == pytest.approx(stored[key]), (name, run, key)
         assert again["ci95"] == pytest.approx(stored["ci95"]), (name, run)
         assert script.bootstrap_ci95(script.rates(before), script.rates(after)) == pytest.approx(row["bootstrap_ci95"])
+        levels = row["levels"]  # each category's rate pools its tasks' samples
+        for end, samples in (("sft", before), ("rl", after)):
+            assert row["level_rates"][end] == pytest.approx(script.level_rates(samples, levels)), (name, run, end)
+            opened = {level: sum(moves.values()) for level, moves in row["first_moves"][end].items()}
+            assert opened == {level: sum(len(samples[t]) for t in levels if levels[t] == level)
+                              for level in set(levels.values())}, (name, run, end)  # every episode's opening counted
         quoted = f"{_points(again['diff'])} points, [{_points(again['ci95'][0])}, {_points(again['ci95'][1])}]"
         assert quoted in " ".join(RESULTS_PAGE.split()), (name, run, quoted)  # the results page quotes every run's change
         if row.get("trainer_after"):  # the trainer's own Avg@K against agentgym eval's of the saved checkpoint
