@@ -6,7 +6,9 @@ itself optimizes success when replies are *sampled* (temperature 1.0 in the reci
 each checkpoint on the run's own panel (``agentgym eval --from RUN --model CHECKPOINT``: its 50 test
 tasks, horizon, token budget and action constraint) K times a task at the training temperature, and
 pairs the per-task success rates (Avg@K) of SFT and RL: a paired t interval over tasks (as the trainer's)
-and a percentile bootstrap over tasks beside it. Both checkpoints are sampled with the same seed.
+and a percentile bootstrap over tasks beside it. Both checkpoints are sampled with the same seed. Per level
+(the tasks' category) it also keeps each checkpoint's success rate and how its episodes opened (the first word
+of the first action), and prints both pooled over the runs: where RL gains, where it loses, and what it learnt.
 
     python bench/main_job_sampled.py --run seed0=runs/babyai_grpo_cpu --machine "2-core Intel Xeon" \\
         --out bench/results/main_job_sampled.json
