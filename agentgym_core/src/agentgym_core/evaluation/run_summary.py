@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentgym_core.evaluation.paired import paired_difference
+from agentgym_core.rollout.progress import format_seconds
 
 __all__ = ["INVALID_RISE", "LOW_SIGNAL", "describe_sampling", "format_summary", "summarize_run"]
 
@@ -136,7 +137,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     rows.append(("invalid actions (share of turns)", *(_rate(invalid[k]) for k in (start, "after"))))
     seconds = summary.get("eval_seconds") or {}
     if any(seconds.get(key) is not None for key in (start, "after")):
-        rows.append(("evaluation time", *(_duration(seconds.get(key)) for key in (start, "after"))))
+        rows.append(("evaluation time", *("-" if seconds.get(key) is None else format_seconds(seconds[key])
+                                          for key in (start, "after"))))
     width = max(len(r[0]) for r in rows)
     lines += [f"  {label:<{width}}  {a:>14}  {b:>14}" for label, a, b in rows]
     paired = summary.get("paired")
@@ -166,13 +168,6 @@ def _interval(ci: list[float]) -> str:
 
 def _count(rate: float | None, tasks: int) -> str:
     return "-" if rate is None else f"{round(rate * tasks)}/{tasks} ({100 * rate:.1f}%)"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"{minutes}:{secs:02d}"
 
 
 def _rate(rate: float | None) -> str:
