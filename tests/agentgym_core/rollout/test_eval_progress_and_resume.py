@@ -175,6 +175,32 @@ def test_a_run_directory_is_never_mixed_into_and_a_resume_must_repeat_the_settin
                  make_env=GuessEnv, progress=False)
 
 
+class RefusingGuessEnv(GuessEnv):
+    """GuessEnv that says which actions it refused: those without a number."""
+
+    def step(self, action: str):
+        result = super().step(action)
+        return result.model_copy(update={"invalid_action": re.search(r"-?\d+", action) is None})
+
+
+def test_a_resumed_evaluation_reports_what_an_uninterrupted_one_does(tiny_backend, tmp_path):
+    whole = tmp_path / "whole"
+    config = EvalConfig(env="guess", split="test", limit=6, max_new_tokens=6, max_rounds=3, num_envs=2,
+                        out_dir=str(whole))
+    first = evaluate(config, backend=tiny_backend, make_env=RefusingGuessEnv, progress=False)
+    assert first.overall.invalid_action_rate, "the tiny model's replies should be refused now and then"
+    # An evaluation cut short after three trajectories: its log and settings, as the interrupt leaves them.
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "trajectories.jsonl").write_text("".join((whole / "trajectories.jsonl").read_text().splitlines(True)[:3]))
+    (cut / "eval_config.json").write_text((whole / "eval_config.json").read_text())
+    resumed = evaluate(config.model_copy(update={"out_dir": str(cut), "resume": True}), backend=tiny_backend,
+                       make_env=RefusingGuessEnv, progress=False)
+    # the three read back count with their turns and refused actions, not as episodes without any
+    assert resumed.per_task == first.per_task
+    assert resumed.overall == first.overall and resumed.categories == first.categories
+
+
 def test_a_line_cut_short_by_the_interrupt_is_dropped_before_resuming(tiny_backend, tmp_path):
     out = tmp_path / "run"
     config = EvalConfig(

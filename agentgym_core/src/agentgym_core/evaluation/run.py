@@ -43,7 +43,7 @@ from agentgym_core.evaluation.results import EvalResults, GroupMetrics, build_re
 from agentgym_core.http.opening import env_factory
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams, closing_backend
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec
-from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter
+from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter, trajectory_from_log_record
 from agentgym_core.rollout.text_engine import ChatBackend, TextRolloutLogWriter, is_chat_backend
 from agentgym_core.rollout.tool_calls import tool_call_env
 from agentgym_core.rollout.trajectory import Trajectory
@@ -197,19 +197,6 @@ def _check_resume(config: EvalConfig, run_dir: Path, records: list[dict[str, Any
                          "repeat them, or evaluate into another --out")
 
 
-def _record_trajectory(record: dict[str, Any]) -> Trajectory:
-    """A logged trajectory, as much of it as the summary reads."""
-    return Trajectory(env=record.get("env") or "", task_id=record["task_id"], sample_index=record.get("sample_index", 0),
-                      category=record.get("category"), success=bool(record.get("success")),
-                      outcome_reward=float(record.get("outcome_reward", 0.0)), failed=bool(record.get("failed")),
-                      failure_reason=record.get("failure_reason"), truncation_reason=record.get("truncation_reason"))
-
-
-def _logged_invalid_actions(record: dict[str, Any]) -> int:
-    """How many of a logged trajectory's turns the environment refused."""
-    return sum(turn.get("invalid_action") is True for turn in record.get("turns") or ())
-
-
 def evaluate(
     config: EvalConfig,
     *,
@@ -295,9 +282,10 @@ def _evaluate(config: EvalConfig, backend: RolloutBackend | ChatBackend | None, 
         except KeyboardInterrupt:
             raise EvalInterrupted(run_dir, len(kept) + len(done), len(kept) + len(episodes)) from None
     # Every trajectory of the run directory, in the order of the split: earlier runs' and this one's.
-    rows = sorted([(_record_trajectory(r), r.get("num_turns", 0), _logged_invalid_actions(r)) for r in kept]
-                  + [(t, t.num_turns, t.invalid_actions) for t in trajs],
-                  key=lambda row: order[(row[0].task_id, row[0].sample_index)])
+    # Those read back keep their turns' verdicts, so the invalid-action rate covers every trajectory.
+    every = sorted([trajectory_from_log_record(r) for r in kept] + list(trajs),
+                   key=lambda t: order[(t.task_id, t.sample_index)])
+    rows = [(t, t.num_turns, t.invalid_actions) for t in every]
     wall = time.perf_counter() - start
     results = build_results(
         rows, config=config.model_dump(exclude={"api_key"}), panel_hash=panel_hash(panel, conditions), trainable=not text_only,

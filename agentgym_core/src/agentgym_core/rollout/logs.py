@@ -13,7 +13,8 @@ key                 meaning
 ``messages``        the chat: ``[{role, content}]`` (system, user observations, assistant replies,
                     and the final observation)
 ``turns``           per turn: ``index, text`` (the reply), ``action`` (as parsed), ``observation``,
-                    ``reward, success, finish_reason, sampled_tokens, gen_seconds, env_seconds``
+                    ``reward, success, invalid_action`` (the environment refused the action; null: it
+                    did not say), ``finish_reason, sampled_tokens, gen_seconds, env_seconds``
 ``rewards``         per-turn rewards; ``outcome_reward`` their sum (the raw "score")
 ``success``         the environment's success flag at the end
 ``terminated``      ``truncated``, ``truncation_reason`` (max_turns | token_budget | env_step_limit | invalid_action),
@@ -23,7 +24,13 @@ key                 meaning
 ``timing``          ``{gen_seconds, env_seconds, wall_seconds}``
 ``tokens``          only with ``include_tokens``: ``{token_ids, loss_mask, logprobs}``
 ``tools``           only when the chat template rendered tool schemas (native tool calls): the schemas
+``evaluation``      only in a trainer's evaluation log (``evaluations/step_<N>.jsonl``): what the
+                    episode was played under (``panel_hash``, ``model``), so a resumed evaluation
+                    keeps only episodes of its own panel
 ==================  ===========================================================================
+
+:func:`trajectory_from_log_record` reads a record back as a :class:`Trajectory` without its tokens: enough
+for every evaluation metric (success, score, turns, invalid actions).
 """
 
 from __future__ import annotations
@@ -33,9 +40,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentgym_core.rollout.trajectory import Trajectory
+from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 
-__all__ = ["LOG_FORMAT", "RolloutLogWriter", "read_rollout_log", "trajectory_log_record"]
+__all__ = ["LOG_FORMAT", "RolloutLogWriter", "read_rollout_log", "trajectory_from_log_record", "trajectory_log_record"]
 
 LOG_FORMAT = "agentgym.trajectory/1"
 
@@ -54,7 +61,8 @@ def trajectory_log_record(traj: Trajectory, *, step: int = -1, include_tokens: b
         "turns": [
             {
                 "index": t.index, "text": t.text, "action": t.action, "observation": t.observation,
-                "reward": t.reward, "success": t.success, "finish_reason": t.finish_reason,
+                "reward": t.reward, "success": t.success, "invalid_action": t.invalid_action,
+                "finish_reason": t.finish_reason,
                 "sampled_tokens": len(t.action_span), "gen_seconds": round(t.gen_seconds, 4),
                 "env_seconds": round(t.env_seconds, 4),
             }
@@ -81,6 +89,29 @@ def trajectory_log_record(traj: Trajectory, *, step: int = -1, include_tokens: b
     if include_tokens:
         record["tokens"] = {"token_ids": traj.token_ids, "loss_mask": traj.loss_mask, "logprobs": traj.logprobs}
     return record
+
+
+def trajectory_from_log_record(record: dict[str, Any]) -> Trajectory:
+    """The trajectory ``record`` logs, without tokens (its turns' spans are empty): what the evaluation metrics read.
+    A turn logged before turns said ``invalid_action`` reads as not judged (None)."""
+    empty = Span(start=0, end=0)
+    turns = [Turn(index=t.get("index", i), context_span=empty, action_span=empty, reward_index=0,
+                  text=t.get("text") or "", action=t.get("action") or "", observation=t.get("observation"),
+                  reward=float(t.get("reward") or 0.0), success=t.get("success"),
+                  invalid_action=t.get("invalid_action"), finish_reason=t.get("finish_reason") or "eos",
+                  gen_seconds=float(t.get("gen_seconds") or 0.0), env_seconds=float(t.get("env_seconds") or 0.0))
+             for i, t in enumerate(record.get("turns") or ())]
+    timing = record.get("timing") or {}
+    return Trajectory(env=record.get("env") or "", task_id=record["task_id"], seed=record.get("seed"),
+                      sample_index=record.get("sample_index", 0), category=record.get("category"),
+                      messages=record.get("messages") or [], tools=record.get("tools"), turns=turns,
+                      outcome_reward=float(record.get("outcome_reward", 0.0)), success=bool(record.get("success")),
+                      terminated=bool(record.get("terminated")), truncated=bool(record.get("truncated")),
+                      truncation_reason=record.get("truncation_reason"), failed=bool(record.get("failed")),
+                      failure_reason=record.get("failure_reason"), max_turns=record.get("max_turns"),
+                      gen_seconds=float(timing.get("gen_seconds") or 0.0),
+                      env_seconds=float(timing.get("env_seconds") or 0.0),
+                      wall_seconds=float(timing.get("wall_seconds") or 0.0))
 
 
 class RolloutLogWriter:
