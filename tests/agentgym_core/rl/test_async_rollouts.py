@@ -27,7 +27,7 @@ class CountingWorker:
     def load_weights(self, weights: dict, probe: object = None) -> None:
         self.weights = weights["version"]
 
-    def evaluate(self, horizon: int, step: int) -> dict:
+    def evaluate(self, horizon: int, step: int, *, resumed: bool = False) -> dict:
         return {"weights": self.weights}
 
 
@@ -73,7 +73,7 @@ def test_evaluation_starts_once_sampling_has_made_every_step_the_weights_allow()
             time.sleep(0.2)  # the evaluation is asked for while the thread is still sampling
             return super().collect(step)
 
-        def evaluate(self, horizon: int, step: int) -> dict:
+        def evaluate(self, horizon: int, step: int, *, resumed: bool = False) -> dict:
             return {"sampled": sorted(self.sampled_with)}
 
     rollouts = AsyncRollouts(SlowWorker(), max_staleness=0, first_step=0, last_step=5)

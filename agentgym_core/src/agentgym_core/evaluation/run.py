@@ -43,7 +43,7 @@ from agentgym_core.evaluation.results import EvalResults, GroupMetrics, build_re
 from agentgym_core.http.opening import env_factory
 from agentgym_core.rollout.backend import RolloutBackend, SamplingParams, closing_backend
 from agentgym_core.rollout.engine import EngineConfig, EnvSource, EpisodeSpec
-from agentgym_core.rollout.logs import LOG_FORMAT, RolloutLogWriter, trajectory_from_log_record
+from agentgym_core.rollout.logs import RolloutLogWriter, finished_records, trajectory_from_log_record
 from agentgym_core.rollout.text_engine import ChatBackend, TextRolloutLogWriter, is_chat_backend
 from agentgym_core.rollout.tool_calls import tool_call_env
 from agentgym_core.rollout.trajectory import Trajectory
@@ -155,25 +155,6 @@ def _make_backend(config: EvalConfig) -> RolloutBackend | ChatBackend:
     return factory(backend_options(config))
 
 
-def _finished_records(log_path: Path) -> list[dict[str, Any]]:
-    """The trajectories an earlier run of this directory logged. A last line cut short by the
-    interrupt (no newline, not JSON) is dropped from the file, so appending goes on cleanly."""
-    if not log_path.exists():
-        return []
-    data = log_path.read_bytes()
-    good = data[: data.rfind(b"\n") + 1]  # complete lines only
-    if len(good) != len(data):
-        log_path.write_bytes(good)
-    records = []
-    for number, line in enumerate(good.decode("utf-8").splitlines(), 1):
-        if line.strip():
-            record = json.loads(line)
-            if record.get("format") != LOG_FORMAT:
-                raise ValueError(f"{log_path}:{number}: not an agentgym trajectory record; is this an eval run directory?")
-            records.append(record)
-    return records
-
-
 def _check_resume(config: EvalConfig, run_dir: Path, records: list[dict[str, Any]]) -> None:
     """Refuse to mix two evaluations in one directory; a resume must repeat the run's settings."""
     if not config.resume:
@@ -233,7 +214,7 @@ def _evaluate(config: EvalConfig, backend: RolloutBackend | ChatBackend | None, 
     ]
     run_dir = Path(config.out_dir or f"runs/eval-{config.env}-{datetime.now():%Y%m%d-%H%M%S}")
     log_path = run_dir / "trajectories.jsonl"
-    kept = _finished_records(log_path)
+    kept = finished_records(log_path)
     _check_resume(config, run_dir, kept)  # before the model loads: a wrong directory fails at once
     finished = {(r["task_id"], r.get("sample_index", 0)) for r in kept}
     order = {(spec.task_id, spec.sample_index): i for i, spec in enumerate(episodes)}

@@ -113,7 +113,7 @@ class AsyncRollouts:
             self._published += 1
             self._cond.notify_all()
 
-    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
+    def evaluate(self, horizon: int, step: int, *, resumed: bool = False) -> dict[str, Any]:
         """Held-out evaluation of the newest weights (sampling waits meanwhile).
 
         It starts once the thread has sampled every step the published weights allow: then every learner rank's
@@ -122,7 +122,7 @@ class AsyncRollouts:
             self._cond.wait_for(lambda: not (self._sampling or self._may_start()) or not self._thread.is_alive())
         with self._worker_lock:
             self._load_newest()
-            return self.worker.evaluate(horizon, step=step)
+            return self.worker.evaluate(horizon, step=step, resumed=resumed)
 
     def stop(self) -> None:
         """Stop sampling (a batch in progress finishes first, up to ``stop_timeout_s``); the worker stays open."""

@@ -110,11 +110,11 @@ class RankRollouts:
         """The sync check on this rank's engine (:meth:`RolloutWorker.check_weights`)."""
         self.worker.check_weights(probe)
 
-    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
+    def evaluate(self, horizon: int, step: int, *, resumed: bool = False) -> dict[str, Any]:
         """Held-out evaluation on every rank's engine, each playing its share of the panel; every rank returns the
         whole record (collective: every rank calls it)."""
         start = time.perf_counter()
-        mine = self.worker.evaluate_share(horizon, step, (self.ctx.rank, self.ctx.world_size))
+        mine = self.worker.evaluate_share(horizon, step, (self.ctx.rank, self.ctx.world_size), resumed)
         shares = gather_object(mine, self.ctx, group=self.ctx.rollout_group)
         return evaluation_record(shares, horizon, step, wall_seconds=time.perf_counter() - start)
 

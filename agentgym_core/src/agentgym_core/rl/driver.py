@@ -87,8 +87,9 @@ class Driver:
         return self.bar
 
     def evaluate_before(self, worker: RolloutRole, meter: PhaseMeter, *, start_step: int, horizon: int,
-                        known: dict[str, Any] | None) -> dict[str, Any]:
-        """The held-out evaluation at step 0: read back on resume, reused from a warm start, or run now."""
+                        known: dict[str, Any] | None, resumed: bool = False) -> dict[str, Any]:
+        """The held-out evaluation at step 0: read back on resume from a checkpoint, reused from a warm start, or
+        run now (``resumed``: a run resumed before its first checkpoint, keeping the episodes it logged)."""
         cfg, writer = self.config, self._writer()
         if start_step > 0 and writer.path.exists():
             logged = [json.loads(x) for x in writer.path.read_text().splitlines() if x.strip()]
@@ -98,16 +99,23 @@ class Driver:
             return {}
         if known:  # after a warm start, RL starts from the model SFT just evaluated on the same tasks and horizon
             result = {**known, "step": 0}
+            if resumed:
+                writer.forget(0, kind="eval")
             writer.write(0, result, kind="eval")
             self.pm.hook.agentgym_observe_evaluation(step=0, results=result)
             return {"eval_before": result}
-        return {"eval_before": self.evaluate(worker, meter, horizon=horizon, step=0)}
+        return {"eval_before": self.evaluate(worker, meter, horizon=horizon, step=0, resumed=resumed)}
 
-    def evaluate(self, worker: RolloutRole, meter: PhaseMeter, *, horizon: int, step: int) -> dict[str, Any]:
-        """A held-out evaluation, logged and observed, with its peak memory where ``meter`` measures it."""
+    def evaluate(self, worker: RolloutRole, meter: PhaseMeter, *, horizon: int, step: int,
+                 resumed: bool = False) -> dict[str, Any]:
+        """A held-out evaluation, logged and observed, with its peak memory where ``meter`` measures it.
+        ``resumed``: the weights a resumed run loaded for ``step``; the episodes an interrupted evaluation there
+        logged are kept, and its line (if it was written) is replaced."""
         with meter:
-            result = worker.evaluate(horizon, step=step)
+            result = worker.evaluate(horizon, step=step, resumed=resumed)
         result = {**result, **meter.as_metrics()}
+        if resumed:
+            self._writer().forget(step, kind="eval")
         self._writer().write(step, result, kind="eval")
         self.pm.hook.agentgym_observe_evaluation(step=step, results=result)
         return result
@@ -177,15 +185,16 @@ class NullDriver:
         return range(start_step, last_step)
 
     def evaluate_before(self, worker: RolloutRole, meter: PhaseMeter, *, start_step: int, horizon: int,
-                        known: dict[str, Any] | None) -> dict[str, Any]:
+                        known: dict[str, Any] | None, resumed: bool = False) -> dict[str, Any]:
         """This rank's share of the step-0 evaluation, when the driver runs one now (not read back, not reused)."""
         if wants_eval_before(self.config, start_step) and not known:
-            self.evaluate(worker, meter, horizon=horizon, step=0)
+            self.evaluate(worker, meter, horizon=horizon, step=0, resumed=resumed)
         return {}
 
-    def evaluate(self, worker: RolloutRole, meter: PhaseMeter, *, horizon: int, step: int) -> dict[str, Any]:
+    def evaluate(self, worker: RolloutRole, meter: PhaseMeter, *, horizon: int, step: int,
+                 resumed: bool = False) -> dict[str, Any]:
         """This rank's share of the evaluation (collective with the driver's); the driver logs the record."""
-        worker.evaluate(horizon, step=step)
+        worker.evaluate(horizon, step=step, resumed=resumed)
         return {}
 
     def observe_rollout(self, step: int, trajectories: list[Trajectory]) -> None:

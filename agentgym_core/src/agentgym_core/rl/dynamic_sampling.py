@@ -110,8 +110,8 @@ class SignalSampling:
     def load_weights(self, weights: Any, probe: SyncExpectation | None = None) -> None:
         self.worker.load_weights(weights, probe)
 
-    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
-        return self.worker.evaluate(horizon, step)
+    def evaluate(self, horizon: int, step: int, *, resumed: bool = False) -> dict[str, Any]:
+        return self.worker.evaluate(horizon, step, resumed=resumed)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.worker, name)

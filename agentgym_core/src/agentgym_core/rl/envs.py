@@ -8,9 +8,10 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from agentgym_core.evaluation.held_out import PanelShare, panel_results, play_panel_share
+from agentgym_core.evaluation.held_out import EpisodeLog, PanelShare, panel_results, play_panel_share
 from agentgym_core.evaluation.panel import evaluation_conditions, held_out_order
 from agentgym_core.http.pool import EnvPool, PooledEnv
 from agentgym_core.plugins import PluginManager
@@ -115,25 +116,38 @@ def eval_conditions(config: TrainConfig, horizon: int) -> dict[str, Any]:
                                  samples_per_task=config.trainer.eval_samples)
 
 
-def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int) -> dict[str, Any]:
+def evaluate(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int, *,
+             resumed: bool = False) -> dict[str, Any]:
     """The run's held-out evaluation at ``step``: greedy (or ``eval_temperature``) episodes on the panel of
     ``eval_tasks`` held-out tasks of each env, ``eval_samples`` a task, every env at once; the record the trainer
-    logs."""
+    logs. ``resumed``: see :func:`evaluation_share`."""
     start = time.perf_counter()
-    share = evaluation_share(backend, envs, config, horizon, step)
+    share = evaluation_share(backend, envs, config, horizon, step, resumed=resumed)
     return evaluation_record([share], horizon, step, wall_seconds=time.perf_counter() - start)
 
 
 def evaluation_share(backend: Any, envs: list[EnvHandle], config: TrainConfig, horizon: int, step: int,
-                     share: tuple[int, int] = (0, 1)) -> PanelShare:
+                     share: tuple[int, int] = (0, 1), *, resumed: bool = False) -> PanelShare:
     """The ``share = (i, N)`` of the run's held-out evaluation at ``step`` that one of N engines plays (the
-    panel's episodes i, i+N, ...); the first share shows the progress line."""
+    panel's episodes i, i+N, ...); the first share shows the progress line. Its episodes are logged as they finish
+    to :func:`evaluation_log_path`; ``resumed`` (the weights a resumed run loaded for ``step``, which an
+    interrupted evaluation there played too) keeps those already logged and plays the rest."""
+    log = EpisodeLog(evaluation_log_path(config.trainer.run_dir, step, share), step=step, model=config.model.path,
+                     keep=resumed)
     return play_panel_share(backend, envs, tasks_per_env=config.trainer.eval_tasks, sampling=eval_sampling(config),
                             horizon=horizon, max_total_tokens=config.rollout.max_total_tokens,
                             step_timeout_s=config.rollout.env_timeout_s,
                             desc=f"eval {', '.join(env.name for env in envs)} (step {step})",
                             progress=config.trainer.progress and share[0] == 0, share=share,
-                            samples_per_task=config.trainer.eval_samples)
+                            samples_per_task=config.trainer.eval_samples, log=log)
+
+
+def evaluation_log_path(run_dir: str | Path, step: int, share: tuple[int, int] = (0, 1)) -> Path:
+    """Where the episodes of the run's held-out evaluation at ``step`` are logged (a trajectory log, one file per
+    engine playing a share of it): ``evaluations/step_<N>.jsonl``, ``step_<N>.share<i>of<n>.jsonl`` for shares."""
+    index, count = share
+    name = f"step_{step:06d}" + (f".share{index}of{count}" if count > 1 else "") + ".jsonl"
+    return Path(run_dir) / "evaluations" / name
 
 
 def evaluation_record(shares: list[PanelShare], horizon: int, step: int, *, wall_seconds: float) -> dict[str, Any]:

@@ -222,16 +222,16 @@ class RolloutActor:
         self.worker.check_weights(probe)
         return probe.gap
 
-    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
-        return self.worker.evaluate(horizon, step)
+    def evaluate(self, horizon: int, step: int, resumed: bool = False) -> dict[str, Any]:
+        return self.worker.evaluate(horizon, step, resumed=resumed)
 
     def sampling_setup(self) -> dict[str, str]:
         """What this actor's backend samples on (RolloutWorker.sampling_setup)."""
         return self.worker.sampling_setup
 
-    def evaluate_share(self, horizon: int, step: int, share: tuple[int, int]) -> PanelShare:
+    def evaluate_share(self, horizon: int, step: int, share: tuple[int, int], resumed: bool = False) -> PanelShare:
         """This worker's share of a held-out evaluation the group plays together (RolloutWorker.evaluate_share)."""
-        return self.worker.evaluate_share(horizon, step, share)
+        return self.worker.evaluate_share(horizon, step, share, resumed)
 
     def close(self) -> None:
         self._stack.close()
@@ -461,12 +461,13 @@ class RayRolloutGroup:
         if probe is not None:
             probe.gap = max((g for g in gaps if g is not None), default=None)
 
-    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
+    def evaluate(self, horizon: int, step: int, *, resumed: bool = False) -> dict[str, Any]:
         """Held-out evaluation on every worker, worker i playing panel episodes i, i+M, ... (as local ranks do);
         the record one worker would make, in the panel's order."""
         start, count = time.perf_counter(), len(self.workers)
         index = {id(w): i for i, w in enumerate(self.workers)}
-        shares = self._on_each("evaluate", lambda w: w.evaluate_share.remote(horizon, step, (index[id(w)], count)))
+        shares = self._on_each("evaluate", lambda w: w.evaluate_share.remote(horizon, step, (index[id(w)], count),
+                                                                             resumed))
         return evaluation_record(shares, horizon, step, wall_seconds=time.perf_counter() - start)
 
     def close(self) -> None:

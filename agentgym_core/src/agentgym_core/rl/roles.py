@@ -93,9 +93,11 @@ class RolloutRole(Protocol):
         """New weights after an update; ``probe``: the sync check to run once they are loaded (rl/guards.py)."""
         ...
 
-    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
+    def evaluate(self, horizon: int, step: int, *, resumed: bool = False) -> dict[str, Any]:
         """A held-out evaluation of the current weights, played by every rollout worker (collective: on several
-        learner ranks every rank calls it, and every rank gets the record)."""
+        learner ranks every rank calls it, and every rank gets the record). Its episodes are logged as they finish
+        (``evaluations/step_<N>.jsonl``); ``resumed``: the weights are those a resumed run loaded for ``step``, so
+        the episodes an interrupted evaluation there logged are kept and only the rest are played."""
         ...
 
 

@@ -152,14 +152,14 @@ class RolloutWorker:
         """What the backend samples on (its optional ``sampling_setup``: device, kernels), empty when it does not say."""
         return {str(k): str(v) for k, v in (getattr(self.backend, "sampling_setup", None) or {}).items()}
 
-    def evaluate(self, horizon: int, step: int) -> dict[str, Any]:
+    def evaluate(self, horizon: int, step: int, *, resumed: bool = False) -> dict[str, Any]:
         """Held-out evaluation of the current policy (see :func:`agentgym_core.rl.envs.evaluate`)."""
-        return evaluate(self.backend, self.envs, self.config, horizon, step=step)
+        return evaluate(self.backend, self.envs, self.config, horizon, step=step, resumed=resumed)
 
-    def evaluate_share(self, horizon: int, step: int, share: tuple[int, int]) -> PanelShare:
+    def evaluate_share(self, horizon: int, step: int, share: tuple[int, int], resumed: bool = False) -> PanelShare:
         """This worker's ``share = (i, N)`` of a held-out evaluation that N workers play together (the panel's
         episodes i, i+N, ...); :func:`agentgym_core.rl.envs.evaluation_record` makes the record of all shares."""
-        return evaluation_share(self.backend, self.envs, self.config, horizon, step, share)
+        return evaluation_share(self.backend, self.envs, self.config, horizon, step, share, resumed=resumed)
 
     def load_weights(self, state_dict: dict[str, Any], probe: SyncExpectation | None = None) -> None:
         """New policy weights after an update (nothing to do when the backend samples the trainer's module);

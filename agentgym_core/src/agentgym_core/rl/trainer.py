@@ -58,6 +58,7 @@ from agentgym_core.rl.distributed import (
 )
 from agentgym_core.rl.driver import Driver, NullDriver
 from agentgym_core.rl.dynamic_sampling import SignalSampling, count_mixed_groups, mixed_groups_only
+from agentgym_core.rl.envs import evaluation_log_path
 from agentgym_core.rl.estimator_api import AdvantageBatch, AdvantageOutput
 from agentgym_core.rl.guards import WeightSyncProbe, check_env_failures
 from agentgym_core.rl.learner import Learner, ScoredBatch
@@ -181,7 +182,7 @@ def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, r
 
             # ---- evaluation before training (every rank its share; a resumed run reads it back from its log) --
             results.update(driver.evaluate_before(placed, roles.phase_meter(), start_step=start_step,
-                                                  horizon=final_horizon, known=eval_before))
+                                                  horizon=final_horizon, known=eval_before, resumed=resume))
 
             last_step = cfg.trainer.steps if stop_after is None else min(cfg.trainer.steps, start_step + stop_after)
             worker = _sampling(stack, placed, cfg, pipelined=roles.pipelined, first_step=start_step,
@@ -265,10 +266,10 @@ def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, r
                 # ---- 10. checkpoint (atomic; "step" counts completed steps) ----------------------------------
                 _checkpoint_if_due(cfg, learner, roles.tokenizer, scheduler, curriculum, done, run_dir)
 
-            # ---- evaluation after training (every rank its share; the driver logs it) ---------------------
+            # ---- evaluation after training (every rank its share; the driver logs it; a resumed one keeps episodes)
             if last_step == cfg.trainer.steps and cfg.trainer.eval_tasks:
                 results["eval_after"] = driver.evaluate(worker, roles.phase_meter(), horizon=final_horizon,
-                                                        step=cfg.trainer.steps)
+                                                        step=last_step, resumed=resume and start_step == last_step)
         results["final"] = metrics
         return results
     except BaseException as exc:
@@ -278,10 +279,11 @@ def _train(config: TrainConfig, pm: PluginManager, place_roles: PlaceRoles, *, r
         driver.end(metrics, error)  # also when the run failed: observers learn why
 
 
-def _checkpoint_to_resume(run_dir: Path) -> Path:
-    """``--resume``: the newest complete checkpoint under ``run_dir``."""
+def _checkpoint_to_resume(run_dir: Path) -> Path | None:
+    """``--resume``: the newest complete checkpoint under ``run_dir``; None for a run stopped before its first one
+    that left something to keep (a warm start, the episodes of its evaluation at step 0): RL starts at step 0."""
     checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
+    if checkpoint is None and not (evaluation_log_path(run_dir, 0).parent.is_dir() or (run_dir / "warm_start").is_dir()):
         raise FileNotFoundError(f"--resume: no complete checkpoint under {run_dir}/checkpoints; start without --resume")
     return checkpoint
 

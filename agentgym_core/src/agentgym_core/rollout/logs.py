@@ -42,7 +42,8 @@ from typing import Any, TextIO
 
 from agentgym_core.rollout.trajectory import Span, Trajectory, Turn
 
-__all__ = ["LOG_FORMAT", "RolloutLogWriter", "read_rollout_log", "trajectory_from_log_record", "trajectory_log_record"]
+__all__ = ["LOG_FORMAT", "RolloutLogWriter", "finished_records", "read_rollout_log", "trajectory_from_log_record",
+           "trajectory_log_record"]
 
 LOG_FORMAT = "agentgym.trajectory/1"
 
@@ -152,3 +153,22 @@ def read_rollout_log(path: str | Path) -> Iterator[dict[str, Any]]:
             if record.get("format") != LOG_FORMAT:
                 raise ValueError(f"{path}:{number}: not an agentgym trajectory record (format {record.get('format')!r})")
             yield record
+
+
+def finished_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a log an interrupted run was appending to. A last line cut short by the interrupt (no
+    newline, not JSON) is dropped from the file, so appending goes on cleanly."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    good = data[: data.rfind(b"\n") + 1]  # complete lines only
+    if len(good) != len(data):
+        path.write_bytes(good)
+    records = []
+    for number, line in enumerate(good.decode("utf-8").splitlines(), 1):
+        if line.strip():
+            record = json.loads(line)
+            if record.get("format") != LOG_FORMAT:
+                raise ValueError(f"{path}:{number}: not an agentgym trajectory record; is this an eval run directory?")
+            records.append(record)
+    return records

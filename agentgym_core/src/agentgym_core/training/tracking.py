@@ -53,6 +53,15 @@ class MetricsWriter:
                 raise RuntimeError("trainer.wandb_project is set but wandb is not installed: pip install wandb") from exc
             self._wandb = wandb.init(project=wandb_project, config=config, dir=str(run_dir))
 
+    def forget(self, step: int, *, kind: str) -> None:
+        """Drop the lines of ``kind`` labelled ``step`` (a resumed run's evaluation played again, logged anew)."""
+        if self.path.exists():
+            lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+            kept = [line for line in lines if not (json.loads(line).get("step") == step
+                                                   and json.loads(line).get("kind", "train") == kind)]
+            if len(kept) != len(lines):
+                self.path.write_text("".join(line + "\n" for line in kept))
+
     def write(self, step: int, metrics: dict[str, Any], *, kind: str = "train") -> None:
         record = {"step": step, "kind": kind, **metrics}
         with self.path.open("a") as f:

@@ -66,7 +66,7 @@ def discover_runs(root: str | Path, *, depth: int = 2) -> dict[str, Path]:
             except OSError:
                 continue
             for child in children:
-                if child.name in ("trajectories", "rollouts", "checkpoints", "tensorboard"):
+                if child.name in ("trajectories", "rollouts", "checkpoints", "tensorboard", "evaluations"):
                     continue
                 if _is_run(child):
                     found[child.relative_to(root).as_posix()] = child
