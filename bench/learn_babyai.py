@@ -61,7 +61,8 @@ def run_arm(name: str, args: argparse.Namespace, overrides: list[str]) -> dict:
         *overrides, *args.override,
     ])
     t0 = time.perf_counter()
-    results = train(config, plugin_manager=get_plugin_manager(), resume=args.resume)
+    # --resume continues the arms that started; one that had not yet starts now (e.g. the second of two arms)
+    results = train(config, plugin_manager=get_plugin_manager(), resume=args.resume and run_dir.is_dir())
     minutes = (time.perf_counter() - t0) / 60
     logged = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     curve = [x for x in logged if x["kind"] == "train"]
@@ -263,7 +264,8 @@ def main(env: str = "babyai", doc: str | None = None) -> None:
                         help="RL steps per ScalingInter stage (default: --steps split evenly over the stages)")
     parser.add_argument("--resume", action="store_true",
                         help="continue each arm's run from its last checkpoint (e.g. with a larger --steps and the "
-                        "first run's --stage-steps, so the schedule stays the same); its evaluations are read back")
+                        "first run's --stage-steps, so the schedule stays the same); its evaluations are read back, "
+                        "one cut short keeps the episodes it played, and an arm not started yet starts")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", default="scaling_inter,fixed")
     parser.add_argument("--override", action="append", default=[], help="extra dotted recipe override")
