@@ -113,7 +113,9 @@ def evaluate_checkpoint(args: argparse.Namespace, arm: dict, step: int) -> dict:
         "trainer.progress=true", "trainer.eval_before=true", "warm_start=null", f"model.path={model}",
         *args.override,
     ])
-    results = train(config, plugin_manager=get_plugin_manager(), stop_after=0)
+    # an evaluation cut short before keeps the episodes it played (its run directory holds them)
+    results = train(config, plugin_manager=get_plugin_manager(), stop_after=0,
+                    resume=(run_dir / "evaluations").is_dir())
     return _pick(results["eval_before"])
 
 
