@@ -218,25 +218,29 @@ def test_warm_start_inside_an_rl_recipe(tmp_path):
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000002"]
 
 
-def test_a_run_stopped_after_its_warm_start_resumes_before_its_first_rl_checkpoint(tmp_path):
-    """--resume after the warm start finished but before RL saved anything: RL starts at step 0 from the SFT weights,
-    the warm start is neither collected nor trained again, and the step-0 evaluation is logged once."""
-    import json
-
-    from agentgym_core.pipeline import run_rl_recipe as train
+def _one_step_after_a_short_warm_start(run):
+    """A plugin manager and an RL recipe on guess: a warm start on 2 expert episodes, then 1 GRPO step, 1 eval task."""
     from agentgym_core.plugins import PluginManager
     from agentgym_core.rl.config import load_config
-    from agentgym_core.testing.tiny_model import tiny_chat_model
 
     pytest.importorskip("agentgym_estimators")
     pm = PluginManager(autoload=True, allow=["transformers", "guess", "estimators"])
-    run = tmp_path / "rl"
-    config = load_config(None, [
+    return pm, load_config(None, [
         "envs=[{name: guess, max_concurrency: 2}]", f"trainer.run_dir={run}", "trainer.progress=false",
         "trainer.eval_tasks=1", "trainer.tensorboard=false", "trainer.steps=1", "rollout.tasks_per_step=1",
         "rollout.group_size=2", "rollout.max_new_tokens=4", "rollout.max_total_tokens=128",
         "algorithm.rounds_ctrl.rounds=[1]", "warm_start={expert: {n: 2, max_turns: 8}, sft: {batch_size: 2}}",
     ])
+
+
+def test_a_run_stopped_after_its_warm_start_resumes_before_its_first_rl_checkpoint(tmp_path):
+    """--resume after the warm start finished but before RL saved anything: RL starts at step 0 from the SFT weights,
+    the warm start is neither collected nor trained again, and the step-0 evaluation is logged once."""
+    from agentgym_core.pipeline import run_rl_recipe as train
+    from agentgym_core.testing.tiny_model import tiny_chat_model
+
+    run = tmp_path / "rl"
+    pm, config = _one_step_after_a_short_warm_start(run)
     model, tokenizer = tiny_chat_model(seed=0)
     first = train(config, plugin_manager=pm, model=model, tokenizer=tokenizer, stop_after=0)  # stopped here
     assert not (run / "checkpoints").exists()
@@ -251,18 +255,9 @@ def test_a_run_stopped_after_its_warm_start_resumes_before_its_first_rl_checkpoi
 def test_warm_start_skips_the_base_model_evaluation_by_default(tmp_path):
     """The base model's evaluation (known to score 0 here, and the slowest) runs only with eval_base: true."""
     from agentgym_core.pipeline import run_rl_recipe as train
-    from agentgym_core.plugins import PluginManager
-    from agentgym_core.rl.config import load_config
     from agentgym_core.testing.tiny_model import tiny_chat_model
 
-    pytest.importorskip("agentgym_estimators")
-    pm = PluginManager(autoload=True, allow=["transformers", "guess", "estimators"])
-    config = load_config(None, [
-        "envs=[{name: guess, max_concurrency: 2}]", f"trainer.run_dir={tmp_path / 'rl'}", "trainer.progress=false",
-        "trainer.eval_tasks=1", "trainer.tensorboard=false", "trainer.steps=1", "rollout.tasks_per_step=1",
-        "rollout.group_size=2", "rollout.max_new_tokens=4", "rollout.max_total_tokens=128",
-        "algorithm.rounds_ctrl.rounds=[1]", "warm_start={expert: {n: 2, max_turns: 8}, sft: {batch_size: 2}}",
-    ])
+    pm, config = _one_step_after_a_short_warm_start(tmp_path / "rl")
     model, tokenizer = tiny_chat_model(seed=0)
     results = train(config, plugin_manager=pm, model=model, tokenizer=tokenizer)
     assert results["eval_base"] is None
