@@ -203,9 +203,10 @@ def _pick(evaluation: dict | None) -> dict | None:
 
 
 def _repo_relative(path: Path) -> str:
-    """``path`` relative to the checkout (the JSON is committed: no machine's absolute paths in it)."""
+    """``path`` relative to the checkout (the JSON is committed: no machine's absolute paths in it), also where
+    a results folder is a link to another disk (its links are not followed)."""
     try:
-        return str(path.resolve().relative_to(ROOT))
+        return str(Path(os.path.abspath(path)).relative_to(ROOT))
     except ValueError:
         return str(path)
 

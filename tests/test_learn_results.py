@@ -35,9 +35,12 @@ def _pairs(record: dict) -> list[tuple[str, dict, dict, dict]]:
             pairs += [("base -> sft", record["base_per_task"], record["sft_per_task"], record["paired_base_to_sft"]),
                       ("base -> rl", record["base_per_task"], record["rl_per_task"], record["paired_base_to_rl"])]
         return pairs
-    pairs = [(f"{arm['arm']}: sft -> rl", arm["eval_sft"]["per_task"], arm["eval_after"]["per_task"],
-              arm["paired_vs_sft"]) for arm in record["arms"]]
     first = record["arms"][0]
+    # as the bench pairs them: every arm against the first arm's evaluation after SFT, which is its RL run's
+    # evaluation before RL where the warm start logged none (a run resumed after its warm start)
+    sft = first.get("eval_sft") or first["eval_before"]
+    pairs = [(f"{arm['arm']}: sft -> rl", sft["per_task"], arm["eval_after"]["per_task"], arm["paired_vs_sft"])
+             for arm in record["arms"]]
     pairs += [(f"{arm['arm']} vs {first['arm']}", first["eval_after"]["per_task"], arm["eval_after"]["per_task"],
                arm["paired_vs_first_arm"]) for arm in record["arms"][1:] if "paired_vs_first_arm" in arm]
     # a run resumed past an earlier run's last checkpoint: that evaluation against this one
