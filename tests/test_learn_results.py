@@ -43,6 +43,10 @@ def _pairs(record: dict) -> list[tuple[str, dict, dict, dict]]:
              for arm in record["arms"]]
     pairs += [(f"{arm['arm']} vs {first['arm']}", first["eval_after"]["per_task"], arm["eval_after"]["per_task"],
                arm["paired_vs_first_arm"]) for arm in record["arms"][1:] if "paired_vs_first_arm" in arm]
+    # an arm's checkpoint at the first arm's environment steps (--match-env-steps) against the first arm
+    pairs += [(f"{arm['arm']} at step {m['step']} vs {first['arm']}", first["eval_after"]["per_task"],
+               m["eval"]["per_task"], m["paired_vs_first_arm"])
+              for arm in record["arms"] if (m := arm.get("at_matched_env_steps")) and "per_task" in m["eval"]]
     # a run resumed past an earlier run's last checkpoint: that evaluation against this one
     pairs += [(f"{arm['arm']}: step {arm['eval_earlier']['step']} -> rl", arm["eval_earlier"]["per_task"],
                arm["eval_after"]["per_task"], arm["paired_vs_earlier"]) for arm in record["arms"] if "eval_earlier" in arm]
@@ -109,6 +113,7 @@ RESULTS_PAGE_ROWS = [
     ("learn_textcraft_scaling_long.json", "long_scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textcraft_scaling_long.json", "long_fixed: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textcraft_scaling_long.json", "long_fixed vs long_scaling_inter", "{b}/{n} vs {a}/{n}"),
+    ("learn_textcraft_scaling_long.json", "long_fixed at step 8 vs long_scaling_inter", "{b}/{n} vs {a}/{n}"),
     ("learn_textworld_short.json", "scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textworld_short_all100.json", "sft -> rl", "{b}/{n} → {a}/{n}"),
     ("learn_textworld_constrained.json", "constrained_scaling_inter: sft -> rl", "{b}/{n} → {a}/{n}"),
