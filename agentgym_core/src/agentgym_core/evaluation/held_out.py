@@ -199,7 +199,7 @@ def panel_results(shares: Sequence[PanelShare], wall_seconds: float) -> EvalResu
     first = shares[0]
     stats = RolloutStats(gen_seconds=sum(s.stats.gen_seconds for s in shares),
                          sampled_tokens=sum(s.stats.sampled_tokens for s in shares))
-    return build_results([(t, t.num_turns, t.invalid_actions) for t in trajs], config=first.config,
+    return build_results(trajs, config=first.config,
                          panel_hash=panel_hash(first.panel, first.conditions),
                          timing=_timing(stats, wall_seconds, len(trajs)))
 

@@ -43,9 +43,9 @@ class GroupMetrics(BaseModel):
         default=None, description="Share of turns whose action the environment refused (None: it does not say).")
 
 
-def group_metrics(trajs: Sequence[Trajectory], turns: Sequence[int] | None = None) -> GroupMetrics:
-    """The metrics of ``trajs`` (zeros for none); ``turns`` per trajectory where they are not in the trajectories
-    (those read back from an evaluation's log)."""
+def group_metrics(trajs: Sequence[Trajectory]) -> GroupMetrics:
+    """The metrics of ``trajs`` (zeros for none); those read back from a log have their turns too
+    (:func:`agentgym_core.rollout.logs.trajectory_from_log_record`)."""
     by_task: dict[int, list[Trajectory]] = defaultdict(list)
     for traj in trajs:
         by_task[traj.task_id].append(traj)
@@ -59,24 +59,21 @@ def group_metrics(trajs: Sequence[Trajectory], turns: Sequence[int] | None = Non
         score_pass=sum(max(t.outcome_reward for t in ts) for ts in by_task.values()) / k,
         failed=sum(t.failed for t in trajs),
         truncated=sum(t.truncated or t.truncation_reason is not None for t in trajs),
-        turns_avg=sum(turns if turns is not None else [t.num_turns for t in trajs]) / n,
+        turns_avg=sum(t.num_turns for t in trajs) / n,
         invalid_action_rate=invalid_action_rate(list(trajs)),
     )
 
 
-def _grouped(trajs: Sequence[Trajectory], key: Callable[[Trajectory], str],
-             turns: Sequence[int] | None = None) -> dict[str, GroupMetrics]:
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, traj in enumerate(trajs):
-        groups[key(traj)].append(i)
-    return {name: group_metrics([trajs[i] for i in idx], None if turns is None else [turns[i] for i in idx])
-            for name, idx in sorted(groups.items())}
+def _grouped(trajs: Sequence[Trajectory], key: Callable[[Trajectory], str]) -> dict[str, GroupMetrics]:
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for traj in trajs:
+        groups[key(traj)].append(traj)
+    return {name: group_metrics(members) for name, members in sorted(groups.items())}
 
 
-def summarize(trajs: Sequence[Trajectory], turns: Sequence[int] | None = None
-              ) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
+def summarize(trajs: Sequence[Trajectory]) -> tuple[GroupMetrics, dict[str, GroupMetrics]]:
     """Overall and per-category metrics of finished trajectories."""
-    return group_metrics(trajs, turns), _grouped(trajs, lambda t: t.category or "-", turns)
+    return group_metrics(trajs), _grouped(trajs, lambda t: t.category or "-")
 
 
 def metric_record(trajs: Sequence[Trajectory], prefix: str = "") -> dict[str, float]:
@@ -134,24 +131,23 @@ def _flat(groups: dict[str, GroupMetrics], prefix: str = "") -> dict[str, float]
     return out
 
 
-def build_results(rows: Sequence[tuple[Trajectory, int, int]], *, config: dict[str, Any], panel_hash: str,
+def build_results(trajs: Sequence[Trajectory], *, config: dict[str, Any], panel_hash: str,
                   timing: dict[str, float], trainable: bool = True, run_dir: str | None = None,
                   sampling_setup: dict[str, str] | None = None) -> EvalResults:
-    """:class:`EvalResults` of ``rows``: (trajectory, turns, invalid actions) in the panel's order (the turn and
-    invalid-action counts come from the log for trajectories read back from it)."""
-    trajs = [t for t, _, _ in rows]
-    turns = [n for _, n, _ in rows]
-    overall, per_category = summarize(trajs, turns)
+    """:class:`EvalResults` of ``trajs`` in the panel's order (played now, or read back from a log with their
+    turns: :func:`agentgym_core.rollout.logs.trajectory_from_log_record`)."""
+    overall, per_category = summarize(trajs)
     failure_reasons: dict[str, int] = {}
     for t in trajs:
         if t.failed:
             key = (t.failure_reason or "").split(":")[0]
             failure_reasons[key] = failure_reasons.get(key, 0) + 1
     per_task = [{"env": t.env, "task_id": t.task_id, "sample_index": t.sample_index, "category": t.category,
-                 "success": t.success, "score": t.outcome_reward, "turns": turns, "invalid_actions": invalid,
-                 "failed": t.failed, "failure_reason": t.failure_reason, "truncation_reason": t.truncation_reason}
-                for t, turns, invalid in rows]
+                 "success": t.success, "score": t.outcome_reward, "turns": t.num_turns,
+                 "invalid_actions": t.invalid_actions, "failed": t.failed, "failure_reason": t.failure_reason,
+                 "truncation_reason": t.truncation_reason}
+                for t in trajs]
     return EvalResults(config=config, overall=overall, categories=per_category,
-                       environments=_grouped(trajs, lambda t: str(t.env), turns), per_task=per_task,
+                       environments=_grouped(trajs, lambda t: str(t.env)), per_task=per_task,
                        failure_reasons=failure_reasons, timing=timing, trainable=trainable, panel_hash=panel_hash,
                        run_dir=run_dir, sampling_setup=dict(sampling_setup or {}))

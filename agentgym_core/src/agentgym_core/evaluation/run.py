@@ -266,10 +266,9 @@ def _evaluate(config: EvalConfig, backend: RolloutBackend | ChatBackend | None, 
     # Those read back keep their turns' verdicts, so the invalid-action rate covers every trajectory.
     every = sorted([trajectory_from_log_record(r) for r in kept] + list(trajs),
                    key=lambda t: order[(t.task_id, t.sample_index)])
-    rows = [(t, t.num_turns, t.invalid_actions) for t in every]
     wall = time.perf_counter() - start
     results = build_results(
-        rows, config=config.model_dump(exclude={"api_key"}), panel_hash=panel_hash(panel, conditions), trainable=not text_only,
+        every, config=config.model_dump(exclude={"api_key"}), panel_hash=panel_hash(panel, conditions), trainable=not text_only,
         timing={"wall_seconds": wall, "gen_seconds": stats.gen_seconds, "sampled_tokens": float(stats.sampled_tokens),
                 "trajectories_per_min": 60 * len(trajs) / wall if wall else 0.0},
         run_dir=str(run_dir),

@@ -57,8 +57,9 @@ class MetricsWriter:
         """Drop the lines of ``kind`` labelled ``step`` (a resumed run's evaluation played again, logged anew)."""
         if self.path.exists():
             lines = [line for line in self.path.read_text().splitlines() if line.strip()]
-            kept = [line for line in lines if not (json.loads(line).get("step") == step
-                                                   and json.loads(line).get("kind", "train") == kind)]
+            rows = [json.loads(line) for line in lines]
+            kept = [line for line, row in zip(lines, rows, strict=True)
+                    if (row.get("step"), row.get("kind", "train")) != (step, kind)]
             if len(kept) != len(lines):
                 self.path.write_text("".join(line + "\n" for line in kept))
 
